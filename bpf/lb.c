@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* lb.c: manifold's XDP load balancer. parse → VIP → backend (flow table, then Maglev)
+ * → FIB → IPIP encapsulation → XDP_TX / redirect. Everything that is not for a VIP
+ * passes untouched; every drop is counted by reason. */
+#include "lib/parse.h"
+#include "lib/flow.h"
+#include "lib/encap.h"
+#include "lib/forward.h"
+#include "lib/stats.h"
+
+static __always_inline const struct lb_vip *vip_lookup(const struct lb_packet *pkt)
+{
+	struct lb_vip_key key = {
+		.port = pkt->flow.dport,
+		.proto = pkt->flow.proto,
+		.family = pkt->family,
+	};
+	const struct lb_vip *vip;
+
+	__builtin_memcpy(key.addr, pkt->flow.dst, sizeof(key.addr));
+	vip = bpf_map_lookup_elem(&lb_vips, &key);
+	if (vip)
+		return vip;
+	key.port = 0; /* a service on every port of the address */
+	return bpf_map_lookup_elem(&lb_vips, &key);
+}
+
+/* Returns an XDP action, or a negative enum lb_drop_reason. */
+static __always_inline int balance(struct xdp_md *ctx, struct lb_packet *pkt)
+{
+	struct bpf_fib_lookup fib = {};
+	const struct lb_vip *vip;
+	struct lb_backend *b = NULL;
+	__u32 hash, id;
+	__u16 outer_len;
+	int rc;
+
+	vip = vip_lookup(pkt);
+	if (!vip)
+		return XDP_PASS; /* a VIP address, but no service on this port/protocol */
+
+	hash = flow_hash(&pkt->flow, vip->flags);
+	id = select_backend(pkt, vip, hash, &b);
+	if (!id || !b)
+		return -LB_DROP_NO_BACKEND;
+
+	outer_len = pkt->l3_len + (pkt->family == LB_FAMILY_V4 ? IPV4_HDR_LEN : IPV6_HDR_LEN);
+	rc = fib_lookup_backend(ctx, pkt, b, outer_len, &fib);
+	if (rc < 0)
+		return rc;
+
+	rc = pkt->family == LB_FAMILY_V4 ? encap_ipip4(ctx, pkt, b) : encap_ipip6(ctx, pkt, b, hash);
+	if (rc < 0)
+		return rc;
+	rc = transmit(ctx, pkt, &fib);
+	if (rc < 0)
+		return rc;
+	count_forward(vip->service_id, id, pkt->l3_len);
+	return rc;
+}
+
+SEC("xdp")
+int manifold_lb(struct xdp_md *ctx)
+{
+	struct lb_packet pkt = {};
+	int rc;
+
+	rc = parse_packet(ctx, &pkt);
+	if (rc == LB_PARSE_PASS)
+		return XDP_PASS;
+	if (rc < 0)
+		return count_drop(-rc);
+
+	rc = balance(ctx, &pkt);
+	if (rc < 0)
+		return count_drop(-rc);
+	return rc;
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,116 @@
+/* decap.h: backend-side IPIP decapsulation at tc ingress, for hosts whose kernel has no
+ * ipip module (and any other): strip the outer header when the inner destination is one
+ * of this backend's VIPs, and let everything else through untouched. */
+#ifndef LB_DECAP_H
+#define LB_DECAP_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "types.h"
+
+#define LB_MAX_DECAP_VIPS 4096
+#define IPPROTO_IPIP_V4 4
+#define IPPROTO_IPIP_V6 41
+
+/* VIPs this backend serves: the only inner destinations it decapsulates. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_MAX_DECAP_VIPS);
+	__type(key, struct lb_addr);
+	__type(value, __u32);
+} lb_decap_vips SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LB_DECAP_MAX);
+	__type(key, enum lb_decap_counter);
+	__type(value, __u64);
+} lb_decap_stats SEC(".maps");
+
+static __always_inline void decap_count(enum lb_decap_counter counter)
+{
+	__u64 *n = bpf_map_lookup_elem(&lb_decap_stats, &counter);
+
+	if (n)
+		*n += 1;
+}
+
+/* Outer and inner headers must be in the linear part for direct access; encapsulated
+ * packets built by the XDP node always are, but a GRO'd or fragmented skb may not be. */
+#define DECAP_PULL_LEN (ETH_HLEN + 60 + sizeof(struct ipv6hdr))
+
+/* Returns the number of outer bytes to strip, 0 to leave the packet alone. */
+static __always_inline int decap_outer_len(struct __sk_buff *skb, enum lb_decap_counter *counter)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct lb_addr inner_dst = {};
+
+	if ((void *)(eth + 1) > data_end)
+		return 0;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *outer = (void *)(eth + 1);
+		struct iphdr *inner;
+		__u32 olen;
+
+		if ((void *)(outer + 1) > data_end || outer->protocol != IPPROTO_IPIP_V4 ||
+		    outer->ihl < 5)
+			return 0;
+		olen = outer->ihl * 4;
+		inner = (void *)outer + olen;
+		if ((void *)(inner + 1) > data_end || inner->version != 4)
+			return 0;
+		inner_dst.family = LB_FAMILY_V4;
+		inner_dst.addr[0] = inner->daddr;
+		*counter = LB_DECAP_IPIP4;
+		if (!bpf_map_lookup_elem(&lb_decap_vips, &inner_dst)) {
+			decap_count(LB_DECAP_NOT_VIP);
+			return 0;
+		}
+		return olen;
+	}
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *outer = (void *)(eth + 1);
+		struct ipv6hdr *inner = (void *)(outer + 1);
+
+		if ((void *)(inner + 1) > data_end || outer->nexthdr != IPPROTO_IPIP_V6 ||
+		    inner->version != 6)
+			return 0;
+		inner_dst.family = LB_FAMILY_V6;
+		__builtin_memcpy(inner_dst.addr, &inner->daddr, sizeof(inner_dst.addr));
+		*counter = LB_DECAP_IPIP6;
+		if (!bpf_map_lookup_elem(&lb_decap_vips, &inner_dst)) {
+			decap_count(LB_DECAP_NOT_VIP);
+			return 0;
+		}
+		return sizeof(*outer);
+	}
+	return 0;
+}
+
+static __always_inline int decap(struct __sk_buff *skb)
+{
+	enum lb_decap_counter counter = LB_DECAP_MAX;
+	int len;
+
+	if (skb->data + DECAP_PULL_LEN > skb->data_end)
+		bpf_skb_pull_data(skb, DECAP_PULL_LEN); /* best effort: short packets stay short */
+	len = decap_outer_len(skb, &counter);
+	if (!len)
+		return TC_ACT_OK;
+	if (bpf_skb_adjust_room(skb, -len, BPF_ADJ_ROOM_MAC, 0)) {
+		decap_count(LB_DECAP_ERROR);
+		return TC_ACT_OK;
+	}
+	decap_count(counter);
+	return TC_ACT_OK;
+}
+
+#endif

@@ -1,0 +1,91 @@
+/* forward.h: where an encapsulated packet goes is the Linux routing table's decision
+ * (bpf_fib_lookup): XDP_TX when it leaves by the port it came in on, a devmap redirect
+ * otherwise. */
+#ifndef LB_FORWARD_H
+#define LB_FORWARD_H
+
+#include "encap.h"
+
+#define LB_AF_INET 2
+#define LB_AF_INET6 10
+
+/* Asks the FIB for the route to the backend before the packet is touched, so a drop
+ * costs no rewrite. `outer_len` is the IP length after encapsulation: the kernel checks
+ * it against the egress MTU. */
+static __always_inline int fib_lookup_backend(struct xdp_md *ctx, const struct lb_packet *pkt,
+					      const struct lb_backend *b, __u16 outer_len,
+					      struct bpf_fib_lookup *fib)
+{
+	int rc;
+
+	fib->ifindex = ctx->ingress_ifindex;
+	fib->tot_len = outer_len;
+	if (pkt->family == LB_FAMILY_V4) {
+		fib->family = LB_AF_INET;
+		fib->l4_protocol = IPPROTO_IPIP_V4;
+		fib->tos = pkt->tos;
+		fib->ipv4_src = node_addr4;
+		fib->ipv4_dst = b->addr[0];
+	} else {
+		fib->family = LB_AF_INET6;
+		fib->l4_protocol = IPPROTO_IPIP_V6;
+		copy_node_addr6(fib->ipv6_src);
+		__builtin_memcpy(fib->ipv6_dst, b->addr, sizeof(fib->ipv6_dst));
+	}
+
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
+		return 0;
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+		return -LB_DROP_NO_NEIGH;
+	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
+		return -LB_DROP_TOO_BIG;
+	default:
+		return -LB_DROP_NO_ROUTE;
+	}
+}
+
+/* Writes the link-layer header in front of the outer IP header and sends the packet.
+ * The VLAN tag, if any, belongs to the ingress link: it is kept when the packet goes
+ * back out that port and dropped when the packet is redirected to another one. */
+static __always_inline int transmit(struct xdp_md *ctx, const struct lb_packet *pkt,
+				    const struct bpf_fib_lookup *fib)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__be16 proto = pkt->family == LB_FAMILY_V4 ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
+	int same_port = fib->ifindex == ctx->ingress_ifindex;
+	struct ethhdr *eth = data;
+
+	if (!same_port && !bpf_map_lookup_elem(&lb_tx_ports, &fib->ifindex))
+		return -LB_DROP_NO_TX_PORT;
+
+	if (pkt->has_vlan) {
+		struct vlan_hdr *vh = data + ETH_HLEN;
+
+		if ((void *)(vh + 1) > data_end)
+			return -LB_DROP_ENCAP;
+		if (same_port) {
+			vh->tci = pkt->vlan_tci;
+			vh->encap_proto = proto;
+			proto = ETH_P_8021Q_BE;
+		} else {
+			/* shift the Ethernet header over the tag's place, then drop the tag */
+			eth = data + sizeof(*vh);
+		}
+	}
+	if ((void *)(eth + 1) > data_end)
+		return -LB_DROP_ENCAP;
+	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
+	eth->h_proto = proto;
+
+	if (same_port)
+		return XDP_TX;
+	if (pkt->has_vlan && bpf_xdp_adjust_head(ctx, sizeof(struct vlan_hdr)))
+		return -LB_DROP_ENCAP;
+	return bpf_redirect_map(&lb_tx_ports, fib->ifindex, 0);
+}
+
+#endif

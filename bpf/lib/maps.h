@@ -1,0 +1,90 @@
+/* maps.h: the load balancer's maps, one purpose each. Written only by the daemon's
+ * reconciler (internal/datapath), except lb_flows and the counters. */
+#ifndef LB_MAPS_H
+#define LB_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "consts.h"
+#include "types.h"
+
+/* VIP addresses with at least one service: the first, cheap test that tells VIP traffic
+ * from everything else, which passes after this one lookup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_MAX_VIP_ADDRS);
+	__type(key, struct lb_addr);
+	__type(value, __u32); /* number of services on this address */
+} lb_vip_addrs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_MAX_SERVICES);
+	__type(key, struct lb_vip_key);
+	__type(value, struct lb_vip);
+} lb_vips SEC(".maps");
+
+/* One Maglev ring per service, each its own array so that a new ring of any size is
+ * built aside and swapped in with a single update: readers never see half a table. */
+struct lb_maglev_ring {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_INNER_MAP); /* rings differ in size (table_size) */
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32); /* backend id */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, LB_MAX_SERVICES);
+	__type(key, __u32); /* service id */
+	__array(values, struct lb_maglev_ring);
+} lb_maglev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LB_MAX_BACKENDS);
+	__type(key, __u32); /* backend id */
+	__type(value, struct lb_backend);
+} lb_backends SEC(".maps");
+
+/* Connection table. Shared hash with per-CPU LRU lists (BPF_F_NO_COMMON_LRU): no lock
+ * contention between CPUs on insert, yet the daemon sees one table. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
+	__uint(max_entries, LB_FLOW_TABLE_SIZE);
+	__type(key, struct lb_flow_key);
+	__type(value, struct lb_flow);
+} lb_flows SEC(".maps");
+
+/* Devices the program may redirect to, keyed by ifindex (XDP_TX covers the ingress). */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, LB_MAX_TX_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} lb_tx_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LB_MAX_BACKENDS);
+	__type(key, __u32); /* backend id */
+	__type(value, struct lb_counters);
+} lb_backend_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LB_MAX_SERVICES);
+	__type(key, __u32); /* service id */
+	__type(value, struct lb_counters);
+} lb_service_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LB_DROP_MAX);
+	__type(key, enum lb_drop_reason);
+	__type(value, __u64);
+} lb_drops SEC(".maps");
+
+#endif

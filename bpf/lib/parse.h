@@ -1,0 +1,199 @@
+/* parse.h: Ethernet (one optional 802.1Q tag), IPv4/IPv6 and TCP/UDP parsing into a
+ * struct lb_packet. Traffic that is not addressed to a VIP address is recognised after
+ * the IP header and one map lookup, and handed back untouched. */
+#ifndef LB_PARSE_H
+#define LB_PARSE_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "maps.h"
+
+#define ETH_P_8021Q_BE bpf_htons(0x8100)
+#define IP_MF_OFFSET_BE bpf_htons(0x3fff) /* more-fragments flag | fragment offset */
+#define IP_DF_BE bpf_htons(0x4000)
+
+#define TCP_FLAG_FIN 0x01
+#define TCP_FLAG_SYN 0x02
+#define TCP_FLAG_RST 0x04
+#define TCP_FLAG_ACK 0x10
+
+/* IPv6 extension headers that may stand between the fixed header and TCP/UDP. */
+#define NEXTHDR_HOP 0
+#define NEXTHDR_ROUTING 43
+#define NEXTHDR_FRAGMENT 44
+#define NEXTHDR_AUTH 51
+#define NEXTHDR_DEST 60
+
+struct vlan_hdr {
+	__be16 tci;
+	__be16 encap_proto;
+};
+
+/* What the program knows about a VIP packet once it is parsed. */
+struct lb_packet {
+	struct lb_flow_key flow; /* also the flow-table key and the hash input */
+	__u16 l2_len;            /* 14, or 18 with a VLAN tag */
+	__u16 l3_len;            /* whole IP packet: IPv4 total length, or 40 + IPv6 payload */
+	__be16 vlan_tci;
+	__u8 has_vlan;
+	__u8 family;             /* LB_FAMILY_V4 / LB_FAMILY_V6 */
+	__u8 tcp_flags;
+	__u8 tos;                /* IPv4 TOS or IPv6 traffic class, copied to the outer header */
+	__u8 df;                 /* IPv4 don't-fragment, copied to the outer header (RFC 2003) */
+	__u8 pad;
+};
+
+enum {
+	LB_PARSE_PASS = 0, /* not VIP traffic: hand to the kernel untouched */
+	LB_PARSE_VIP = 1,  /* a well-formed TCP/UDP packet to a VIP address */
+};
+
+/* Parse TCP/UDP ports (and TCP flags) of a packet whose IP part ends at l3_end. */
+static __always_inline int parse_l4(void *l4, void *l3_end, void *data_end, __u8 proto,
+				    struct lb_packet *pkt)
+{
+	if (proto == IPPROTO_TCP) {
+		struct tcphdr *tcp = l4;
+
+		if ((void *)(tcp + 1) > data_end || (void *)(tcp + 1) > l3_end)
+			return -LB_DROP_TRUNCATED;
+		if (tcp->doff < 5)
+			return -LB_DROP_MALFORMED;
+		if (l4 + tcp->doff * 4 > l3_end)
+			return -LB_DROP_TRUNCATED;
+		pkt->flow.sport = tcp->source;
+		pkt->flow.dport = tcp->dest;
+		pkt->tcp_flags = ((__u8 *)tcp)[13];
+	} else {
+		struct udphdr *udp = l4;
+
+		if ((void *)(udp + 1) > data_end || (void *)(udp + 1) > l3_end)
+			return -LB_DROP_TRUNCATED;
+		if (bpf_ntohs(udp->len) < sizeof(*udp))
+			return -LB_DROP_MALFORMED;
+		pkt->flow.sport = udp->source;
+		pkt->flow.dport = udp->dest;
+	}
+	pkt->flow.proto = proto;
+	return LB_PARSE_VIP;
+}
+
+static __always_inline int parse_ipv4(void *data, void *data_end, __u64 off,
+				      struct lb_packet *pkt)
+{
+	struct iphdr *iph = data + off;
+	struct lb_addr vip = { .family = LB_FAMILY_V4 };
+	__u32 hlen, tot;
+	void *l3_end;
+
+	if ((void *)(iph + 1) > data_end)
+		return LB_PARSE_PASS; /* too short to be anyone's: the kernel will discard it */
+	vip.addr[0] = iph->daddr;
+	if (!bpf_map_lookup_elem(&lb_vip_addrs, &vip))
+		return LB_PARSE_PASS;
+
+	if (iph->version != 4 || iph->ihl < 5)
+		return -LB_DROP_MALFORMED;
+	hlen = iph->ihl * 4;
+	tot = bpf_ntohs(iph->tot_len);
+	if (tot < hlen)
+		return -LB_DROP_MALFORMED;
+	l3_end = (void *)iph + tot;
+	if (l3_end > data_end)
+		return -LB_DROP_TRUNCATED;
+	if (iph->protocol != IPPROTO_TCP && iph->protocol != IPPROTO_UDP)
+		return LB_PARSE_PASS; /* ICMP and friends to a VIP address are the kernel's */
+	if (iph->frag_off & IP_MF_OFFSET_BE)
+		return -LB_DROP_FRAGMENT;
+
+	pkt->family = LB_FAMILY_V4;
+	pkt->l3_len = tot;
+	pkt->tos = iph->tos;
+	pkt->df = !!(iph->frag_off & IP_DF_BE);
+	pkt->flow.src[0] = iph->saddr;
+	pkt->flow.dst[0] = iph->daddr;
+	return parse_l4((void *)iph + hlen, l3_end, data_end, iph->protocol, pkt);
+}
+
+static __always_inline int parse_ipv6(void *data, void *data_end, __u64 off,
+				      struct lb_packet *pkt)
+{
+	struct ipv6hdr *ip6 = data + off;
+	struct lb_addr vip = { .family = LB_FAMILY_V6 };
+	void *l3_end;
+	__u8 nexthdr;
+
+	if ((void *)(ip6 + 1) > data_end)
+		return LB_PARSE_PASS;
+	__builtin_memcpy(vip.addr, &ip6->daddr, sizeof(vip.addr));
+	if (!bpf_map_lookup_elem(&lb_vip_addrs, &vip))
+		return LB_PARSE_PASS;
+
+	if (ip6->version != 6)
+		return -LB_DROP_MALFORMED;
+	l3_end = (void *)(ip6 + 1) + bpf_ntohs(ip6->payload_len);
+	if (l3_end > data_end)
+		return -LB_DROP_TRUNCATED;
+	nexthdr = ip6->nexthdr;
+	switch (nexthdr) {
+	case IPPROTO_TCP:
+	case IPPROTO_UDP:
+		break;
+	case NEXTHDR_FRAGMENT:
+		return -LB_DROP_FRAGMENT;
+	case NEXTHDR_HOP:
+	case NEXTHDR_ROUTING:
+	case NEXTHDR_AUTH:
+	case NEXTHDR_DEST:
+		return -LB_DROP_IPV6_EXT;
+	default:
+		return LB_PARSE_PASS;
+	}
+
+	pkt->family = LB_FAMILY_V6;
+	pkt->l3_len = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
+	/* traffic class straddles the first two bytes: low nibble of byte 0, high of byte 1 */
+	pkt->tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
+	__builtin_memcpy(pkt->flow.src, &ip6->saddr, sizeof(pkt->flow.src));
+	__builtin_memcpy(pkt->flow.dst, &ip6->daddr, sizeof(pkt->flow.dst));
+	return parse_l4(ip6 + 1, l3_end, data_end, nexthdr, pkt);
+}
+
+static __always_inline int parse_packet(struct xdp_md *ctx, struct lb_packet *pkt)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	__u64 off = sizeof(*eth);
+	__be16 proto;
+
+	if ((void *)(eth + 1) > data_end)
+		return LB_PARSE_PASS;
+	proto = eth->h_proto;
+	if (proto == ETH_P_8021Q_BE) {
+		struct vlan_hdr *vh = data + off;
+
+		if ((void *)(vh + 1) > data_end)
+			return LB_PARSE_PASS;
+		pkt->has_vlan = 1;
+		pkt->vlan_tci = vh->tci;
+		proto = vh->encap_proto;
+		off += sizeof(*vh);
+	}
+	pkt->l2_len = off;
+
+	if (proto == bpf_htons(ETH_P_IP))
+		return parse_ipv4(data, data_end, off, pkt);
+	if (proto == bpf_htons(ETH_P_IPV6))
+		return parse_ipv6(data, data_end, off, pkt);
+	return LB_PARSE_PASS;
+}
+
+#endif

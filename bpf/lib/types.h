@@ -1,0 +1,104 @@
+/* types.h: structs and enums shared with Go (mirrored by bpf2go -type, never by hand).
+ * No bitfields, explicit padding, __be for fields kept in network order. */
+#ifndef LB_TYPES_H
+#define LB_TYPES_H
+
+#include <linux/types.h>
+
+/* Address families as stored in keys: the IP version number, so a zero family marks an
+ * unused or unset slot. */
+#define LB_FAMILY_V4 4
+#define LB_FAMILY_V6 6
+
+/* An IPv4 or IPv6 address; IPv4 lives in addr[0] with addr[1..3] zero. */
+struct lb_addr {
+	__be32 addr[4];
+	__u8 family;
+	__u8 pad[3];
+};
+
+/* lb_vips key: a service is (VIP, port, protocol); port 0 matches every port. */
+struct lb_vip_key {
+	__be32 addr[4];
+	__be16 port;
+	__u8 proto;
+	__u8 family;
+};
+
+/* Service flags. */
+#define LB_VIP_F_SOURCE_HASH (1U << 0) /* maglev-source: hash the client address only */
+#define LB_VIP_F_GUE (1U << 1)         /* GUE instead of IPIP */
+
+struct lb_vip {
+	__u32 service_id;  /* index into lb_maglev and lb_service_stats */
+	__u32 table_size;  /* entries of this service's Maglev ring */
+	__u32 flags;       /* LB_VIP_F_* */
+	__be16 gue_port;   /* UDP destination port of GUE packets */
+	__u16 pad;
+};
+
+/* Backend states. Draining keeps established flows but is absent from the Maglev ring;
+ * down also loses its flows, which are re-hashed on their next packet. */
+enum lb_backend_state {
+	LB_BACKEND_UNUSED = 0,
+	LB_BACKEND_UP = 1,
+	LB_BACKEND_DRAINING = 2,
+	LB_BACKEND_DOWN = 3,
+};
+
+/* lb_backends value: one (service, backend) pair, indexed by backend id. */
+struct lb_backend {
+	__be32 addr[4];
+	__u32 service_id; /* a flow entry is honoured only for its own service */
+	enum lb_backend_state state;
+	__u8 family;
+	__u8 pad[3];
+};
+
+/* lb_flows key: the 5-tuple as seen on the wire. */
+struct lb_flow_key {
+	__be32 src[4];
+	__be32 dst[4];
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct lb_flow {
+	__u32 backend_id;
+	__u32 pad;
+};
+
+/* Per-CPU packet and byte counters (per backend id, per service id). */
+struct lb_counters {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* Why a packet for a VIP was dropped. Index into lb_drops; names exported to metrics. */
+enum lb_drop_reason {
+	LB_DROP_NONE = 0,
+	LB_DROP_TRUNCATED,    /* a header is cut short or IP length exceeds the frame */
+	LB_DROP_MALFORMED,    /* a header field is impossible (IHL < 5, TCP offset < 5, ...) */
+	LB_DROP_FRAGMENT,     /* IPv4 fragment or IPv6 fragment header */
+	LB_DROP_IPV6_EXT,     /* IPv6 extension header in front of TCP/UDP */
+	LB_DROP_NO_BACKEND,   /* the service has no live backend */
+	LB_DROP_NO_ROUTE,     /* FIB has no usable route to the backend */
+	LB_DROP_NO_NEIGH,     /* next hop's link-layer address unknown */
+	LB_DROP_TOO_BIG,      /* encapsulated packet exceeds the egress MTU */
+	LB_DROP_NO_TX_PORT,   /* egress device is not one manifold may redirect to */
+	LB_DROP_ENCAP,        /* the kernel refused to grow the packet */
+	LB_DROP_MAX,
+};
+
+/* Backend-side decapsulation counters (index into lb_decap_stats). */
+enum lb_decap_counter {
+	LB_DECAP_IPIP4 = 0,  /* IPv4-in-IPv4 stripped */
+	LB_DECAP_IPIP6,      /* IPv6-in-IPv6 stripped */
+	LB_DECAP_NOT_VIP,    /* encapsulated, but the inner destination is not ours: passed */
+	LB_DECAP_ERROR,      /* the kernel refused to shrink the packet: passed untouched */
+	LB_DECAP_MAX,
+};
+
+#endif

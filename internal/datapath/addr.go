@@ -1,0 +1,58 @@
+package datapath
+
+import (
+	"encoding/binary"
+	"net/netip"
+)
+
+// Addresses travel to the kernel as the bytes they have on the wire. The generated
+// structs type them as [4]uint32 (a __be32 array), which bpf2go encodes in host order,
+// so the words are built with the host's byte order from network-order bytes.
+
+func addrWords(a netip.Addr) (w [4]uint32) {
+	if a.Is4() {
+		b := a.As4()
+		w[0] = binary.NativeEndian.Uint32(b[:])
+		return w
+	}
+	b := a.As16()
+	for i := range w {
+		w[i] = binary.NativeEndian.Uint32(b[4*i:])
+	}
+	return w
+}
+
+func wordsAddr(w [4]uint32, family uint8) netip.Addr {
+	var b [16]byte
+	for i := range w {
+		binary.NativeEndian.PutUint32(b[4*i:], w[i])
+	}
+	if family == familyV4 {
+		return netip.AddrFrom4([4]byte(b[:4]))
+	}
+	return netip.AddrFrom16(b)
+}
+
+// Families as the programs store them: the IP version number, zero for an unused slot.
+const (
+	familyV4 = 4
+	familyV6 = 6
+)
+
+func familyOf(a netip.Addr) uint8 {
+	if a.Is4() {
+		return familyV4
+	}
+	return familyV6
+}
+
+// be16 turns a port into the host-order value whose memory holds it in network order.
+func be16(port uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], port)
+	return binary.NativeEndian.Uint16(b[:])
+}
+
+func lbAddr(a netip.Addr) lbLbAddr {
+	return lbLbAddr{Addr: addrWords(a), Family: familyOf(a)}
+}

@@ -1,0 +1,125 @@
+package datapath
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+)
+
+// Counters are packets and bytes summed over CPUs.
+type Counters struct {
+	Packets uint64
+	Bytes   uint64
+}
+
+func sumCounters(m *ebpf.Map, id uint32) (Counters, error) {
+	var per []lbLbCounters
+	if err := m.Lookup(id, &per); err != nil {
+		return Counters{}, err
+	}
+	var c Counters
+	for _, p := range per {
+		c.Packets += p.Packets
+		c.Bytes += p.Bytes
+	}
+	return c, nil
+}
+
+// BackendCounters are the packets and bytes sent to backend slot id.
+func (lb *LB) BackendCounters(id uint32) (Counters, error) {
+	c, err := sumCounters(lb.objs.LbBackendStats, id)
+	if err != nil {
+		return c, fmt.Errorf("lb_backend_stats %d: %w", id, err)
+	}
+	return c, nil
+}
+
+// ServiceCounters are the packets and bytes forwarded for service id.
+func (lb *LB) ServiceCounters(id uint32) (Counters, error) {
+	c, err := sumCounters(lb.objs.LbServiceStats, id)
+	if err != nil {
+		return c, fmt.Errorf("lb_service_stats %d: %w", id, err)
+	}
+	return c, nil
+}
+
+// DropReasons names every drop reason as metrics and the CLI show it.
+func DropReasons() []string {
+	names := make([]string, 0, lbLbDropReasonLB_DROP_MAX)
+	for r := lbLbDropReason(1); r < lbLbDropReasonLB_DROP_MAX; r++ {
+		names = append(names, dropReasonName(r))
+	}
+	return names
+}
+
+// dropReasonNames are the metric label values of enum lb_drop_reason; a test fails
+// when the program gains a reason without a name here.
+var dropReasonNames = map[lbLbDropReason]string{
+	lbLbDropReasonLB_DROP_TRUNCATED:  "truncated",
+	lbLbDropReasonLB_DROP_MALFORMED:  "malformed",
+	lbLbDropReasonLB_DROP_FRAGMENT:   "fragment",
+	lbLbDropReasonLB_DROP_IPV6EXT:    "ipv6_ext",
+	lbLbDropReasonLB_DROP_NO_BACKEND: "no_backend",
+	lbLbDropReasonLB_DROP_NO_ROUTE:   "no_route",
+	lbLbDropReasonLB_DROP_NO_NEIGH:   "no_neigh",
+	lbLbDropReasonLB_DROP_TOO_BIG:    "too_big",
+	lbLbDropReasonLB_DROP_NO_TX_PORT: "no_tx_port",
+	lbLbDropReasonLB_DROP_ENCAP:      "encap",
+}
+
+func dropReasonName(r lbLbDropReason) string {
+	if n, ok := dropReasonNames[r]; ok {
+		return n
+	}
+	return fmt.Sprintf("reason_%d", r)
+}
+
+// Drops returns the drop counters by reason name, every reason present.
+func (lb *LB) Drops() (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for r := lbLbDropReason(1); r < lbLbDropReasonLB_DROP_MAX; r++ {
+		var per []uint64
+		if err := lb.objs.LbDrops.Lookup(uint32(r), &per); err != nil {
+			return nil, fmt.Errorf("lb_drops %d: %w", r, err)
+		}
+		var n uint64
+		for _, v := range per {
+			n += v
+		}
+		out[dropReasonName(r)] = n
+	}
+	return out, nil
+}
+
+// FlowCount walks the flow table and counts its entries (cost grows with the table:
+// for metrics scraped every few seconds, not for the packet path).
+func (lb *LB) FlowCount() (int, error) {
+	var (
+		k lbLbFlowKey
+		v lbLbFlow
+		n int
+	)
+	it := lb.objs.LbFlows.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	return n, it.Err()
+}
+
+// FlowBackend returns the backend id the flow table holds for f, 0 when none.
+func (lb *LB) FlowBackend(f Flow) (uint32, error) {
+	var v lbLbFlow
+	if err := lb.objs.LbFlows.Lookup(f.key(), &v); err != nil {
+		if err == ebpf.ErrKeyNotExist {
+			return 0, nil
+		}
+		return 0, err
+	}
+	return v.BackendId, nil
+}
+
+// PutFlow pins flow f to backend id, as if the program had seen it (tests, and state
+// carried over by an operator).
+func (lb *LB) PutFlow(f Flow, id uint32) error {
+	return lb.objs.LbFlows.Put(f.key(), lbLbFlow{BackendId: id})
+}

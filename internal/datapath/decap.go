@@ -1,0 +1,147 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Decap is the backend agent's loaded tc-ingress decapsulation program.
+type Decap struct {
+	objs   decapObjects
+	detach func() error
+}
+
+// LoadDecap loads the decapsulation program and its maps. Nothing is attached yet.
+func LoadDecap() (*Decap, error) {
+	d := &Decap{}
+	if err := loadDecapObjects(&d.objs, nil); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load decap program: %+v", verr)
+		}
+		return nil, fmt.Errorf("load decap program: %w", err)
+	}
+	return d, nil
+}
+
+// Program is the tc program, for BPF_PROG_TEST_RUN.
+func (d *Decap) Program() *ebpf.Program { return d.objs.ManifoldDecap }
+
+// AddVIP lets packets whose inner destination is vip be decapsulated.
+func (d *Decap) AddVIP(vip netip.Addr) error {
+	if err := d.objs.LbDecapVips.Put(lbAddr(vip), uint32(1)); err != nil {
+		return fmt.Errorf("lb_decap_vips put %s: %w", vip, err)
+	}
+	return nil
+}
+
+// RemoveVIP stops decapsulating packets for vip.
+func (d *Decap) RemoveVIP(vip netip.Addr) error {
+	if err := d.objs.LbDecapVips.Delete(lbAddr(vip)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("lb_decap_vips delete %s: %w", vip, err)
+	}
+	return nil
+}
+
+// Attach attaches to iface's ingress: tcx where the kernel has it (6.6+), otherwise a
+// clsact qdisc with a direct-action filter, which every kernel since 4.5 has. The mode
+// used is returned for the log.
+func (d *Decap) Attach(iface string) (string, error) {
+	ifc, err := net.InterfaceByName(iface)
+	if err != nil {
+		return "", fmt.Errorf("interface %s: %w", iface, err)
+	}
+	l, err := link.AttachTCX(link.TCXOptions{Interface: ifc.Index, Program: d.objs.ManifoldDecap, Attach: ebpf.AttachTCXIngress})
+	if err == nil {
+		d.detach = l.Close
+		return "tcx", nil
+	}
+	if !errors.Is(err, ebpf.ErrNotSupported) {
+		return "", fmt.Errorf("attach tcx ingress on %s: %w", iface, err)
+	}
+	if err := d.attachClsact(ifc.Index); err != nil {
+		return "", fmt.Errorf("attach clsact ingress on %s: %w", iface, err)
+	}
+	return "clsact", nil
+}
+
+func (d *Decap) attachClsact(ifindex int) error {
+	qdisc := &netlink.GenericQdisc{
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: ifindex, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
+		QdiscType:  "clsact",
+	}
+	created := true
+	if err := netlink.QdiscAdd(qdisc); err != nil {
+		if !errors.Is(err, unix.EEXIST) {
+			return err
+		}
+		created = false // someone else's clsact: share it, remove only our filter
+	}
+	filter := &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{
+			LinkIndex: ifindex,
+			Parent:    netlink.HANDLE_MIN_INGRESS,
+			Handle:    netlink.MakeHandle(0, 1),
+			Protocol:  unix.ETH_P_ALL,
+			Priority:  1,
+		},
+		Fd:           d.objs.ManifoldDecap.FD(),
+		Name:         "manifold_decap",
+		DirectAction: true,
+	}
+	if err := netlink.FilterAdd(filter); err != nil {
+		if created {
+			netlink.QdiscDel(qdisc)
+		}
+		return err
+	}
+	d.detach = func() error {
+		if created {
+			return netlink.QdiscDel(qdisc)
+		}
+		return netlink.FilterDel(filter)
+	}
+	return nil
+}
+
+// DecapCounters are the backend's decapsulation counters summed over CPUs.
+type DecapCounters struct {
+	IPIP4, IPIP6, NotVIP, Errors uint64
+}
+
+func (d *Decap) Counters() (DecapCounters, error) {
+	var out DecapCounters
+	for c, dst := range map[decapLbDecapCounter]*uint64{
+		decapLbDecapCounterLB_DECAP_IPIP4:   &out.IPIP4,
+		decapLbDecapCounterLB_DECAP_IPIP6:   &out.IPIP6,
+		decapLbDecapCounterLB_DECAP_NOT_VIP: &out.NotVIP,
+		decapLbDecapCounterLB_DECAP_ERROR:   &out.Errors,
+	} {
+		var per []uint64
+		if err := d.objs.LbDecapStats.Lookup(uint32(c), &per); err != nil {
+			return out, fmt.Errorf("lb_decap_stats %d: %w", c, err)
+		}
+		for _, v := range per {
+			*dst += v
+		}
+	}
+	return out, nil
+}
+
+// Close detaches and releases the program.
+func (d *Decap) Close() error {
+	var errs []error
+	if d.detach != nil {
+		errs = append(errs, d.detach())
+		d.detach = nil
+	}
+	errs = append(errs, d.objs.Close())
+	return errors.Join(errs...)
+}

@@ -1,0 +1,203 @@
+package datapath_test
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/manifoldlb/manifold/internal/datapath"
+	"github.com/manifoldlb/manifold/internal/datapath/dptest"
+)
+
+// outerDst returns the outer destination of an encapsulated packet.
+func outerDst(t *testing.T, out []byte) netip.Addr {
+	t.Helper()
+	p := dptest.Decode(out)
+	if ip, ok := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4); ok {
+		a, _ := netip.AddrFromSlice(ip.DstIP)
+		return a
+	}
+	if ip, ok := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6); ok {
+		a, _ := netip.AddrFromSlice(ip.DstIP)
+		return a
+	}
+	t.Fatalf("not an IP packet:\n%s", p.Dump())
+	return netip.Addr{}
+}
+
+func (b *bench) sendTo(t *testing.T, p dptest.Packet) netip.Addr {
+	t.Helper()
+	verdict, out := b.run(t, p.Bytes())
+	if verdict != dptest.XDPTX {
+		t.Fatalf("verdict %d, want XDP_TX for %+v", verdict, p)
+	}
+	return outerDst(t, out)
+}
+
+func flowOf(p dptest.Packet) datapath.Flow {
+	proto := uint8(6)
+	if p.UDP {
+		proto = 17
+	}
+	return datapath.Flow{Src: p.Src, Dst: p.Dst, SPort: p.SPort, DPort: p.DPort, Proto: proto}
+}
+
+// The Go mirror of the flow hash must pick the very backend the program picks: a node's
+// tools and the tests predict placement with it.
+func TestMaglevPlacementMatchesGoHash(t *testing.T) {
+	b := newBench(t)
+	table := manyTable(t)
+	seen := map[netip.Addr]int{}
+	for sport := uint16(1000); sport < 1200; sport++ {
+		p := dptest.Packet{Src: dptest.Client4, Dst: vipMany, SPort: sport, DPort: 80, Flags: dptest.SYN}
+		got := b.sendTo(t, p)
+		want := dptest.Backend4(10 + int(table[datapath.FlowHash(flowOf(p), false)%65537]))
+		if got != want {
+			t.Fatalf("sport %d went to %s, the Go hash predicts %s", sport, got, want)
+		}
+		seen[got]++
+	}
+	if len(seen) != 5 {
+		t.Errorf("200 flows reached %d of 5 backends: %v", len(seen), seen)
+	}
+}
+
+func TestIPv6FlowLabelIsFlowHash(t *testing.T) {
+	b := newBench(t)
+	p := dptest.Packet{Src: dptest.Client6, Dst: vip6, SPort: 43210, DPort: 80, Flags: dptest.SYN}
+	_, out := b.run(t, p.Bytes())
+	ip := dptest.Decode(out).Layer(layers.LayerTypeIPv6).(*layers.IPv6)
+	if want := datapath.FlowHash(flowOf(p), false) & 0xfffff; ip.FlowLabel != want {
+		t.Errorf("outer flow label %#x, want the flow hash's low 20 bits %#x", ip.FlowLabel, want)
+	}
+}
+
+// An established flow keeps its backend when the ring moves under it; a new flow follows
+// the new ring.
+func TestFlowTableBeforeMaglev(t *testing.T) {
+	b := newBench(t)
+	est := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 50000, DPort: 80, Flags: dptest.SYN}
+	if got := b.sendTo(t, est); got != dptest.Backend4(1) {
+		t.Fatalf("SYN went to %s", got)
+	}
+	if id, err := b.lb.FlowBackend(flowOf(est)); err != nil || id != idWeb {
+		t.Fatalf("flow table holds backend %d (%v) after the SYN, want %d", id, err, idWeb)
+	}
+	// a second backend takes over the whole ring
+	if err := b.lb.PutBackend(20, datapath.Backend{Addr: dptest.Backend4(20), ServiceID: 1, State: datapath.BackendUp}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.lb.PutRing(1, fill(ringSize, 20)); err != nil {
+		t.Fatal(err)
+	}
+	est.Flags = dptest.ACK
+	if got := b.sendTo(t, est); got != dptest.Backend4(1) {
+		t.Errorf("established flow moved to %s after a ring change, want it kept on %s", got, dptest.Backend4(1))
+	}
+	fresh := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 50001, DPort: 80, Flags: dptest.SYN}
+	if got := b.sendTo(t, fresh); got != dptest.Backend4(20) {
+		t.Errorf("new flow went to %s, want the new ring's %s", got, dptest.Backend4(20))
+	}
+	// a flow first seen mid-stream (moved here by ECMP) is inserted too
+	mid := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 50002, DPort: 80, Flags: dptest.ACK}
+	b.sendTo(t, mid)
+	if id, _ := b.lb.FlowBackend(flowOf(mid)); id != 20 {
+		t.Errorf("mid-stream flow not remembered (backend %d)", id)
+	}
+	// a RST is forwarded but not remembered
+	rst := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 50003, DPort: 80, Flags: dptest.RST}
+	b.sendTo(t, rst)
+	if id, _ := b.lb.FlowBackend(flowOf(rst)); id != 0 {
+		t.Errorf("RST inserted a flow entry (backend %d)", id)
+	}
+}
+
+func TestBackendStates(t *testing.T) {
+	b := newBench(t)
+	drainFlow := dptest.Packet{Src: dptest.Client4, Dst: vipDrain, SPort: 60000, DPort: 80, Flags: dptest.ACK}
+	downFlow := dptest.Packet{Src: dptest.Client4, Dst: vipDrain, SPort: 60001, DPort: 80, Flags: dptest.ACK}
+	// flows established earlier on the draining and on the (now) down backend
+	if err := b.lb.PutFlow(flowOf(drainFlow), idDraining); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.lb.PutFlow(flowOf(downFlow), idDown); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.sendTo(t, drainFlow); got != dptest.Backend4(6) {
+		t.Errorf("flow of a draining backend went to %s, want it kept on %s", got, dptest.Backend4(6))
+	}
+	if got := b.sendTo(t, downFlow); got != dptest.Backend4(5) {
+		t.Errorf("flow of a down backend went to %s, want it re-hashed to %s", got, dptest.Backend4(5))
+	}
+	if id, _ := b.lb.FlowBackend(flowOf(downFlow)); id != idDrainUp {
+		t.Errorf("re-hashed flow's entry points at %d, want %d", id, idDrainUp)
+	}
+	// marking the draining backend down moves its flow too
+	if err := b.lb.PutBackend(idDraining, datapath.Backend{Addr: dptest.Backend4(6), ServiceID: 5, State: datapath.BackendDown}); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.sendTo(t, drainFlow); got != dptest.Backend4(5) {
+		t.Errorf("after down, flow went to %s, want %s", got, dptest.Backend4(5))
+	}
+	// a ring that still names a down backend yields no backend rather than a dead one
+	if err := b.lb.PutRing(5, fill(ringSize, idDown)); err != nil {
+		t.Fatal(err)
+	}
+	before := b.drops(t)["no_backend"]
+	verdict, _ := b.run(t, dptest.Packet{Src: dptest.Client4, Dst: vipDrain, SPort: 60002, DPort: 80, Flags: dptest.SYN}.Bytes())
+	if verdict != dptest.XDPDrop || b.drops(t)["no_backend"] != before+1 {
+		t.Errorf("new flow onto a down backend: verdict %d, no_backend %d→%d", verdict, before, b.drops(t)["no_backend"])
+	}
+}
+
+// A flow entry of one service never steers another service's packets, even when the
+// backend id is reused.
+func TestFlowEntryOfAnotherService(t *testing.T) {
+	b := newBench(t)
+	p := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 61000, DPort: 80, Flags: dptest.ACK}
+	if err := b.lb.PutFlow(flowOf(p), idRemote); err != nil { // backend of service 4
+		t.Fatal(err)
+	}
+	if got := b.sendTo(t, p); got != dptest.Backend4(1) {
+		t.Errorf("went to %s via another service's backend id, want %s", got, dptest.Backend4(1))
+	}
+}
+
+func TestCounters(t *testing.T) {
+	b := newBench(t)
+	var bytes uint64
+	for i := 0; i < 7; i++ {
+		p := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: uint16(62000 + i), DPort: 80, Flags: dptest.SYN, Payload: make([]byte, i)}
+		b.sendTo(t, p)
+		bytes += uint64(40 + i)
+	}
+	got, err := b.lb.BackendCounters(idWeb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Packets != 7 || got.Bytes != bytes {
+		t.Errorf("backend counters %+v, want 7 packets, %d bytes", got, bytes)
+	}
+	svc, _ := b.lb.ServiceCounters(1)
+	if svc != got {
+		t.Errorf("service counters %+v, want %+v", svc, got)
+	}
+	if n, err := b.lb.FlowCount(); err != nil || n != 7 {
+		t.Errorf("flow table has %d entries (%v), want 7", n, err)
+	}
+	if err := b.lb.DeleteBackend(idWeb); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := b.lb.BackendCounters(idWeb); c.Packets != 0 {
+		t.Errorf("a freed backend slot keeps its counters: %+v", c)
+	}
+}
+
+func TestDropReasonsAllNamed(t *testing.T) {
+	for _, name := range datapath.DropReasons() {
+		if name == "" || name[0] == 'r' && len(name) > 7 && name[:7] == "reason_" {
+			t.Errorf("drop reason without a name: %q", name)
+		}
+	}
+}

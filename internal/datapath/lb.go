@@ -1,0 +1,126 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// Options are fixed for the life of a loaded program.
+type Options struct {
+	NodeAddr4     netip.Addr // outer source of IPv4 encapsulation (may be zero)
+	NodeAddr6     netip.Addr // outer source of IPv6 encapsulation (may be zero)
+	FlowTableSize uint32     // entries of lb_flows; 0 keeps the compiled default
+}
+
+// LB is the loaded XDP load balancer: its program, its maps and its attachments.
+type LB struct {
+	objs     lbObjects
+	ringSpec *ebpf.MapSpec // template of a service's Maglev ring
+	links    map[string]link.Link
+}
+
+// XDP attach modes as the kernel names them.
+const (
+	ModeNative  = "native"
+	ModeGeneric = "generic"
+	ModeAuto    = "auto"
+)
+
+// LoadLB loads the program and its maps into the kernel. Nothing is attached yet.
+func LoadLB(opts Options) (*LB, error) {
+	spec, err := loadLb()
+	if err != nil {
+		return nil, err
+	}
+	if opts.NodeAddr4.IsValid() {
+		if err := spec.Variables[lbVarNodeAddr4].Set(opts.NodeAddr4.As4()); err != nil {
+			return nil, fmt.Errorf("set node_addr4: %w", err)
+		}
+	}
+	if opts.NodeAddr6.IsValid() {
+		if err := spec.Variables[lbVarNodeAddr6].Set(opts.NodeAddr6.As16()); err != nil {
+			return nil, fmt.Errorf("set node_addr6: %w", err)
+		}
+	}
+	if opts.FlowTableSize > 0 {
+		spec.Maps[lbMapLbFlows].MaxEntries = opts.FlowTableSize
+	}
+	lb := &LB{links: map[string]link.Link{}}
+	lb.ringSpec = spec.Maps[lbMapLbMaglev].InnerMap.Copy()
+	if err := spec.LoadAndAssign(&lb.objs, nil); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load XDP program: %+v", verr)
+		}
+		return nil, fmt.Errorf("load XDP program: %w", err)
+	}
+	return lb, nil
+}
+
+// Program is the XDP program, for BPF_PROG_TEST_RUN in tests and benchmarks.
+func (lb *LB) Program() *ebpf.Program { return lb.objs.ManifoldLb }
+
+// Attach attaches the program to iface in the given mode and allows redirects to it.
+// ModeAuto tries native first; the mode actually used is returned.
+func (lb *LB) Attach(iface, mode string) (string, error) {
+	ifc, err := net.InterfaceByName(iface)
+	if err != nil {
+		return "", fmt.Errorf("interface %s: %w", iface, err)
+	}
+	var l link.Link
+	used := mode
+	switch mode {
+	case ModeNative:
+		l, err = link.AttachXDP(link.XDPOptions{Program: lb.objs.ManifoldLb, Interface: ifc.Index, Flags: link.XDPDriverMode})
+		if err != nil {
+			err = fmt.Errorf("native XDP on %s failed (the driver may lack XDP support; xdp_mode: generic works everywhere, slower): %w", iface, err)
+		}
+	case ModeGeneric:
+		l, err = link.AttachXDP(link.XDPOptions{Program: lb.objs.ManifoldLb, Interface: ifc.Index, Flags: link.XDPGenericMode})
+	case ModeAuto:
+		used = ModeNative
+		l, err = link.AttachXDP(link.XDPOptions{Program: lb.objs.ManifoldLb, Interface: ifc.Index, Flags: link.XDPDriverMode})
+		if err != nil {
+			used = ModeGeneric
+			l, err = link.AttachXDP(link.XDPOptions{Program: lb.objs.ManifoldLb, Interface: ifc.Index, Flags: link.XDPGenericMode})
+		}
+	default:
+		return "", fmt.Errorf("unknown xdp mode %q", mode)
+	}
+	if err != nil {
+		return "", fmt.Errorf("attach XDP to %s: %w", iface, err)
+	}
+	if err := lb.PutTxPort(ifc.Index); err != nil {
+		l.Close()
+		return "", err
+	}
+	lb.links[iface] = l
+	return used, nil
+}
+
+// PutTxPort allows the program to redirect packets to ifindex.
+func (lb *LB) PutTxPort(ifindex int) error {
+	idx := uint32(ifindex)
+	if err := lb.objs.LbTxPorts.Put(idx, idx); err != nil {
+		return fmt.Errorf("lb_tx_ports put %d: %w", ifindex, err)
+	}
+	return nil
+}
+
+// Close detaches from every interface and releases the program and maps.
+func (lb *LB) Close() error {
+	var errs []error
+	for name, l := range lb.links {
+		if err := l.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("detach %s: %w", name, err))
+		}
+	}
+	lb.links = nil
+	errs = append(errs, lb.objs.Close())
+	return errors.Join(errs...)
+}

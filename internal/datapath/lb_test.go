@@ -1,0 +1,374 @@
+package datapath_test
+
+import (
+	"bytes"
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/manifoldlb/manifold/internal/datapath"
+	"github.com/manifoldlb/manifold/internal/datapath/dptest"
+	"github.com/manifoldlb/manifold/internal/maglev"
+)
+
+// bench is a loaded program in a private namespace, with a fixed set of services.
+type bench struct {
+	lb  *datapath.LB
+	net *dptest.Net
+}
+
+var (
+	vipWeb   = netip.MustParseAddr("198.51.100.10") // :80 tcp → backend 1; :53 udp → backend 2
+	vipAny   = netip.MustParseAddr("198.51.100.20") // every tcp port → remote backend (redirect)
+	vipDrain = netip.MustParseAddr("198.51.100.30") // :80 tcp, up + draining + down backends
+	vipEmpty = netip.MustParseAddr("198.51.100.40") // :80 tcp, no backends at all
+	vipMany  = netip.MustParseAddr("198.51.100.50") // :80 tcp, 5 backends on a real Maglev ring
+	vip6     = netip.MustParseAddr("2001:db8:100::10")
+)
+
+// Backend ids of the fixed services.
+const (
+	idWeb, idDNS, idV6, idRemote, idDrainUp, idDraining, idDown = 1, 2, 3, 4, 5, 6, 7
+	idManyFirst                                                 = 10 // 10..14
+	ringSize                                                    = 13
+)
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("BPF tests need root (BPF_PROG_TEST_RUN, network namespaces)")
+	}
+}
+
+func newBench(t testing.TB) *bench {
+	t.Helper()
+	requireRoot(t)
+	n, err := dptest.NewNet()
+	if err != nil {
+		t.Fatalf("test namespace: %v", err)
+	}
+	t.Cleanup(func() { n.Close() })
+	lb, err := datapath.LoadLB(datapath.Options{NodeAddr4: dptest.NodeAddr4, NodeAddr6: dptest.NodeAddr6, FlowTableSize: 4096})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	t.Cleanup(func() { lb.Close() })
+	b := &bench{lb: lb, net: n}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// one backend per service, a ring that is that backend everywhere
+	single := []struct {
+		key       datapath.ServiceKey
+		svc, back uint32
+		addr      netip.Addr
+	}{
+		{datapath.ServiceKey{VIP: vipWeb, Port: 80, Proto: 6}, 1, idWeb, dptest.Backend4(1)},
+		{datapath.ServiceKey{VIP: vipWeb, Port: 53, Proto: 17}, 2, idDNS, dptest.Backend4(2)},
+		{datapath.ServiceKey{VIP: vip6, Port: 80, Proto: 6}, 3, idV6, dptest.Backend6(3)},
+		{datapath.ServiceKey{VIP: vipAny, Port: 0, Proto: 6}, 4, idRemote, dptest.Remote4(4)},
+		{datapath.ServiceKey{VIP: vipDrain, Port: 80, Proto: 6}, 5, idDrainUp, dptest.Backend4(5)},
+	}
+	for _, s := range single {
+		must(lb.PutBackend(s.back, datapath.Backend{Addr: s.addr, ServiceID: s.svc, State: datapath.BackendUp}))
+		must(lb.PutRing(s.svc, fill(ringSize, s.back)))
+		must(lb.PutService(s.key, datapath.Service{ID: s.svc, TableSize: ringSize}))
+	}
+	must(lb.PutBackend(idDraining, datapath.Backend{Addr: dptest.Backend4(6), ServiceID: 5, State: datapath.BackendDraining}))
+	must(lb.PutBackend(idDown, datapath.Backend{Addr: dptest.Backend4(7), ServiceID: 5, State: datapath.BackendDown}))
+	must(lb.PutService(datapath.ServiceKey{VIP: vipEmpty, Port: 80, Proto: 6}, datapath.Service{ID: 6, TableSize: ringSize}))
+
+	// a real Maglev ring over 5 backends
+	for i := 0; i < 5; i++ {
+		id := uint32(idManyFirst + i)
+		must(lb.PutBackend(id, datapath.Backend{Addr: dptest.Backend4(10 + i), ServiceID: 7, State: datapath.BackendUp}))
+	}
+	table := manyTable(t)
+	ring := make([]uint32, len(table))
+	for i, idx := range table {
+		ring[i] = uint32(idManyFirst) + uint32(idx)
+	}
+	must(lb.PutRing(7, ring))
+	must(lb.PutService(datapath.ServiceKey{VIP: vipMany, Port: 80, Proto: 6}, datapath.Service{ID: 7, TableSize: 65537}))
+
+	for _, a := range []netip.Addr{vipWeb, vipAny, vipDrain, vipEmpty, vipMany, vip6} {
+		must(lb.PutVIPAddr(a, 1))
+	}
+	must(n.Do(func() error { return lb.PutTxPort(n.Port1.Index) })) // ifindex is resolved in the caller's netns
+	return b
+}
+
+// manyTable is the Maglev table of the five-backend service: index i → Backend4(10+i).
+func manyTable(t testing.TB) []int32 {
+	var mb []maglev.Backend
+	for i := 0; i < 5; i++ {
+		mb = append(mb, maglev.Backend{Key: dptest.Backend4(10 + i).String(), Weight: 1})
+	}
+	table, err := maglev.Build("many", mb, 65537)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table
+}
+
+func fill(n int, id uint32) []uint32 {
+	r := make([]uint32, n)
+	for i := range r {
+		r[i] = id
+	}
+	return r
+}
+
+func (b *bench) run(t testing.TB, pkt []byte) (uint32, []byte) {
+	t.Helper()
+	var (
+		verdict uint32
+		out     []byte
+	)
+	err := b.net.Do(func() (err error) {
+		verdict, out, err = dptest.RunXDP(b.lb.Program(), b.net.Port0.Index, pkt)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return verdict, out
+}
+
+func (b *bench) drops(t testing.TB) map[string]uint64 {
+	t.Helper()
+	d, err := b.lb.Drops()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// expectEncap checks an encapsulated packet field by field against the client packet.
+type expectEncap struct {
+	backend netip.Addr
+	dstMAC  []byte
+	vlan    uint16
+}
+
+func checkEncap(t *testing.T, in, out []byte, want expectEncap) {
+	t.Helper()
+	p := dptest.Decode(out)
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Errorf(format+"\n--- sent:\n%s--- got:\n%s", append(args, dptest.Decode(in).Dump(), p.Dump())...)
+	}
+	eth, _ := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+	if eth == nil {
+		fail("no Ethernet header")
+		return
+	}
+	if !bytes.Equal(eth.DstMAC, want.dstMAC) {
+		fail("dst MAC %s, want %x (the backend's neighbour entry)", eth.DstMAC, want.dstMAC)
+	}
+	inL2 := 14
+	if want.vlan != 0 {
+		inL2 = 18
+		q, _ := p.Layer(layers.LayerTypeDot1Q).(*layers.Dot1Q)
+		if q == nil || q.VLANIdentifier != want.vlan {
+			fail("VLAN tag %v, want id %d", q, want.vlan)
+		}
+	}
+	// the inner IP packet as sent, without the Ethernet padding of short frames
+	inner := in[inL2:]
+	if in[inL2]>>4 == 4 {
+		inner = inner[:int(in[inL2+2])<<8|int(in[inL2+3])]
+	} else {
+		inner = inner[:40+(int(in[inL2+4])<<8|int(in[inL2+5]))]
+	}
+	outerLen := 20
+	if want.backend.Is6() {
+		outerLen = 40
+	}
+	if len(out) < 14+outerLen+len(inner) {
+		fail("output too short")
+		return
+	}
+	l3 := len(out) - (len(in) - inL2) - outerLen // the outer header starts here
+	gotInner := out[l3+outerLen : l3+outerLen+len(inner)]
+	if want.backend.Is4() {
+		ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		if ip == nil {
+			fail("no outer IPv4")
+			return
+		}
+		inIP := dptest.Decode(in).Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		switch {
+		case ip.Protocol != layers.IPProtocolIPv4:
+			fail("outer protocol %v, want IPIP (4)", ip.Protocol)
+		case !ip.SrcIP.Equal(dptest.NodeAddr4.AsSlice()):
+			fail("outer source %s, want node %s", ip.SrcIP, dptest.NodeAddr4)
+		case !ip.DstIP.Equal(want.backend.AsSlice()):
+			fail("outer destination %s, want backend %s", ip.DstIP, want.backend)
+		case ip.TTL != 64:
+			fail("outer TTL %d, want 64", ip.TTL)
+		case int(ip.Length) != len(inner)+20:
+			fail("outer length %d, want %d", ip.Length, len(inner)+20)
+		case ip.TOS != inIP.TOS:
+			fail("outer TOS %d, want the inner %d", ip.TOS, inIP.TOS)
+		case (ip.Flags&layers.IPv4DontFragment != 0) != (inIP.Flags&layers.IPv4DontFragment != 0):
+			fail("outer DF %v, want the inner's", ip.Flags)
+		case ip.IHL != 5:
+			fail("outer IHL %d", ip.IHL)
+		}
+		if !validIPv4Checksum(out[l3:]) {
+			fail("outer IPv4 checksum is wrong")
+		}
+		if !bytes.Equal(gotInner, inner) {
+			fail("inner packet changed")
+		}
+		return
+	}
+	ip, _ := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
+	if ip == nil {
+		fail("no outer IPv6")
+		return
+	}
+	switch {
+	case ip.NextHeader != layers.IPProtocolIPv6:
+		fail("outer next header %v, want IPv6 (41)", ip.NextHeader)
+	case !ip.SrcIP.Equal(dptest.NodeAddr6.AsSlice()):
+		fail("outer source %s, want node %s", ip.SrcIP, dptest.NodeAddr6)
+	case !ip.DstIP.Equal(want.backend.AsSlice()):
+		fail("outer destination %s, want backend %s", ip.DstIP, want.backend)
+	case ip.HopLimit != 64:
+		fail("outer hop limit %d, want 64", ip.HopLimit)
+	case int(ip.Length) != len(inner):
+		fail("outer payload length %d, want %d", ip.Length, len(inner))
+	}
+	if !bytes.Equal(gotInner, inner) {
+		fail("inner packet changed")
+	}
+}
+
+func validIPv4Checksum(h []byte) bool {
+	var sum uint32
+	for i := 0; i < 20; i += 2 {
+		sum += uint32(h[i])<<8 | uint32(h[i+1])
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return sum == 0xffff
+}
+
+func cut(b []byte, n int) []byte { return append([]byte(nil), b[:n]...) }
+
+// tamper serializes a packet after f changed its layers (lengths are not fixed up when
+// fix is false, so f's own lengths stand).
+func tamper(p dptest.Packet, fix bool, f func(ls []gopacket.SerializableLayer)) []byte {
+	ls := p.Layers()
+	f(ls)
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: fix, ComputeChecksums: true}, ls...); err != nil {
+		panic(err)
+	}
+	return buf.Bytes()
+}
+
+func TestXDPPackets(t *testing.T) {
+	b := newBench(t)
+	c4, c6 := dptest.Client4, dptest.Client6
+	syn := dptest.Packet{Src: c4, Dst: vipWeb, SPort: 40000, DPort: 80, Flags: dptest.SYN, DF: true, TOS: 0x28}
+	ipv4Layer := func(ls []gopacket.SerializableLayer) *layers.IPv4 { return ls[1].(*layers.IPv4) }
+
+	cases := []struct {
+		name    string
+		pkt     []byte
+		verdict uint32
+		drop    string      // drop reason that must grow by exactly one
+		encap   *expectEncap // for TX / redirect
+	}{
+		{"TCP SYN to VIP", syn.Bytes(), dptest.XDPTX, "", &expectEncap{dptest.Backend4(1), dptest.NeighMAC(1), 0}},
+		{"TCP established (ACK) to VIP", dptest.Packet{Src: c4, Dst: vipWeb, SPort: 40001, DPort: 80, Flags: dptest.ACK, Payload: []byte("GET / HTTP/1.1\r\n\r\n")}.Bytes(),
+			dptest.XDPTX, "", &expectEncap{dptest.Backend4(1), dptest.NeighMAC(1), 0}},
+		{"UDP to VIP", dptest.Packet{Src: c4, Dst: vipWeb, SPort: 5353, DPort: 53, UDP: true, Payload: []byte("query")}.Bytes(),
+			dptest.XDPTX, "", &expectEncap{dptest.Backend4(2), dptest.NeighMAC(2), 0}},
+		{"IPv6 TCP SYN to VIP", dptest.Packet{Src: c6, Dst: vip6, SPort: 40000, DPort: 80, Flags: dptest.SYN}.Bytes(),
+			dptest.XDPTX, "", &expectEncap{dptest.Backend6(3), dptest.NeighMAC(3), 0}},
+		{"wildcard port service, other link (redirect)", dptest.Packet{Src: c4, Dst: vipAny, SPort: 40000, DPort: 8443, Flags: dptest.SYN}.Bytes(),
+			dptest.XDPRedirect, "", &expectEncap{dptest.Remote4(4), dptest.NeighMAC(4), 0}},
+		{"VLAN-tagged SYN keeps its tag on XDP_TX", dptest.Packet{Src: c4, Dst: vipWeb, SPort: 40002, DPort: 80, Flags: dptest.SYN, VLAN: 42}.Bytes(),
+			dptest.XDPTX, "", &expectEncap{dptest.Backend4(1), dptest.NeighMAC(1), 42}},
+		{"VLAN-tagged, redirected: tag dropped", dptest.Packet{Src: c4, Dst: vipAny, SPort: 40003, DPort: 22, Flags: dptest.SYN, VLAN: 42}.Bytes(),
+			dptest.XDPRedirect, "", nil},
+		{"non-VIP destination passes", dptest.Packet{Src: c4, Dst: netip.MustParseAddr("198.51.100.99"), SPort: 1, DPort: 80, Flags: dptest.SYN}.Bytes(),
+			dptest.XDPPass, "", nil},
+		{"VIP, wrong port passes", dptest.Packet{Src: c4, Dst: vipWeb, SPort: 1, DPort: 81, Flags: dptest.SYN}.Bytes(), dptest.XDPPass, "", nil},
+		{"VIP, wrong protocol (UDP to TCP service) passes", dptest.Packet{Src: c4, Dst: vipWeb, SPort: 1, DPort: 80, UDP: true}.Bytes(), dptest.XDPPass, "", nil},
+		{"non-IP frame passes", append([]byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x06}, make([]byte, 28)...), dptest.XDPPass, "", nil},
+		{"Ethernet header alone passes", cut(syn.Bytes(), 14), dptest.XDPPass, "", nil},
+		{"truncated VLAN tag passes", cut(dptest.Packet{Src: c4, Dst: vipWeb, SPort: 1, DPort: 80, VLAN: 5}.Bytes(), 16), dptest.XDPPass, "", nil},
+		{"truncated IPv4 header passes (unknown destination)", cut(syn.Bytes(), 14+12), dptest.XDPPass, "", nil},
+		{"truncated IPv6 header passes", cut(dptest.Packet{Src: c6, Dst: vip6, SPort: 1, DPort: 80}.Bytes(), 14+30), dptest.XDPPass, "", nil},
+		{"truncated TCP header to VIP dropped", cut(syn.Bytes(), 14+20+10), dptest.XDPDrop, "truncated", nil},
+		{"truncated UDP header to VIP dropped", cut(dptest.Packet{Src: c4, Dst: vipWeb, SPort: 1, DPort: 53, UDP: true}.Bytes(), 14+20+4), dptest.XDPDrop, "truncated", nil},
+		{"truncated IPv6 TCP to VIP dropped", cut(dptest.Packet{Src: c6, Dst: vip6, SPort: 1, DPort: 80}.Bytes(), 14+40+8), dptest.XDPDrop, "truncated", nil},
+		{"IPv4 total length beyond frame dropped", tamper(syn, true, func(ls []gopacket.SerializableLayer) {}) [:14+20+20-1], dptest.XDPDrop, "truncated", nil},
+		{"IPv4 IHL < 5 dropped", func() []byte {
+			p := syn.Bytes()
+			p[14] = 0x44
+			return p
+		}(), dptest.XDPDrop, "malformed", nil},
+		{"TCP data offset < 5 dropped", func() []byte {
+			p := syn.Bytes()
+			p[14+20+12] = 0x40
+			return p
+		}(), dptest.XDPDrop, "malformed", nil},
+		{"IPv4 length shorter than TCP header dropped", tamper(syn, false, func(ls []gopacket.SerializableLayer) {
+			ls[0].(*layers.Ethernet).EthernetType = layers.EthernetTypeIPv4
+			ip := ipv4Layer(ls)
+			ip.Length = 30
+			ip.IHL = 5
+			ls[2].(*layers.TCP).DataOffset = 5
+		}), dptest.XDPDrop, "truncated", nil},
+		{"IPv4 fragment to VIP dropped", tamper(syn, true, func(ls []gopacket.SerializableLayer) {
+			ipv4Layer(ls).Flags = layers.IPv4MoreFragments
+		}), dptest.XDPDrop, "fragment", nil},
+		{"IPv4 with options to VIP is forwarded", tamper(syn, true, func(ls []gopacket.SerializableLayer) {
+			ipv4Layer(ls).Options = []layers.IPv4Option{{OptionType: 1}, {OptionType: 1}, {OptionType: 1}, {OptionType: 0}} // NOPs, EOL
+		}), dptest.XDPTX, "", &expectEncap{dptest.Backend4(1), dptest.NeighMAC(1), 0}},
+		{"IPv6 hop-by-hop header to VIP dropped", func() []byte {
+			p := dptest.Packet{Src: c6, Dst: vip6, SPort: 1, DPort: 80}.Bytes()
+			p[14+6] = 0 // next header: hop-by-hop
+			return p
+		}(), dptest.XDPDrop, "ipv6_ext", nil},
+		{"service without backends dropped", dptest.Packet{Src: c4, Dst: vipEmpty, SPort: 1, DPort: 80, Flags: dptest.SYN}.Bytes(), dptest.XDPDrop, "no_backend", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := b.drops(t)
+			verdict, out := b.run(t, c.pkt)
+			if verdict != c.verdict {
+				t.Fatalf("verdict %d, want %d\n%s", verdict, c.verdict, dptest.Decode(c.pkt).Dump())
+			}
+			after := b.drops(t)
+			for reason, n := range after {
+				want := before[reason]
+				if reason == c.drop {
+					want++
+				}
+				if n != want {
+					t.Errorf("drop counter %s: %d → %d, want %d", reason, before[reason], n, want)
+				}
+			}
+			if c.verdict == dptest.XDPPass && !bytes.Equal(out, c.pkt) {
+				t.Errorf("XDP_PASS changed the packet")
+			}
+			if c.encap != nil {
+				checkEncap(t, c.pkt, out, *c.encap)
+			}
+		})
+	}
+}
