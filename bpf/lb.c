@@ -28,7 +28,7 @@ static __always_inline const struct lb_vip *vip_lookup(const struct lb_packet *p
 /* Returns an XDP action, or a negative enum lb_drop_reason. */
 static __always_inline int balance(struct xdp_md *ctx, struct lb_packet *pkt)
 {
-	struct bpf_fib_lookup fib = {};
+	struct lb_nexthop *nh = NULL;
 	const struct lb_vip *vip;
 	struct lb_backend *b = NULL;
 	__u32 hash, id;
@@ -39,20 +39,21 @@ static __always_inline int balance(struct xdp_md *ctx, struct lb_packet *pkt)
 	if (!vip)
 		return XDP_PASS; /* a VIP address, but no service on this port/protocol */
 
-	hash = flow_hash(&pkt->flow, vip->flags);
-	id = select_backend(pkt, vip, hash, &b);
+	id = select_backend(pkt, vip, &hash, &b);
 	if (!id || !b)
 		return -LB_DROP_NO_BACKEND;
 
 	outer_len = pkt->l3_len + (pkt->family == LB_FAMILY_V4 ? IPV4_HDR_LEN : IPV6_HDR_LEN);
-	rc = fib_lookup_backend(ctx, pkt, b, outer_len, &fib);
+	rc = route_to_backend(ctx, pkt, b, id, outer_len, &nh);
 	if (rc < 0)
 		return rc;
+	if (!nh)
+		return -LB_DROP_NO_ROUTE;
 
 	rc = pkt->family == LB_FAMILY_V4 ? encap_ipip4(ctx, pkt, b) : encap_ipip6(ctx, pkt, b, hash);
 	if (rc < 0)
 		return rc;
-	rc = transmit(ctx, pkt, &fib);
+	rc = transmit(ctx, pkt, nh);
 	if (rc < 0)
 		return rc;
 	count_forward(vip->service_id, id, pkt->l3_len);

@@ -30,6 +30,13 @@
 #define LB_MAX_TX_PORTS 64
 #endif
 
+/* How long a FIB answer for a backend is reused, in ns. bpf_fib_lookup is the most
+ * expensive step of the packet path; re-asking every 100 ms keeps route and neighbour
+ * changes effective within that time at a fraction of the cost. */
+#ifndef LB_FIB_CACHE_NS
+#define LB_FIB_CACHE_NS 100000000ULL
+#endif
+
 /* Outer IPv4/IPv6 TTL / hop limit of encapsulated packets (the contract says 64). */
 #define LB_OUTER_TTL 64
 

@@ -22,9 +22,10 @@ static __always_inline struct lb_backend *backend_of(__u32 id, const struct lb_v
 	return b;
 }
 
-/* Picks the backend of this packet and returns its id (0: none, drop). */
+/* Picks the backend of this packet and returns its id (0: none, drop); *hash is the
+ * flow's hash (the IPv6 flow label is taken from it). */
 static __always_inline __u32 select_backend(const struct lb_packet *pkt, const struct lb_vip *vip,
-					    __u32 hash, struct lb_backend **out)
+					    __u32 *hash, struct lb_backend **out)
 {
 	struct lb_flow *flow = bpf_map_lookup_elem(&lb_flows, &pkt->flow);
 	struct lb_flow entry = {};
@@ -36,12 +37,14 @@ static __always_inline __u32 select_backend(const struct lb_packet *pkt, const s
 		b = backend_of(id, vip, pkt);
 		/* draining backends keep their flows; down ones lose them to the ring below */
 		if (b && (b->state == LB_BACKEND_UP || b->state == LB_BACKEND_DRAINING)) {
+			*hash = flow->hash;
 			*out = b;
 			return id;
 		}
 	}
 
-	id = maglev_lookup(vip, hash);
+	*hash = flow_hash(&pkt->flow, vip->flags);
+	id = maglev_lookup(vip, *hash);
 	b = backend_of(id, vip, pkt);
 	if (!b || b->state != LB_BACKEND_UP)
 		return 0;
@@ -51,6 +54,7 @@ static __always_inline __u32 select_backend(const struct lb_packet *pkt, const s
 	 * flow: remembering it would only evict a live one. */
 	if (!(pkt->tcp_flags & TCP_FLAG_RST)) {
 		entry.backend_id = id;
+		entry.hash = *hash;
 		bpf_map_update_elem(&lb_flows, &pkt->flow, &entry, BPF_ANY);
 	}
 	*out = b;

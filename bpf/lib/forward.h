@@ -1,6 +1,6 @@
 /* forward.h: where an encapsulated packet goes is the Linux routing table's decision
- * (bpf_fib_lookup): XDP_TX when it leaves by the port it came in on, a devmap redirect
- * otherwise. */
+ * (bpf_fib_lookup, its answer cached per backend for LB_FIB_CACHE_NS): XDP_TX when it
+ * leaves by the port it came in on, a devmap redirect otherwise. */
 #ifndef LB_FORWARD_H
 #define LB_FORWARD_H
 
@@ -46,19 +46,54 @@ static __always_inline int fib_lookup_backend(struct xdp_md *ctx, const struct l
 	}
 }
 
+/* Finds the next hop towards backend b (id) for a packet of outer IP length
+ * outer_len: from this CPU's cache while it is fresh and has seen packets this large
+ * pass the MTU check, from the FIB otherwise. The cache is keyed by backend only, so
+ * the ingress port (an input of the FIB lookup) does not matter for a hit: routes to
+ * backends do not depend on where the client's packet came in. */
+static __always_inline int route_to_backend(struct xdp_md *ctx, const struct lb_packet *pkt,
+					    const struct lb_backend *b, __u32 id, __u16 outer_len,
+					    struct lb_nexthop **out)
+{
+	struct lb_nexthop *nh = bpf_map_lookup_elem(&lb_fib_cache, &id);
+	struct bpf_fib_lookup fib = {};
+	__u64 now;
+	int rc;
+
+	if (!nh)
+		return -LB_DROP_NO_ROUTE;
+	now = bpf_ktime_get_coarse_ns();
+	if (now < nh->expires_ns && outer_len <= nh->max_len) {
+		*out = nh;
+		return 0;
+	}
+	rc = fib_lookup_backend(ctx, pkt, b, outer_len, &fib);
+	if (rc < 0)
+		return rc;
+	if (now >= nh->expires_ns || nh->ifindex != fib.ifindex || outer_len > nh->max_len)
+		nh->max_len = outer_len; /* a new answer: only this size is known to fit */
+	nh->ifindex = fib.ifindex;
+	__builtin_memcpy(nh->dmac, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(nh->smac, fib.smac, ETH_ALEN);
+	nh->expires_ns = now + LB_FIB_CACHE_NS;
+	*out = nh;
+	return 0;
+}
+
 /* Writes the link-layer header in front of the outer IP header and sends the packet.
  * The VLAN tag, if any, belongs to the ingress link: it is kept when the packet goes
  * back out that port and dropped when the packet is redirected to another one. */
 static __always_inline int transmit(struct xdp_md *ctx, const struct lb_packet *pkt,
-				    const struct bpf_fib_lookup *fib)
+				    const struct lb_nexthop *nh)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__be16 proto = pkt->family == LB_FAMILY_V4 ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
-	int same_port = fib->ifindex == ctx->ingress_ifindex;
+	int same_port = nh->ifindex == ctx->ingress_ifindex;
+	__u32 ifindex = nh->ifindex;
 	struct ethhdr *eth = data;
 
-	if (!same_port && !bpf_map_lookup_elem(&lb_tx_ports, &fib->ifindex))
+	if (!same_port && !bpf_map_lookup_elem(&lb_tx_ports, &ifindex))
 		return -LB_DROP_NO_TX_PORT;
 
 	if (pkt->has_vlan) {
@@ -77,15 +112,15 @@ static __always_inline int transmit(struct xdp_md *ctx, const struct lb_packet *
 	}
 	if ((void *)(eth + 1) > data_end)
 		return -LB_DROP_ENCAP;
-	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, nh->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, nh->smac, ETH_ALEN);
 	eth->h_proto = proto;
 
 	if (same_port)
 		return XDP_TX;
 	if (pkt->has_vlan && bpf_xdp_adjust_head(ctx, sizeof(struct vlan_hdr)))
 		return -LB_DROP_ENCAP;
-	return bpf_redirect_map(&lb_tx_ports, fib->ifindex, 0);
+	return bpf_redirect_map(&lb_tx_ports, ifindex, 0);
 }
 
 #endif

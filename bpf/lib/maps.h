@@ -66,6 +66,14 @@ struct {
 	__type(value, __u32);
 } lb_tx_ports SEC(".maps");
 
+/* Per-CPU cache of FIB answers per backend id (see LB_FIB_CACHE_NS). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LB_MAX_BACKENDS);
+	__type(key, __u32); /* backend id */
+	__type(value, struct lb_nexthop);
+} lb_fib_cache SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, LB_MAX_BACKENDS);

@@ -67,7 +67,17 @@ struct lb_flow_key {
 
 struct lb_flow {
 	__u32 backend_id;
-	__u32 pad;
+	__u32 hash; /* the flow's hash, kept so an established flow never recomputes it */
+};
+
+/* lb_fib_cache value: where the last FIB lookup sent a backend's packets. */
+struct lb_nexthop {
+	__u64 expires_ns;  /* bpf_ktime_get_coarse_ns() after which to ask the FIB again */
+	__u32 ifindex;     /* egress device */
+	__u16 max_len;     /* largest outer IP length the FIB accepted (MTU check) */
+	__u8 dmac[6];
+	__u8 smac[6];
+	__u8 pad[2];
 };
 
 /* Per-CPU packet and byte counters (per backend id, per service id). */

@@ -64,7 +64,7 @@ const (
 type lbLbFlow struct {
 	_         structs.HostLayout
 	BackendId uint32
-	Pad       uint32
+	Hash      uint32
 }
 
 type lbLbFlowKey struct {
@@ -75,6 +75,17 @@ type lbLbFlowKey struct {
 	Dport uint16
 	Proto uint8
 	Pad   [3]uint8
+}
+
+type lbLbNexthop struct {
+	_         structs.HostLayout
+	ExpiresNs uint64
+	Ifindex   uint32
+	MaxLen    uint16
+	Dmac      [6]uint8
+	Smac      [6]uint8
+	Pad       [2]uint8
+	_         [4]byte
 }
 
 type lbLbVip struct {
@@ -101,6 +112,7 @@ const (
 	lbMapLbBackendStats = "lb_backend_stats"
 	lbMapLbBackends     = "lb_backends"
 	lbMapLbDrops        = "lb_drops"
+	lbMapLbFibCache     = "lb_fib_cache"
 	lbMapLbFlows        = "lb_flows"
 	lbMapLbMaglev       = "lb_maglev"
 	lbMapLbServiceStats = "lb_service_stats"
@@ -164,6 +176,7 @@ type lbMapSpecs struct {
 	LbBackendStats *ebpf.MapSpec `ebpf:"lb_backend_stats"`
 	LbBackends     *ebpf.MapSpec `ebpf:"lb_backends"`
 	LbDrops        *ebpf.MapSpec `ebpf:"lb_drops"`
+	LbFibCache     *ebpf.MapSpec `ebpf:"lb_fib_cache"`
 	LbFlows        *ebpf.MapSpec `ebpf:"lb_flows"`
 	LbMaglev       *ebpf.MapSpec `ebpf:"lb_maglev"`
 	LbServiceStats *ebpf.MapSpec `ebpf:"lb_service_stats"`
@@ -203,6 +216,7 @@ type lbMaps struct {
 	LbBackendStats *ebpf.Map `ebpf:"lb_backend_stats"`
 	LbBackends     *ebpf.Map `ebpf:"lb_backends"`
 	LbDrops        *ebpf.Map `ebpf:"lb_drops"`
+	LbFibCache     *ebpf.Map `ebpf:"lb_fib_cache"`
 	LbFlows        *ebpf.Map `ebpf:"lb_flows"`
 	LbMaglev       *ebpf.Map `ebpf:"lb_maglev"`
 	LbServiceStats *ebpf.Map `ebpf:"lb_service_stats"`
@@ -216,6 +230,7 @@ func (m *lbMaps) Close() error {
 		m.LbBackendStats,
 		m.LbBackends,
 		m.LbDrops,
+		m.LbFibCache,
 		m.LbFlows,
 		m.LbMaglev,
 		m.LbServiceStats,

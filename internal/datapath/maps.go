@@ -146,7 +146,7 @@ func (lb *LB) PutBackend(id uint32, b Backend) error {
 }
 
 // DeleteBackend frees slot id: flows still pointing at it are re-hashed, and its
-// counters start from zero for whoever gets the slot next.
+// counters and cached next hop start afresh for whoever gets the slot next.
 func (lb *LB) DeleteBackend(id uint32) error {
 	if err := lb.objs.LbBackends.Put(id, lbLbBackend{}); err != nil {
 		return fmt.Errorf("lb_backends clear %d: %w", id, err)
@@ -154,6 +154,10 @@ func (lb *LB) DeleteBackend(id uint32) error {
 	zero := make([]lbLbCounters, ebpf.MustPossibleCPU())
 	if err := lb.objs.LbBackendStats.Put(id, zero); err != nil {
 		return fmt.Errorf("lb_backend_stats clear %d: %w", id, err)
+	}
+	// the next holder of this id may live elsewhere: forget where this one was
+	if err := lb.objs.LbFibCache.Put(id, make([]lbLbNexthop, ebpf.MustPossibleCPU())); err != nil {
+		return fmt.Errorf("lb_fib_cache clear %d: %w", id, err)
 	}
 	return nil
 }
