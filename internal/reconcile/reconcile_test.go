@@ -1,0 +1,318 @@
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/datapath"
+)
+
+// fakeDP is an in-memory data plane that checks, after every single write, the
+// invariant packets rely on: a ring only names backends that are up, of its service.
+type fakeDP struct {
+	t        *testing.T
+	services map[datapath.ServiceKey]datapath.Service
+	vipAddrs map[netip.Addr]uint32
+	rings    map[uint32][]uint32
+	backends map[uint32]datapath.Backend
+	writes   int
+	failAt   int // the failAt-th write fails (0: never)
+}
+
+func newFake(t *testing.T) *fakeDP {
+	return &fakeDP{t: t, services: map[datapath.ServiceKey]datapath.Service{}, vipAddrs: map[netip.Addr]uint32{},
+		rings: map[uint32][]uint32{}, backends: map[uint32]datapath.Backend{}}
+}
+
+var errInjected = errors.New("injected map error")
+
+func (f *fakeDP) write() error {
+	f.writes++
+	if f.failAt != 0 && f.writes == f.failAt {
+		return errInjected
+	}
+	return nil
+}
+
+func (f *fakeDP) check() {
+	f.t.Helper()
+	for sid, ring := range f.rings {
+		for _, id := range ring {
+			b, ok := f.backends[id]
+			if !ok || b.State != datapath.BackendUp || b.ServiceID != sid {
+				f.t.Fatalf("write %d: ring of service %d names backend %d in state %v (service %d)", f.writes, sid, id, b.State, b.ServiceID)
+			}
+		}
+	}
+	for k, s := range f.services {
+		if f.vipAddrs[k.VIP] == 0 {
+			f.t.Fatalf("write %d: service %v visible without its VIP address", f.writes, k)
+		}
+		_ = s
+	}
+}
+
+func (f *fakeDP) PutService(k datapath.ServiceKey, s datapath.Service) error {
+	if err := f.write(); err != nil {
+		return err
+	}
+	f.services[k] = s
+	f.check()
+	return nil
+}
+func (f *fakeDP) DeleteService(k datapath.ServiceKey) error {
+	if err := f.write(); err != nil {
+		return err
+	}
+	delete(f.services, k)
+	f.check()
+	return nil
+}
+func (f *fakeDP) PutVIPAddr(a netip.Addr, n uint32) error {
+	if err := f.write(); err != nil {
+		return err
+	}
+	f.vipAddrs[a] = n
+	return nil
+}
+func (f *fakeDP) DeleteVIPAddr(a netip.Addr) error {
+	if err := f.write(); err != nil {
+		return err
+	}
+	delete(f.vipAddrs, a)
+	f.check()
+	return nil
+}
+func (f *fakeDP) PutRing(id uint32, ring []uint32) error {
+	if err := f.write(); err != nil {
+		return err
+	}
+	f.rings[id] = slices.Clone(ring)
+	f.check()
+	return nil
+}
+func (f *fakeDP) DeleteRing(id uint32) error {
+	if err := f.write(); err != nil {
+		return err
+	}
+	delete(f.rings, id)
+	return nil
+}
+func (f *fakeDP) PutBackend(id uint32, b datapath.Backend) error {
+	if err := f.write(); err != nil {
+		return err
+	}
+	f.backends[id] = b
+	f.check()
+	return nil
+}
+func (f *fakeDP) DeleteBackend(id uint32) error {
+	if err := f.write(); err != nil {
+		return err
+	}
+	delete(f.backends, id)
+	f.check()
+	return nil
+}
+func (f *fakeDP) ResetServiceCounters(uint32) error { return f.write() }
+
+func svc(name, vip string, port uint16, backends ...string) config.Service {
+	s := config.Service{Name: name, VIP: netip.MustParseAddr(vip), Port: port, Protocol: config.TCP,
+		Forwarding: config.IPIP, Scheduler: config.Maglev, TableSize: 251}
+	for _, b := range backends {
+		s.Backends = append(s.Backends, config.Backend{Address: netip.MustParseAddr(b), Weight: 1})
+	}
+	return s
+}
+
+func cfgOf(services ...config.Service) *config.Config { return &config.Config{Services: services} }
+
+func ringOwners(r *Reconciler, name string) map[netip.Addr]int {
+	out := map[netip.Addr]int{}
+	for _, a := range r.RingAddrs(name) {
+		out[a]++
+	}
+	return out
+}
+
+func TestApplyProgramsServices(t *testing.T) {
+	f := newFake(t)
+	r := New(f)
+	web := svc("web", "198.51.100.10", 80, "10.0.1.1", "10.0.1.2", "10.0.1.3")
+	dns := svc("dns", "198.51.100.10", 53, "10.0.2.1")
+	if err := r.Apply(cfgOf(web, dns), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.services) != 2 || len(f.rings) != 2 || len(f.backends) != 4 {
+		t.Fatalf("services %d rings %d backends %d, want 2 2 4", len(f.services), len(f.rings), len(f.backends))
+	}
+	if f.vipAddrs[web.VIP] != 2 {
+		t.Errorf("VIP address carries %d services, want 2", f.vipAddrs[web.VIP])
+	}
+	if owners := ringOwners(r, "web"); len(owners) != 3 {
+		t.Errorf("web ring owners %v, want 3 backends", owners)
+	}
+	// nothing changes: nothing is written
+	n := f.writes
+	if err := r.Apply(cfgOf(web, dns), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	if f.writes-n != 2 { // the two lb_vips entries are rewritten, nothing else
+		t.Errorf("re-applying the same config made %d writes, want 2", f.writes-n)
+	}
+}
+
+// Two nodes with differently ordered configs hold identical rings.
+func TestRingsAreOrderIndependent(t *testing.T) {
+	a, b := New(newFake(t)), New(newFake(t))
+	if err := a.Apply(cfgOf(svc("web", "198.51.100.10", 80, "10.0.1.1", "10.0.1.2", "10.0.1.3", "10.0.1.4"), svc("x", "198.51.100.11", 80, "10.0.9.9")), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Apply(cfgOf(svc("y", "198.51.100.12", 80, "10.0.8.8"), svc("web", "198.51.100.10", 80, "10.0.1.3", "10.0.1.1", "10.0.1.4", "10.0.1.2")), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.RingAddrs("web"), b.RingAddrs("web")) {
+		t.Error("the same service and backends gave different rings on two nodes")
+	}
+	// the service name is not part of the table: a renamed service keeps its table
+	c := New(newFake(t))
+	if err := c.Apply(cfgOf(svc("renamed", "198.51.100.10", 80, "10.0.1.4", "10.0.1.3", "10.0.1.2", "10.0.1.1")), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.RingAddrs("web"), c.RingAddrs("renamed")) {
+		t.Error("renaming a service changed its ring")
+	}
+}
+
+func TestBackendStates(t *testing.T) {
+	f := newFake(t)
+	r := New(f)
+	web := svc("web", "198.51.100.10", 80, "10.0.1.1", "10.0.1.2", "10.0.1.3")
+	if err := r.Apply(cfgOf(web), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	state := func(addr string) datapath.BackendState {
+		for _, s := range r.Snapshot() {
+			for _, b := range s.Backends {
+				if b.Address == netip.MustParseAddr(addr) {
+					if f.backends[b.ID].State != b.State {
+						t.Fatalf("reconciler believes %v, map holds %v", b.State, f.backends[b.ID].State)
+					}
+					return b.State
+				}
+			}
+		}
+		return datapath.BackendUnused
+	}
+	// drain .2 (weight 0), .3 fails its health check
+	web.Backends[1].Weight = 0
+	down := netip.MustParseAddr("10.0.1.3")
+	if err := r.Apply(cfgOf(web), func(_ *config.Service, b *config.Backend) bool { return b.Address != down }); err != nil {
+		t.Fatal(err)
+	}
+	if s := state("10.0.1.2"); s != datapath.BackendDraining {
+		t.Errorf("weight 0 backend is %v, want draining", s)
+	}
+	if s := state("10.0.1.3"); s != datapath.BackendDown {
+		t.Errorf("unhealthy backend is %v, want down", s)
+	}
+	if owners := ringOwners(r, "web"); len(owners) != 1 || owners[netip.MustParseAddr("10.0.1.1")] != 251 {
+		t.Errorf("ring owners %v, want only 10.0.1.1", owners)
+	}
+	// everything down: no ring at all, the service stays (packets are counted as no_backend)
+	if err := r.Apply(cfgOf(web), func(*config.Service, *config.Backend) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.rings[r.services["web"].id]; ok || len(f.services) != 1 {
+		t.Errorf("all backends down: ring present=%v, services=%d", ok, len(f.services))
+	}
+	// back up
+	web.Backends[1].Weight = 1
+	if err := r.Apply(cfgOf(web), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	if owners := ringOwners(r, "web"); len(owners) != 3 {
+		t.Errorf("after recovery ring owners %v, want 3", owners)
+	}
+}
+
+func TestRemoveBackendAndService(t *testing.T) {
+	f := newFake(t)
+	r := New(f)
+	web := svc("web", "198.51.100.10", 80, "10.0.1.1", "10.0.1.2", "10.0.1.3")
+	if err := r.Apply(cfgOf(web), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	removedID := r.services["web"].backends[netip.MustParseAddr("10.0.1.2")].id
+	web.Backends = slices.Delete(web.Backends, 1, 2)
+	if err := r.Apply(cfgOf(web), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.backends[removedID]; ok {
+		t.Error("removed backend's slot is still in the map")
+	}
+	// a new backend does not get the removed one's id (stale flow entries point nowhere)
+	web.Backends = append(web.Backends, config.Backend{Address: netip.MustParseAddr("10.0.1.9"), Weight: 1})
+	if err := r.Apply(cfgOf(web), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	if id := r.services["web"].backends[netip.MustParseAddr("10.0.1.9")].id; id == removedID {
+		t.Errorf("backend id %d reused at once", id)
+	}
+	// the service goes: everything of it goes
+	if err := r.Apply(cfgOf(), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.services)+len(f.rings)+len(f.backends)+len(f.vipAddrs) != 0 {
+		t.Errorf("left behind: %d services, %d rings, %d backends, %d VIP addresses", len(f.services), len(f.rings), len(f.backends), len(f.vipAddrs))
+	}
+}
+
+func TestServiceKeyChangeReplacesService(t *testing.T) {
+	f := newFake(t)
+	r := New(f)
+	if err := r.Apply(cfgOf(svc("web", "198.51.100.10", 80, "10.0.1.1")), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Apply(cfgOf(svc("web", "198.51.100.20", 8080, "10.0.1.1")), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.services) != 1 || len(f.vipAddrs) != 1 || f.vipAddrs[netip.MustParseAddr("198.51.100.20")] != 1 {
+		t.Errorf("services %v, VIP addresses %v", f.services, f.vipAddrs)
+	}
+}
+
+// A kernel error half way leaves the previous state in place.
+func TestFailedApplyRestoresPreviousState(t *testing.T) {
+	old := cfgOf(svc("web", "198.51.100.10", 80, "10.0.1.1", "10.0.1.2"))
+	next := cfgOf(svc("web", "198.51.100.10", 80, "10.0.1.1", "10.0.1.3"), svc("new", "198.51.100.11", 80, "10.0.2.1"))
+	for failAt := 1; ; failAt++ {
+		f := newFake(t)
+		r := New(f)
+		if err := r.Apply(old, AlwaysUp); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprint(r.RingAddrs("web"))
+		f.failAt = f.writes + failAt
+		err := r.Apply(next, AlwaysUp)
+		if err == nil {
+			if failAt == 1 {
+				t.Fatal("no write was made")
+			}
+			break // failAt went past the last write
+		}
+		if !errors.Is(err, errInjected) {
+			t.Fatalf("error %v does not wrap the map error", err)
+		}
+		if got := fmt.Sprint(r.RingAddrs("web")); got != want {
+			t.Errorf("fail at write %d: web ring %s, want the old %s", failAt, got, want)
+		}
+		if _, ok := r.services["new"]; ok {
+			t.Errorf("fail at write %d: the new service survived a failed apply", failAt)
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package reconcile
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/datapath"
+)
+
+// ServiceStatus is what the reconciler last wrote for a service.
+type ServiceStatus struct {
+	Config   config.Service
+	ID       uint32
+	Backends []BackendStatus // in config order
+}
+
+type BackendStatus struct {
+	Address netip.Addr
+	ID      uint32
+	Weight  uint32
+	State   datapath.BackendState
+}
+
+// Snapshot returns every service, sorted by name.
+func (r *Reconciler) Snapshot() []ServiceStatus {
+	out := make([]ServiceStatus, 0, len(r.services))
+	for _, s := range r.services {
+		st := ServiceStatus{Config: s.cfg, ID: s.id}
+		for _, bc := range s.cfg.Backends {
+			b := s.backends[bc.Address]
+			st.Backends = append(st.Backends, BackendStatus{Address: bc.Address, ID: b.id, Weight: bc.Weight, State: b.state})
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b ServiceStatus) int { return strings.Compare(a.Config.Name, b.Config.Name) })
+	return out
+}
+
+// RingAddrs returns a service's Maglev ring as backend addresses (nil: no ring). Two
+// nodes agree on every flow exactly when their RingAddrs are equal.
+func (r *Reconciler) RingAddrs(name string) []netip.Addr {
+	s, ok := r.services[name]
+	if !ok || s.ring == nil {
+		return nil
+	}
+	byID := map[uint32]netip.Addr{}
+	for addr, b := range s.backends {
+		byID[b.id] = addr
+	}
+	out := make([]netip.Addr, len(s.ring))
+	for i, id := range s.ring {
+		out[i] = byID[id]
+	}
+	return out
+}
