@@ -1,0 +1,544 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+var addr = netip.MustParseAddr
+
+func TestParseFull(t *testing.T) {
+	got, err := Load("testdata/full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Config{
+		Node: Node{
+			Name:          "lb1",
+			Interfaces:    []string{"eth0", "eth1"},
+			XDPMode:       XDPNative,
+			Address:       addr("10.0.0.11"),
+			Address6:      addr("2001:db8::11"),
+			API:           "0.0.0.0:9200",
+			APIToken:      "s3cret",
+			FlowTableSize: 1048576,
+		},
+		BGP: &BGP{
+			ASN:      65001,
+			RouterID: addr("10.0.0.11"),
+			Peers: []Peer{
+				{Address: addr("10.0.0.1"), ASN: 65000, HoldTime: 30 * time.Second, Password: "hunter2"},
+				{Address: addr("2001:db8::1"), ASN: 65000, HoldTime: 0, Password: ""},
+			},
+		},
+		Services: []Service{
+			{
+				Name:       "web",
+				VIP:        addr("198.51.100.10"),
+				Port:       80,
+				Protocol:   TCP,
+				Forwarding: IPIP,
+				GUEPort:    6081,
+				Scheduler:  MaglevSource,
+				TableSize:  251,
+				Backends: []Backend{
+					{Address: addr("10.0.1.1"), Weight: 3},
+					{Address: addr("10.0.1.2"), Weight: 0},
+				},
+				Health: Health{
+					Kind:     HealthHTTP,
+					Port:     8080,
+					Path:     "/healthz",
+					Interval: 2 * time.Second,
+					Timeout:  1500 * time.Millisecond,
+					Rise:     3,
+					Fall:     5,
+				},
+			},
+			{
+				Name:       "dns.v6",
+				VIP:        addr("2001:db8:100::53"),
+				Port:       53,
+				Protocol:   UDP,
+				Forwarding: IPIP,
+				GUEPort:    6080,
+				Scheduler:  Maglev,
+				TableSize:  65537,
+				Backends:   []Backend{{Address: addr("2001:db8:1::1"), Weight: 1}},
+				Health: Health{
+					Kind:     HealthTCP,
+					Port:     53,
+					Interval: time.Second,
+					Timeout:  time.Second,
+					Rise:     1,
+					Fall:     100,
+				},
+			},
+		},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	defaultHealth := func(port uint16) Health {
+		return Health{Kind: HealthNone, Port: port, Interval: time.Second, Timeout: 500 * time.Millisecond, Rise: 2, Fall: 2}
+	}
+	node := Node{
+		Name:          "lb1",
+		Interfaces:    []string{"eth0"},
+		XDPMode:       XDPAuto,
+		Address:       addr("10.0.0.11"),
+		API:           "127.0.0.1:9100",
+		FlowTableSize: 262144,
+	}
+	svc := func(name, vip string, port uint16) Service {
+		return Service{
+			Name: name, VIP: addr(vip), Port: port, Protocol: TCP, Forwarding: IPIP, GUEPort: 6080,
+			Scheduler: Maglev, TableSize: 65537, Health: defaultHealth(port),
+		}
+	}
+	web := svc("web", "198.51.100.10", 0)
+	web.Backends = []Backend{{Address: addr("10.0.1.1"), Weight: 1}, {Address: addr("10.0.1.2"), Weight: 1}}
+	api := svc("api", "198.51.100.11", 443)
+	// backends: [] gives no backends (nil)
+	api.Health.Kind, api.Health.Path = HealthHTTP, "/"
+	slow := svc("slow", "198.51.100.12", 8080)
+	slow.Health.Kind, slow.Health.Interval, slow.Health.Timeout = HealthTCP, 200*time.Millisecond, 200*time.Millisecond
+
+	web2 := svc("web", "198.51.100.10", 80)
+	web2.Backends = []Backend{{Address: addr("10.0.1.1"), Weight: 1}, {Address: addr("10.0.1.2"), Weight: 2}}
+	web2.Health.Kind, web2.Health.Interval = HealthTCP, 2*time.Second
+	webTLS := web2
+	webTLS.Name, webTLS.Port, webTLS.Health.Port = "web-tls", 443, 443
+	dns := svc("dns", "198.51.100.53", 53)
+	dns.Protocol, dns.Backends, dns.Health = UDP, web2.Backends, web2.Health
+	dns.Health.Port = 53
+
+	for _, tc := range []struct {
+		file string
+		want *Config
+	}{
+		{"minimal.yaml", &Config{Node: node}},
+		{"defaults.yaml", &Config{
+			Node: node,
+			BGP: &BGP{ASN: 65001, RouterID: addr("10.0.0.11"), Peers: []Peer{
+				{Address: addr("10.0.0.1"), ASN: 65000, HoldTime: 9 * time.Second},
+			}},
+			Services: []Service{web, api, slow},
+		}},
+		{"anchors.yaml", &Config{Node: node, Services: []Service{web2, webTLS, dns}}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			got, err := Load(filepath.Join("testdata", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got\n%+v\nwant\n%+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// hdr is a valid node section, lines 1-4: cases append from line 5.
+const hdr = "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\n"
+
+// svc starts a valid service at line 6 (after hdr and "services:").
+const svc = hdr + "services:\n  - name: web\n    vip: 198.51.100.10\n"
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{"unknown top-level field", hdr + "colour: blue\n",
+			[]string{"t.yaml:5: colour: unknown field (accepted: node, bgp, services)"}},
+		{"misspelt top-level field", hdr + "service: []\n",
+			[]string{"t.yaml:5: service: unknown field (did you mean services?)"}},
+		{"unknown node field", hdr + "  mtu: 1500\n",
+			[]string{"t.yaml:5: node.mtu: unknown field (accepted: name, interfaces, xdp_mode, address, address6, api, api_token, flow_table_size)"}},
+		{"unknown service field", svc + "    weight: 1\n",
+			[]string{"t.yaml:8: services[0].weight: unknown field (accepted: name, vip, port, protocol, forwarding, gue_port, scheduler, table_size, backends, health)"}},
+		{"gue not implemented yet", svc + "    forwarding: gue\n",
+			[]string{"t.yaml:8: services[0].forwarding: gue is not implemented yet (accepted: ipip)"}},
+		{"unknown backend field", svc + "    backends:\n      - address: 10.0.1.1\n        port: 8080\n",
+			[]string{"t.yaml:10: services[0].backends[0].port: unknown field (accepted: address, weight)"}},
+		{"unknown health field", svc + "    health:\n      kind: tcp\n      retries: 3\n",
+			[]string{
+				"t.yaml:9: services[0].health.port: required when kind is tcp and the service port is 0 (all ports)",
+				"t.yaml:10: services[0].health.retries: unknown field (accepted: kind, port, path, interval, timeout, rise, fall)",
+			}},
+		{"unknown bgp peer field", hdr + "bgp:\n  asn: 65001\n  router_id: 10.0.0.11\n  peers:\n    - address: 10.0.0.1\n      asn: 65000\n      holdtime: 9s\n",
+			[]string{"t.yaml:11: bgp.peers[0].holdtime: unknown field (did you mean hold_time?)"}},
+		{"strange key", hdr + "\"a b\": 1\n",
+			[]string{`t.yaml:5: "a b": unknown field (accepted: node, bgp, services)`}},
+		{"duplicate key", hdr + "  name: lb2\n",
+			[]string{"t.yaml:5: node.name: duplicate key (first at line 2)"}},
+		{"bad vip", hdr + "services:\n  - name: web\n    vip: 198.51.100.300\n",
+			[]string{`t.yaml:7: services[0].vip: "198.51.100.300" is not an IPv4 or IPv6 address`}},
+		{"vip with prefix", hdr + "services:\n  - name: web\n    vip: 198.51.100.1/32\n",
+			[]string{`t.yaml:7: services[0].vip: "198.51.100.1/32" is a prefix, not an IP address`}},
+		{"vip with zone", hdr + "  address6: fe80::1\nservices:\n  - name: web\n    vip: fe80::10%eth0\n",
+			[]string{`t.yaml:8: services[0].vip: "fe80::10%eth0": zones are not allowed`}},
+		{"vip 4in6", hdr + "services:\n  - name: web\n    vip: ::ffff:198.51.100.1\n",
+			[]string{`t.yaml:7: services[0].vip: "::ffff:198.51.100.1" is IPv4-mapped; write it as 198.51.100.1`}},
+		{"vip unspecified", hdr + "services:\n  - name: web\n    vip: 0.0.0.0\n",
+			[]string{"t.yaml:7: services[0].vip: 0.0.0.0 is unspecified; must be a unicast address"}},
+		{"vip multicast", hdr + "services:\n  - name: web\n    vip: 239.1.1.1\n",
+			[]string{"t.yaml:7: services[0].vip: 239.1.1.1 is multicast; must be a unicast address"}},
+		{"vip loopback", hdr + "services:\n  - name: web\n    vip: 127.0.0.2\n",
+			[]string{"t.yaml:7: services[0].vip: 127.0.0.2 is a loopback address; a VIP must be reachable from the network"}},
+		{"vip missing", hdr + "services:\n  - name: web\n    port: 80\n",
+			[]string{"t.yaml:6: services[0].vip: required"}},
+		{"family mismatch vip backend", svc + "    backends:\n      - address: 10.0.1.1\n      - address: 2001:db8::1\n",
+			[]string{"t.yaml:10: services[0].backends[1].address: 2001:db8::1 is IPv6 but the vip is IPv4 (backends must be of the vip's family)"}},
+		{"table size not prime", svc + "    table_size: 65536\n",
+			[]string{"t.yaml:8: services[0].table_size: 65536 is not prime (try 65537)"}},
+		{"table size out of range", svc + "    table_size: 2000000\n",
+			[]string{"t.yaml:8: services[0].table_size: 2000000 is out of range (accepted: 7..1048573)"}},
+		{"table size too small", svc + "    table_size: 7\n    backends:\n" +
+			"      - address: 10.0.1.1\n      - address: 10.0.1.2\n      - address: 10.0.1.3\n      - address: 10.0.1.4\n" +
+			"      - address: 10.0.1.5\n      - address: 10.0.1.6\n      - address: 10.0.1.7\n",
+			[]string{"t.yaml:8: services[0].table_size: 7 is too small for 7 backends (must be greater than the number of backends; try 11)"}},
+		{"duplicate service name", svc + "  - name: web\n    vip: 198.51.100.11\n",
+			[]string{"t.yaml:8: services[1].name: duplicate service name: same as services[0]"}},
+		{"bad service name", hdr + "services:\n  - name: my web\n    vip: 198.51.100.10\n",
+			[]string{`t.yaml:6: services[0].name: "my web" is not a valid name (1..63 of a-z A-Z 0-9 . _ -)`}},
+		{"duplicate vip port protocol", svc + "    port: 80\n  - name: web2\n    vip: 198.51.100.10\n    port: 80\n    protocol: tcp\n",
+			[]string{"t.yaml:9: services[1]: duplicate service: same vip/port/protocol as services[0]"}},
+		{"same vip, all ports and one port, or other protocol", svc + "  - name: web80\n    vip: 198.51.100.10\n    port: 80\n" +
+			"  - name: web80u\n    vip: 198.51.100.10\n    port: 80\n    protocol: udp\n",
+			nil},
+		{"duplicate backend", svc + "    backends:\n      - address: 10.0.1.1\n      - address: 10.0.1.2\n      - address: 10.0.1.1\n",
+			[]string{"t.yaml:11: services[0].backends[2].address: duplicate backend: same address as services[0].backends[0]"}},
+		{"backend address missing", svc + "    backends:\n      - weight: 2\n",
+			[]string{"t.yaml:9: services[0].backends[0].address: required"}},
+		{"negative weight", svc + "    backends:\n      - address: 10.0.1.1\n        weight: -1\n",
+			[]string{"t.yaml:10: services[0].backends[0].weight: must not be negative (accepted: 0..65535)"}},
+		{"weight too big", svc + "    backends:\n      - address: 10.0.1.1\n        weight: 65536\n",
+			[]string{"t.yaml:10: services[0].backends[0].weight: 65536 is out of range (accepted: 0..65535)"}},
+		{"weight as string", svc + "    backends:\n      - address: 10.0.1.1\n        weight: \"1\"\n",
+			[]string{`t.yaml:10: services[0].backends[0].weight: must be an integer, got string "1"`}},
+		{"port as float", svc + "    port: 80.0\n",
+			[]string{"t.yaml:8: services[0].port: must be an integer, got float 80.0"}},
+		{"port as list", svc + "    port: [80]\n",
+			[]string{"t.yaml:8: services[0].port: must be an integer, got list"}},
+		{"huge integer", svc + "    port: 123456789012345678901234567890\n",
+			[]string{"t.yaml:8: services[0].port: 123456789012345678901234567890 is out of range (accepted: 0..65535)"}},
+		{"missing interfaces", "node:\n  name: lb1\n  address: 10.0.0.11\n",
+			[]string{"t.yaml:2: node.interfaces: required"}},
+		{"empty interfaces", "node:\n  name: lb1\n  interfaces: []\n  address: 10.0.0.11\n",
+			[]string{"t.yaml:3: node.interfaces: must list at least one interface, e.g. [eth0]"}},
+		{"interfaces not a list", "node:\n  name: lb1\n  interfaces: eth0\n  address: 10.0.0.11\n",
+			[]string{`t.yaml:3: node.interfaces: must be a list, got string "eth0"`}},
+		{"bad interface names", "node:\n  name: lb1\n  interfaces:\n    - eth0\n    - averyveryverylongname\n    - eth/0\n    - eth0\n  address: 10.0.0.11\n",
+			[]string{
+				`t.yaml:5: node.interfaces[1]: "averyveryverylongname" is not a valid interface name (1..15 bytes, no '/', ':', whitespace or control characters, not . or ..)`,
+				`t.yaml:6: node.interfaces[2]: "eth/0" is not a valid interface name (1..15 bytes, no '/', ':', whitespace or control characters, not . or ..)`,
+				"t.yaml:7: node.interfaces[3]: duplicate interface: same as node.interfaces[0]",
+			}},
+		{"bad xdp_mode", hdr + "  xdp_mode: fast\n",
+			[]string{`t.yaml:5: node.xdp_mode: "fast" is not valid (accepted: native, generic, auto)`}},
+		{"bad duration", svc + "    health:\n      interval: 1 second\n",
+			[]string{`t.yaml:9: services[0].health.interval: "1 second" is not a duration (use e.g. 500ms, 9s, 1m30s)`}},
+		{"duration without unit", hdr + "bgp:\n  asn: 65001\n  router_id: 10.0.0.11\n  peers:\n    - address: 10.0.0.1\n      asn: 65000\n      hold_time: 9\n",
+			[]string{`t.yaml:11: bgp.peers[0].hold_time: "9" has no unit (did you mean 9s?)`}},
+		{"address6 same family", hdr + "  address6: 10.0.0.12\n",
+			[]string{"t.yaml:5: node.address6: 10.0.0.12 is IPv4 like node.address; address6 must be the other family (IPv6)"}},
+		{"IPv6 VIP without IPv6 node address", hdr + "services:\n  - name: web6\n    vip: 2001:db8:100::10\n",
+			[]string{"t.yaml:7: services[0].vip: IPv6 VIP needs an IPv6 node address (node.address6)"}},
+		{"IPv4 VIP without IPv4 node address", "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 2001:db8::11\nservices:\n  - name: web\n    vip: 198.51.100.10\n",
+			[]string{"t.yaml:7: services[0].vip: IPv4 VIP needs an IPv4 node address (node.address6)"}},
+		{"path with kind tcp", svc + "    port: 80\n    health:\n      kind: tcp\n      path: /healthz\n",
+			[]string{"t.yaml:11: services[0].health.path: only valid with kind http (kind is tcp)"}},
+		{"path without slash", svc + "    port: 80\n    health:\n      kind: http\n      path: healthz\n",
+			[]string{`t.yaml:11: services[0].health.path: "healthz" must start with '/'`}},
+		{"health port needed", svc + "    health:\n      kind: http\n",
+			[]string{"t.yaml:9: services[0].health.port: required when kind is http and the service port is 0 (all ports)"}},
+		{"timeout longer than interval", svc + "    port: 80\n    health:\n      interval: 1s\n      timeout: 2s\n      rise: 0\n",
+			[]string{
+				"t.yaml:11: services[0].health.timeout: 2s is longer than the interval (1s)",
+				"t.yaml:12: services[0].health.rise: 0 is out of range (accepted: 1..100)",
+			}},
+		{"interval too short", svc + "    port: 80\n    health:\n      interval: 50ms\n",
+			[]string{"t.yaml:10: services[0].health.interval: 50ms is too short (at least 100ms)"}},
+		{"bgp incomplete", hdr + "bgp:\n  peers: []\n",
+			[]string{
+				"t.yaml:6: bgp.asn: required",
+				"t.yaml:6: bgp.router_id: required",
+				"t.yaml:6: bgp.peers: must list at least one peer",
+			}},
+		{"bgp bad values", hdr + "bgp:\n  asn: 4294967295\n  router_id: 2001:db8::1\n  peers:\n" +
+			"    - address: 10.0.0.1\n      asn: 65000\n      hold_time: 2s\n      password: " + strings.Repeat("x", 81) + "\n" +
+			"    - address: 10.0.0.1\n      asn: 0\n      hold_time: 3500ms\n",
+			[]string{
+				"t.yaml:6: bgp.asn: 4294967295 is out of range (accepted: 1..4294967294)",
+				"t.yaml:7: bgp.router_id: 2001:db8::1 is not a valid router id (a non-zero IPv4 address)",
+				"t.yaml:11: bgp.peers[0].hold_time: 2s is out of range (accepted: 0s for no keepalives, or 3s..65535s)",
+				"t.yaml:12: bgp.peers[0].password: too long: 81 bytes (TCP MD5 keys are at most 80 bytes)",
+				"t.yaml:13: bgp.peers[1].address: duplicate peer: same address as bgp.peers[0]",
+				"t.yaml:14: bgp.peers[1].asn: 0 is out of range (accepted: 1..4294967294)",
+				"t.yaml:15: bgp.peers[1].hold_time: 3.5s is not a whole number of seconds",
+			}},
+		{"bad api", hdr + "  api: localhost\n  flow_table_size: 100\n",
+			[]string{
+				`t.yaml:5: node.api: "localhost" is not host:port (e.g. 127.0.0.1:9100)`,
+				"t.yaml:6: node.flow_table_size: 100 is out of range (accepted: 1024..16777216)",
+			}},
+		{"api port 0", hdr + "  api: \"[::1]:0\"\n",
+			[]string{`t.yaml:5: node.api: "[::1]:0": port must be 1..65535`}},
+		{"missing node", "services: []\n",
+			[]string{"t.yaml:1: node: required"}},
+		{"null node", "node:\n",
+			[]string{"t.yaml:1: node: required"}},
+		{"node not a mapping", "node: lb1\n",
+			[]string{`t.yaml:1: node: must be a mapping, got string "lb1"`}},
+		{"services not a list", hdr + "services:\n  web: {}\n",
+			[]string{"t.yaml:6: services: must be a list, got mapping"}},
+		{"null service", hdr + "services:\n  -\n  - name: web\n    vip: 198.51.100.10\n",
+			[]string{"t.yaml:6: services[0]: must be a mapping, got null"}},
+		{"syntax error", hdr + "services:\n  - name: web\n   vip: 198.51.100.10\n",
+			[]string{"t.yaml:6: syntax error: did not find expected '-' indicator"}},
+		{"syntax error: tab", "node:\n\tname: lb1\n",
+			[]string{"t.yaml:2: syntax error: found character that cannot start any token"}},
+		{"syntax error without line", hdr + "services: *nowhere\n",
+			[]string{"t.yaml: syntax error: unknown anchor 'nowhere' referenced"}},
+		{"empty file", "", []string{"t.yaml: empty file"}},
+		{"only comments", "# nothing\n\n", []string{"t.yaml: empty file"}},
+		{"two documents", hdr + "---\n" + hdr,
+			[]string{"t.yaml:6: only one yaml document is allowed (found a second one)"}},
+		{"trailing document marker is fine", hdr + "---\n", nil},
+		{"top level list", "- node\n",
+			[]string{"t.yaml:1: top level must be a mapping with keys node, bgp, services, got list"}},
+		{"merge of a scalar", hdr + "services:\n  - <<: 5\n    name: web\n    vip: 198.51.100.10\n",
+			[]string{"t.yaml:6: services[0]: merge key (<<) must refer to a mapping or a list of mappings, got integer 5"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse("t.yaml", []byte(tc.yaml))
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("unexpected error:\n%v", err)
+				}
+				return
+			}
+			if c != nil {
+				t.Errorf("got a config along with errors")
+			}
+			checkErrors(t, err, tc.want)
+		})
+	}
+}
+
+func checkErrors(t *testing.T, err error, want []string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error, want:\n%s", strings.Join(want, "\n"))
+	}
+	var errs Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("error is %T, not Errors: %v", err, err)
+	}
+	got := make([]string, len(errs))
+	for i, e := range errs {
+		got[i] = e.Error()
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if err.Error() != strings.Join(want, "\n") {
+		t.Errorf("Errors.Error() = %q", err.Error())
+	}
+}
+
+// A file with many problems reports all of them, in line order.
+func TestParseManyErrors(t *testing.T) {
+	_, err := Load("testdata/invalid-many.yaml")
+	const f = "testdata/invalid-many.yaml"
+	checkErrors(t, err, []string{
+		f + ":3: node.interfaces: must list at least one interface, e.g. [eth0]",
+		f + `:4: node.xdp_mode: "fast" is not valid (accepted: native, generic, auto)`,
+		f + ":6: node.colour: unknown field (accepted: name, interfaces, xdp_mode, address, address6, api, api_token, flow_table_size)",
+		f + ":10: services[0].table_size: 65536 is not prime (try 65537)",
+		f + ":12: services[0].backends[0].address: 2001:db8::1 is IPv6 but the vip is IPv4 (backends must be of the vip's family)",
+		f + ":14: services[0].backends[1].weight: must not be negative (accepted: 0..65535)",
+		f + ":15: services[1].name: duplicate service name: same as services[0]",
+		f + ":15: services[1]: duplicate service: same vip/port/protocol as services[0]",
+		f + `:19: services[1].backends[0].weight: must be an integer, got string "1"`,
+		f + ":21: services[1].health.port: required when kind is tcp and the service port is 0 (all ports)",
+		f + `:22: services[1].health.interval: "1 second" is not a duration (use e.g. 500ms, 9s, 1m30s)`,
+	})
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load("testdata/nonexistent.yaml")
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("err = %v, want fs.ErrNotExist", err)
+	}
+	if want := "testdata/nonexistent.yaml: no such file or directory"; err == nil || err.Error() != want {
+		t.Errorf("err = %v, want %q", err, want)
+	}
+	var errs Errors
+	if !errors.As(err, &errs) || len(errs) != 1 {
+		t.Errorf("err = %#v, want one Errors", err)
+	}
+}
+
+func TestParseBackend(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		want *BackendAgent
+	}{
+		{"backend.yaml", &BackendAgent{Interface: "eth0", VIPs: []netip.Addr{addr("198.51.100.10"), addr("2001:db8:100::10")}, GUEPort: 6081}},
+		{"backend-minimal.yaml", &BackendAgent{Interface: "ens3", VIPs: []netip.Addr{addr("198.51.100.10")}, GUEPort: 6080}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			got, err := LoadBackend(filepath.Join("testdata", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseBackendErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{"empty file", "", []string{"b.yaml: empty file"}},
+		{"missing section", "node: {}\n", []string{
+			"b.yaml:1: node: unknown field (accepted: backend)",
+			"b.yaml:1: backend: required",
+		}},
+		{"missing fields", "backend:\n  gue_port: 6080\n", []string{
+			"b.yaml:2: backend.interface: required",
+			"b.yaml:2: backend.vips: required",
+		}},
+		{"unknown field", "backend:\n  interface: eth0\n  vips: [198.51.100.10]\n  port: 80\n", []string{
+			"b.yaml:4: backend.port: unknown field (accepted: interface, vips, gue_port)",
+		}},
+		{"unknown top-level field", "backend:\n  interface: eth0\n  vips: [198.51.100.10]\nbackends: {}\n", []string{
+			"b.yaml:4: backends: unknown field (did you mean backend?)",
+		}},
+		{"bad values", "backend:\n  interface: \"eth 0\"\n  vips:\n    - 198.51.100.10\n    - 198.51.100.300\n    - 127.0.0.1\n    - 198.51.100.10\n  gue_port: 0\n", []string{
+			`b.yaml:2: backend.interface: "eth 0" is not a valid interface name (1..15 bytes, no '/', ':', whitespace or control characters, not . or ..)`,
+			`b.yaml:5: backend.vips[1]: "198.51.100.300" is not an IPv4 or IPv6 address`,
+			"b.yaml:6: backend.vips[2]: 127.0.0.1 is a loopback address; a VIP must be reachable from the network",
+			"b.yaml:7: backend.vips[3]: duplicate vip: same as backend.vips[0]",
+			"b.yaml:8: backend.gue_port: 0 is out of range (accepted: 1..65535)",
+		}},
+		{"empty vips", "backend:\n  interface: eth0\n  vips: []\n", []string{
+			"b.yaml:3: backend.vips: must list at least one VIP",
+		}},
+		{"gue_port as string", "backend:\n  interface: eth0\n  vips: [198.51.100.10]\n  gue_port: \"6080\"\n", []string{
+			`b.yaml:4: backend.gue_port: must be an integer, got string "6080"`,
+		}},
+		{"syntax error", "backend:\n  interface: [eth0\n", []string{
+			"b.yaml:2: syntax error: did not find expected ',' or ']'",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := ParseBackend("b.yaml", []byte(tc.yaml))
+			if a != nil {
+				t.Errorf("got a config along with errors")
+			}
+			checkErrors(t, err, tc.want)
+		})
+	}
+}
+
+func TestIsPrime(t *testing.T) {
+	var primes []uint64
+	for n := uint64(0); n < 60; n++ {
+		if isPrime(n) {
+			primes = append(primes, n)
+		}
+	}
+	want := []uint64{2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59}
+	if !reflect.DeepEqual(primes, want) {
+		t.Errorf("primes below 60: %v", primes)
+	}
+	for n, want := range map[uint64]bool{65537: true, 65536: false, MaxTableSize: true, 1048575: false, 251: true, 4294967291: true, 4294967297: false} {
+		if isPrime(n) != want {
+			t.Errorf("isPrime(%d) = %v", n, !want)
+		}
+	}
+	if n := nextPrime(65536); n != 65537 {
+		t.Errorf("nextPrime(65536) = %d", n)
+	}
+	if n := nextPrime(MaxTableSize - 1); n != MaxTableSize {
+		t.Errorf("nextPrime(MaxTableSize-1) = %d", n)
+	}
+}
+
+// The files under testdata that are meant to be valid are.
+func TestTestdata(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.yaml")
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err1 := Parse(f, data)
+		_, err2 := ParseBackend(f, data)
+		invalid := strings.HasPrefix(filepath.Base(f), "invalid")
+		if invalid != (err1 != nil && err2 != nil) {
+			t.Errorf("%s: node: %v, backend: %v", f, err1, err2)
+		}
+	}
+}
+
+// Aliases let a small file stand for a huge one: the walk is bounded.
+func TestAliasBomb(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(hdr + "services:\n  - name: s\n    vip: 198.51.100.10\n    backends: &b\n")
+	for i := 0; i < 5000; i++ {
+		b.WriteString("      - {address: 10.0.1.1}\n")
+	}
+	b.WriteString("  - &s {name: t, vip: 198.51.100.11, backends: *b}\n")
+	for i := 0; i < 5000; i++ {
+		b.WriteString("  - *s\n")
+	}
+	start := time.Now()
+	_, err := Parse("t.yaml", []byte(b.String()))
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %v", d)
+	}
+	if err == nil || !strings.Contains(err.Error(), "too many aliases") {
+		t.Errorf("err = %.500v", err)
+	}
+}
+
+// A large file without aliases is never cut short.
+func TestLargeConfig(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(hdr + "services:\n")
+	for i := 0; i < 500; i++ {
+		fmt.Fprintf(&b, "  - name: s%d\n    vip: 198.51.%d.%d\n    table_size: 251\n    backends:\n", i, i/250, i%250+1)
+		for j := 0; j < 200; j++ {
+			fmt.Fprintf(&b, "      - address: 10.%d.%d.1\n", j, i%250)
+		}
+	}
+	c, err := Parse("t.yaml", []byte(b.String()))
+	if err != nil {
+		t.Fatalf("%.1000v", err)
+	}
+	if len(c.Services) != 500 || len(c.Services[499].Backends) != 200 {
+		t.Errorf("got %d services", len(c.Services))
+	}
+}

@@ -1,0 +1,138 @@
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults of the fields a config file may leave out. A field given as null ("key:"
+// with no value) is absent too. Defaults only fill fields absent from the file: an
+// explicit `weight: 0` or `port: 0` is kept.
+const (
+	// node.xdp_mode: try native XDP, fall back to generic with a warning.
+	DefaultXDPMode = XDPAuto
+	// node.api: the REST API and /metrics listen on localhost only.
+	DefaultAPI = "127.0.0.1:9100"
+	// node.api_token: empty, no token required.
+	DefaultAPIToken = ""
+	// node.flow_table_size: entries of the LRU flow table.
+	DefaultFlowTableSize = 262144
+
+	// bgp.peers[].hold_time.
+	DefaultHoldTime = 9 * time.Second
+
+	// services[].port: 0, every port of the VIP.
+	DefaultPort = 0
+	// services[].protocol.
+	DefaultProtocol = TCP
+	// services[].forwarding.
+	DefaultForwarding = IPIP
+	// services[].gue_port (and backend.gue_port): UDP destination port of GUE packets.
+	DefaultGUEPort = 6080
+	// services[].scheduler.
+	DefaultScheduler = Maglev
+	// services[].table_size: Maglev lookup table size, a prime.
+	DefaultTableSize = 65537
+	// services[].backends[].weight.
+	DefaultWeight = 1
+
+	// services[].health.kind: no health checks, every backend is considered up.
+	DefaultHealthKind = HealthNone
+	// services[].health.port defaults to the service's port (no constant).
+	// services[].health.path: only for kind http.
+	DefaultHealthPath = "/"
+	// services[].health.interval.
+	DefaultHealthInterval = time.Second
+	// services[].health.timeout: 500ms, or the interval when that is shorter.
+	DefaultHealthTimeout = 500 * time.Millisecond
+	// services[].health.rise: consecutive successes to mark a backend up.
+	DefaultHealthRise = 2
+	// services[].health.fall: consecutive failures to mark a backend down.
+	DefaultHealthFall = 2
+)
+
+// applyDefaults fills the fields absent from the file (present reports whether a field
+// path was given). A section that is absent as a whole stays absent (bgp: nil), except
+// services[].health, which is always filled (kind none when absent).
+func applyDefaults(c *Config, present func(path string) bool) {
+	n := &c.Node
+	if !present("node.xdp_mode") {
+		n.XDPMode = DefaultXDPMode
+	}
+	if !present("node.api") {
+		n.API = DefaultAPI
+	}
+	if !present("node.api_token") {
+		n.APIToken = DefaultAPIToken
+	}
+	if !present("node.flow_table_size") {
+		n.FlowTableSize = DefaultFlowTableSize
+	}
+	if c.BGP != nil {
+		for i := range c.BGP.Peers {
+			if !present(fmt.Sprintf("bgp.peers[%d].hold_time", i)) {
+				c.BGP.Peers[i].HoldTime = DefaultHoldTime
+			}
+		}
+	}
+	for i := range c.Services {
+		s := &c.Services[i]
+		sp := index("services", i)
+		def := func(field string) bool { return !present(sp + "." + field) }
+		if def("port") {
+			s.Port = DefaultPort
+		}
+		if def("protocol") {
+			s.Protocol = DefaultProtocol
+		}
+		if def("forwarding") {
+			s.Forwarding = DefaultForwarding
+		}
+		if def("gue_port") {
+			s.GUEPort = DefaultGUEPort
+		}
+		if def("scheduler") {
+			s.Scheduler = DefaultScheduler
+		}
+		if def("table_size") {
+			s.TableSize = DefaultTableSize
+		}
+		for j := range s.Backends {
+			if def(fmt.Sprintf("backends[%d].weight", j)) {
+				s.Backends[j].Weight = DefaultWeight
+			}
+		}
+		h := &s.Health
+		if def("health.kind") {
+			h.Kind = DefaultHealthKind
+		}
+		if def("health.port") {
+			h.Port = s.Port
+		}
+		if def("health.path") && h.Kind == HealthHTTP {
+			h.Path = DefaultHealthPath
+		}
+		if def("health.interval") {
+			h.Interval = DefaultHealthInterval
+		}
+		if def("health.timeout") {
+			h.Timeout = DefaultHealthTimeout
+			if h.Interval > 0 && h.Interval < h.Timeout {
+				h.Timeout = h.Interval
+			}
+		}
+		if def("health.rise") {
+			h.Rise = DefaultHealthRise
+		}
+		if def("health.fall") {
+			h.Fall = DefaultHealthFall
+		}
+	}
+}
+
+// applyBackendDefaults fills the fields of a backend agent file absent from the file.
+func applyBackendDefaults(a *BackendAgent, present func(path string) bool) {
+	if !present("backend.gue_port") {
+		a.GUEPort = DefaultGUEPort
+	}
+}

@@ -1,0 +1,828 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"net/netip"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Load reads and parses the config file of `manifold run`.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, readError(path, err)
+	}
+	return Parse(path, data)
+}
+
+// Parse parses and validates a config file of `manifold run`. file is used only in
+// error messages. On any problem it returns nil and an Errors listing all of them.
+func Parse(file string, data []byte) (*Config, error) {
+	p := newParser(file)
+	root := p.document(data, "node, bgp, services")
+	if root == nil {
+		return nil, p.errs.sorted()
+	}
+	c := p.config(root)
+	if !p.aborted {
+		applyDefaults(c, p.present)
+		p.validateConfig(c)
+	}
+	if err := p.errs.sorted(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// LoadBackend reads and parses the config file of `manifold backend`.
+func LoadBackend(path string) (*BackendAgent, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, readError(path, err)
+	}
+	return ParseBackend(path, data)
+}
+
+// ParseBackend parses and validates a config file of `manifold backend`. file is used
+// only in error messages. On any problem it returns nil and an Errors listing all of them.
+func ParseBackend(file string, data []byte) (*BackendAgent, error) {
+	p := newParser(file)
+	root := p.document(data, "backend")
+	if root == nil {
+		return nil, p.errs.sorted()
+	}
+	a := p.backendFile(root)
+	if !p.aborted {
+		applyBackendDefaults(a, p.present)
+		p.validateBackend(a)
+	}
+	if err := p.errs.sorted(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func readError(path string, err error) error {
+	msg := err.Error()
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		msg = pe.Err.Error()
+	}
+	return Errors{{File: path, Msg: msg, err: err}}
+}
+
+// parser walks a yaml.Node tree against the schema, filling the model and collecting
+// every problem. It remembers where each field was (lines) and which fields were
+// present in the file, so that defaults.go only fills absent fields and validate.go
+// can point at the right line.
+type parser struct {
+	file  string
+	errs  Errors
+	lines map[string]int  // field path → line of its value, for every field present (not null)
+	bad   map[string]bool // field path → its value was rejected while parsing
+
+	work    int  // nodes visited, to bound documents that explode through aliases
+	maxWork int  // nodes in the document + aliasWork
+	aborted bool // work exceeded maxWork: the walk was cut short
+}
+
+// aliasWork bounds how many more nodes than the document holds the walk may visit
+// (aliased nodes count each time they are reached), so that a small file cannot make
+// the parser do unbounded work through aliases and merge keys. Without aliases the walk
+// visits each node at most once and never hits the bound, however large the file.
+const aliasWork = 1 << 18
+
+// maxMergeDepth bounds nested merge keys (<<), which may also be cyclic.
+const maxMergeDepth = 16
+
+func newParser(file string) *parser {
+	return &parser{file: file, lines: map[string]int{}, bad: map[string]bool{}}
+}
+
+func (p *parser) add(line int, field, format string, args ...any) {
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// fail reports a problem with the value at path and marks the value as rejected, so
+// that no default replaces it and no later check trips over it again.
+func (p *parser) fail(n *yaml.Node, path, format string, args ...any) {
+	p.bad[path] = true
+	p.add(n.Line, path, format, args...)
+}
+
+// present reports whether the field at path was given in the file (null counts as
+// absent), whether or not its value was valid.
+func (p *parser) present(path string) bool {
+	_, ok := p.lines[path]
+	return ok
+}
+
+// usable reports whether the field at path and every field enclosing it were either
+// absent or valid: the value in the model can be trusted for cross-field checks.
+func (p *parser) usable(path string) bool {
+	for {
+		if p.bad[path] {
+			return false
+		}
+		if path == "" {
+			return true
+		}
+		path = parentPath(path)
+	}
+}
+
+// line returns the line of the field at path, or when it is absent the line of the
+// closest enclosing mapping or list that is present.
+func (p *parser) line(path string) int {
+	for {
+		if l, ok := p.lines[path]; ok {
+			return l
+		}
+		if path == "" {
+			return 0
+		}
+		path = parentPath(path)
+	}
+}
+
+// parentPath strips the last component from a field path: "a.b[1].c" → "a.b[1]" →
+// "a.b" → "a" → "".
+func parentPath(path string) string {
+	i := strings.LastIndexAny(path, ".[")
+	if i < 0 {
+		return ""
+	}
+	return path[:i]
+}
+
+var syntaxLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// document decodes data into its single YAML document and returns the top-level
+// mapping, or nil after reporting why there is none. keys lists the accepted top-level
+// keys, for the message.
+func (p *parser) document(data []byte, keys string) (root *yaml.Node) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := decode(dec, &doc); err != nil {
+		if err == io.EOF {
+			p.add(0, "", "empty file")
+		} else {
+			p.syntax(err)
+		}
+		return nil
+	}
+	for {
+		var extra yaml.Node
+		err := decode(dec, &extra)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			p.syntax(err)
+			return nil
+		}
+		if c := docContent(&extra); c != nil && !isNull(c) {
+			p.add(c.Line, "", "only one yaml document is allowed (found a second one)")
+			return nil
+		}
+	}
+	root = docContent(&doc)
+	if root == nil || isNull(root) {
+		p.add(0, "", "empty file")
+		return nil
+	}
+	p.maxWork = countNodes(&doc) + aliasWork
+	if root.Kind != yaml.MappingNode {
+		p.add(root.Line, "", "top level must be a mapping with keys %s, got %s", keys, kindName(root))
+		return nil
+	}
+	return root
+}
+
+// decode runs the YAML decoder, turning a panic inside it into an error: a config file
+// must never crash the daemon.
+func decode(dec *yaml.Decoder, n *yaml.Node) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("yaml: %v", r)
+		}
+	}()
+	return dec.Decode(n)
+}
+
+func docContent(doc *yaml.Node) *yaml.Node {
+	if doc.Kind == yaml.DocumentNode {
+		if len(doc.Content) == 0 {
+			return nil
+		}
+		return resolve(doc.Content[0])
+	}
+	return resolve(doc)
+}
+
+// syntax reports a yaml.v3 error, with the line it gives when it gives one.
+func (p *parser) syntax(err error) {
+	msg := err.Error()
+	line := 0
+	if m := syntaxLine.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = msg[len(m[0]):]
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	if parserProblems[msg] {
+		// yaml.v3 (v3.0.1, parser.fail) gives the 0-based line of the construct being
+		// parsed for these, where it gives 1-based lines for scanner errors; it leaves
+		// the line out when it is 0, i.e. on the first line.
+		line++
+	}
+	p.add(line, "", "syntax error: %s", msg)
+}
+
+// parserProblems are the errors of yaml.v3's parser (parserc.go), as opposed to its
+// scanner.
+var parserProblems = map[string]bool{
+	"did not find expected <stream-start>":   true,
+	"did not find expected <document start>": true,
+	"found duplicate %YAML directive":        true,
+	"found incompatible YAML document":       true,
+	"found duplicate %TAG directive":         true,
+	"found undefined tag handle":             true,
+	"did not find expected node content":     true,
+	"did not find expected '-' indicator":    true,
+	"did not find expected key":              true,
+	"did not find expected ',' or ']'":       true,
+	"did not find expected ',' or '}'":       true,
+}
+
+// resolve follows aliases to the node they stand for.
+func resolve(n *yaml.Node) *yaml.Node {
+	for i := 0; i < 100 && n != nil && n.Kind == yaml.AliasNode && n.Alias != nil; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// kindName names what a node is, for type errors: `string "abc"`, `list`, ...
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.SequenceNode:
+		return "list"
+	case yaml.ScalarNode:
+		switch t := n.ShortTag(); t {
+		case "!!null":
+			return "null"
+		case "!!str":
+			return "string " + quote(n.Value)
+		case "!!int":
+			return "integer " + short(n.Value)
+		case "!!float":
+			return "float " + short(n.Value)
+		case "!!bool":
+			return "bool " + short(n.Value)
+		case "!!timestamp":
+			return "timestamp " + short(n.Value)
+		default:
+			return "value tagged " + short(t)
+		}
+	case yaml.AliasNode:
+		return "alias"
+	}
+	return "nothing"
+}
+
+// short truncates s for messages, quoting it unless it is plain text.
+func short(s string) string {
+	if len(s) > 40 || strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f || r == utf8.RuneError }) {
+		return quote(s)
+	}
+	return s
+}
+
+// quote quotes a user string for messages, truncated.
+func quote(s string) string {
+	if len(s) > 40 {
+		return strconv.Quote(s[:40]) + "..."
+	}
+	return strconv.Quote(s)
+}
+
+var simpleKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// join appends a key to a field path, quoting keys that are not plain words.
+func join(path, key string) string {
+	if !simpleKey.MatchString(key) {
+		key = quote(key)
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func index(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
+
+// step counts visited nodes; once p.maxWork is exceeded it reports it once and every
+// walker stops.
+func (p *parser) step(n *yaml.Node, path string, count int) bool {
+	if p.aborted {
+		return false
+	}
+	p.work += count
+	if p.work > p.maxWork {
+		p.aborted = true
+		p.add(n.Line, path, "too many aliases: they expand to more than %d extra nodes", aliasWork)
+		return false
+	}
+	return true
+}
+
+// countNodes counts the nodes of a document, not following aliases.
+func countNodes(n *yaml.Node) int {
+	c := 1
+	for _, k := range n.Content {
+		c += countNodes(k)
+	}
+	return c
+}
+
+type pair struct {
+	key, val *yaml.Node
+	merged   bool // came from a merge key (<<): explicit keys override it
+}
+
+// mapping walks a mapping at path whose accepted keys are keys. For each key present
+// with a non-null value it records the value's line and calls fn with the key, the
+// field's path and the value (aliases resolved). It reports unknown keys, duplicate
+// keys and a value that is not a mapping (then returns false). Merge keys (<<) are
+// supported; keys given explicitly override merged ones.
+func (p *parser) mapping(n *yaml.Node, path string, keys []string, fn func(key, path string, v *yaml.Node)) bool {
+	n = resolve(n)
+	if n.Kind != yaml.MappingNode {
+		p.fail(n, path, "must be a mapping, got %s", kindName(n))
+		return false
+	}
+	p.lines[path] = n.Line
+	pairs := p.pairs(n, path, 0, map[*yaml.Node]bool{n: true})
+	if !p.step(n, path, len(pairs)+1) {
+		return false
+	}
+	seen := map[string]int{}
+	for _, kv := range pairs {
+		k := resolve(kv.key)
+		if k.Kind != yaml.ScalarNode {
+			p.add(k.Line, path, "keys must be strings, got %s", kindName(k))
+			continue
+		}
+		key := k.Value
+		fpath := join(path, key)
+		if !slices.Contains(keys, key) {
+			p.add(k.Line, fpath, "%s", unknownField(key, keys))
+			continue
+		}
+		if first, dup := seen[key]; dup {
+			if !kv.merged {
+				p.add(k.Line, fpath, "duplicate key (first at line %d)", first)
+			}
+			continue
+		}
+		seen[key] = k.Line
+		v := resolve(kv.val)
+		if isNull(v) {
+			continue // null is absent: "key:" with no value
+		}
+		p.lines[fpath] = v.Line
+		fn(key, fpath, v)
+		if p.aborted {
+			return false
+		}
+	}
+	return true
+}
+
+// pairs returns the key/value pairs of a mapping: its own first, then those of the
+// mappings it merges (<<), in order.
+func (p *parser) pairs(n *yaml.Node, path string, depth int, visited map[*yaml.Node]bool) []pair {
+	var own, merged []pair
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+			merged = append(merged, p.merge(v, path, depth, visited)...)
+			continue
+		}
+		own = append(own, pair{k, v, depth > 0})
+	}
+	return append(own, merged...)
+}
+
+func (p *parser) merge(v *yaml.Node, path string, depth int, visited map[*yaml.Node]bool) []pair {
+	if depth >= maxMergeDepth {
+		p.add(v.Line, path, "merge keys (<<) nested too deeply")
+		return nil
+	}
+	var maps []*yaml.Node
+	switch v = resolve(v); v.Kind {
+	case yaml.MappingNode:
+		maps = []*yaml.Node{v}
+	case yaml.SequenceNode:
+		for _, m := range v.Content {
+			maps = append(maps, resolve(m))
+		}
+	default:
+		maps = []*yaml.Node{v}
+	}
+	var out []pair
+	for _, m := range maps {
+		if m.Kind != yaml.MappingNode {
+			p.add(m.Line, path, "merge key (<<) must refer to a mapping or a list of mappings, got %s", kindName(m))
+			continue
+		}
+		if visited[m] {
+			continue // merged already (or merges itself): nothing new
+		}
+		visited[m] = true
+		out = append(out, p.pairs(m, path, depth+1, visited)...)
+	}
+	for i := range out {
+		out[i].merged = true
+	}
+	return out
+}
+
+// unknownField says a key is not accepted, suggesting the closest accepted one.
+func unknownField(key string, keys []string) string {
+	best, bestD := "", math.MaxInt
+	for _, k := range keys {
+		// close enough: at most one edit per three letters of the accepted key
+		if d := editDistance(strings.ToLower(key), k); d <= max(1, len(k)/3) && d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf("unknown field (did you mean %s?)", best)
+	}
+	return fmt.Sprintf("unknown field (accepted: %s)", strings.Join(keys, ", "))
+}
+
+// editDistance is the Levenshtein distance, capped for long inputs.
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return math.MaxInt
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// list walks a list at path, calling fn for each item with its path and the item
+// (aliases resolved). It reports a value that is not a list and then returns false.
+func (p *parser) list(n *yaml.Node, path string, fn func(i int, path string, item *yaml.Node)) bool {
+	n = resolve(n)
+	if n.Kind != yaml.SequenceNode {
+		p.fail(n, path, "must be a list, got %s", kindName(n))
+		return false
+	}
+	if !p.step(n, path, len(n.Content)+1) {
+		return false
+	}
+	for i, it := range n.Content {
+		ipath := index(path, i)
+		it = resolve(it)
+		p.lines[ipath] = it.Line
+		fn(i, ipath, it)
+		if p.aborted {
+			return false
+		}
+	}
+	return true
+}
+
+// str reads any scalar as a string, as written (so `password: 1234` is "1234").
+func (p *parser) str(n *yaml.Node, path string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || isNull(n) {
+		p.fail(n, path, "must be a string, got %s", kindName(n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+var digits = regexp.MustCompile(`^[-+]?[0-9_]+$`)
+
+// integer reads an integer in [lo, hi]. Strings ("80") and floats (80.0) are type
+// errors.
+func (p *parser) integer(n *yaml.Node, path string, lo, hi int64) (int64, bool) {
+	if n.Kind != yaml.ScalarNode {
+		p.fail(n, path, "must be an integer, got %s", kindName(n))
+		return 0, false
+	}
+	tag := n.ShortTag()
+	if tag == "!!float" && digits.MatchString(n.Value) && len(n.Value) > 18 {
+		// yaml.v3 resolves integers that overflow 64 bits as floats
+		p.fail(n, path, "%s is out of range (accepted: %d..%d)", short(n.Value), lo, hi)
+		return 0, false
+	}
+	if tag != "!!int" {
+		p.fail(n, path, "must be an integer, got %s", kindName(n))
+		return 0, false
+	}
+	v, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			p.fail(n, path, "%s is out of range (accepted: %d..%d)", short(n.Value), lo, hi)
+		} else {
+			p.fail(n, path, "must be an integer, got %s", quote(n.Value))
+		}
+		return 0, false
+	}
+	if v < 0 && lo >= 0 {
+		p.fail(n, path, "must not be negative (accepted: %d..%d)", lo, hi)
+		return 0, false
+	}
+	if v < lo || v > hi {
+		p.fail(n, path, "%s is out of range (accepted: %d..%d)", short(n.Value), lo, hi)
+		return 0, false
+	}
+	return v, true
+}
+
+// duration reads a Go duration (time.ParseDuration): 500ms, 9s, 1m30s.
+func (p *parser) duration(n *yaml.Node, path string) (time.Duration, bool) {
+	s, ok := p.str(n, path)
+	if !ok {
+		return 0, false
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		if _, err := time.ParseDuration(s + "s"); err == nil && !strings.HasSuffix(s, "s") {
+			p.fail(n, path, "%s has no unit (did you mean %ss?)", quote(s), s)
+		} else {
+			p.fail(n, path, "%s is not a duration (use e.g. 500ms, 9s, 1m30s)", quote(s))
+		}
+		return 0, false
+	}
+	return d, true
+}
+
+// addr reads an IPv4 or IPv6 address, without zone; IPv4-mapped IPv6 addresses must
+// be written as IPv4.
+func (p *parser) addr(n *yaml.Node, path string) (netip.Addr, bool) {
+	s, ok := p.str(n, path)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(s)
+	switch {
+	case err != nil && strings.Contains(s, "/"):
+		p.fail(n, path, "%s is a prefix, not an IP address", quote(s))
+	case err != nil:
+		p.fail(n, path, "%s is not an IPv4 or IPv6 address", quote(s))
+	case a.Zone() != "":
+		p.fail(n, path, "%s: zones are not allowed", quote(s))
+	case a.Is4In6():
+		p.fail(n, path, "%s is IPv4-mapped; write it as %s", quote(s), a.Unmap())
+	default:
+		return a, true
+	}
+	return netip.Addr{}, false
+}
+
+// enum reads a string that must be one of allowed.
+func (p *parser) enum(n *yaml.Node, path string, allowed ...string) (string, bool) {
+	s, ok := p.str(n, path)
+	if !ok {
+		return "", false
+	}
+	if !slices.Contains(allowed, s) {
+		p.fail(n, path, "%s is not valid (accepted: %s)", quote(s), strings.Join(allowed, ", "))
+		return "", false
+	}
+	return s, true
+}
+
+// stringList reads a list of strings. The result has one entry per item (empty for bad
+// items) so that indexes match field paths.
+func (p *parser) stringList(n *yaml.Node, path string) []string {
+	var out []string
+	p.list(n, path, func(_ int, ipath string, it *yaml.Node) {
+		s, _ := p.str(it, ipath)
+		out = append(out, s)
+	})
+	return out
+}
+
+// addrs reads a list of addresses, one entry per item (zero for bad items).
+func (p *parser) addrs(n *yaml.Node, path string) []netip.Addr {
+	var out []netip.Addr
+	p.list(n, path, func(_ int, ipath string, it *yaml.Node) {
+		a, _ := p.addr(it, ipath)
+		out = append(out, a)
+	})
+	return out
+}
+
+// The schema. Each walker fills the model from the fields present; defaults.go fills
+// the absent ones and validate.go checks what a single value cannot.
+
+func (p *parser) config(n *yaml.Node) *Config {
+	c := &Config{}
+	p.mapping(n, "", []string{"node", "bgp", "services"}, func(key, path string, v *yaml.Node) {
+		switch key {
+		case "node":
+			p.node(v, path, &c.Node)
+		case "bgp":
+			c.BGP = &BGP{}
+			p.bgp(v, path, c.BGP)
+		case "services":
+			p.list(v, path, func(_ int, ipath string, it *yaml.Node) {
+				c.Services = append(c.Services, Service{})
+				p.service(it, ipath, &c.Services[len(c.Services)-1])
+			})
+		}
+	})
+	return c
+}
+
+func (p *parser) node(n *yaml.Node, path string, out *Node) {
+	keys := []string{"name", "interfaces", "xdp_mode", "address", "address6", "api", "api_token", "flow_table_size"}
+	p.mapping(n, path, keys, func(key, path string, v *yaml.Node) {
+		switch key {
+		case "name":
+			out.Name, _ = p.str(v, path)
+		case "interfaces":
+			out.Interfaces = p.stringList(v, path)
+		case "xdp_mode":
+			s, _ := p.enum(v, path, string(XDPNative), string(XDPGeneric), string(XDPAuto))
+			out.XDPMode = XDPMode(s)
+		case "address":
+			out.Address, _ = p.addr(v, path)
+		case "address6":
+			out.Address6, _ = p.addr(v, path)
+		case "api":
+			out.API, _ = p.str(v, path)
+		case "api_token":
+			out.APIToken, _ = p.str(v, path)
+		case "flow_table_size":
+			x, _ := p.integer(v, path, MinFlowTableSize, MaxFlowTableSize)
+			out.FlowTableSize = uint32(x)
+		}
+	})
+}
+
+func (p *parser) bgp(n *yaml.Node, path string, out *BGP) {
+	p.mapping(n, path, []string{"asn", "router_id", "peers"}, func(key, path string, v *yaml.Node) {
+		switch key {
+		case "asn":
+			x, _ := p.integer(v, path, MinASN, MaxASN)
+			out.ASN = uint32(x)
+		case "router_id":
+			out.RouterID, _ = p.addr(v, path)
+		case "peers":
+			p.list(v, path, func(_ int, ipath string, it *yaml.Node) {
+				out.Peers = append(out.Peers, Peer{})
+				p.peer(it, ipath, &out.Peers[len(out.Peers)-1])
+			})
+		}
+	})
+}
+
+func (p *parser) peer(n *yaml.Node, path string, out *Peer) {
+	p.mapping(n, path, []string{"address", "asn", "hold_time", "password"}, func(key, path string, v *yaml.Node) {
+		switch key {
+		case "address":
+			out.Address, _ = p.addr(v, path)
+		case "asn":
+			x, _ := p.integer(v, path, MinASN, MaxASN)
+			out.ASN = uint32(x)
+		case "hold_time":
+			out.HoldTime, _ = p.duration(v, path)
+		case "password":
+			out.Password, _ = p.str(v, path)
+		}
+	})
+}
+
+func (p *parser) service(n *yaml.Node, path string, out *Service) {
+	keys := []string{"name", "vip", "port", "protocol", "forwarding", "gue_port", "scheduler", "table_size", "backends", "health"}
+	p.mapping(n, path, keys, func(key, path string, v *yaml.Node) {
+		switch key {
+		case "name":
+			out.Name, _ = p.str(v, path)
+		case "vip":
+			out.VIP, _ = p.addr(v, path)
+		case "port":
+			x, _ := p.integer(v, path, 0, 65535)
+			out.Port = uint16(x)
+		case "protocol":
+			s, _ := p.enum(v, path, string(TCP), string(UDP))
+			out.Protocol = Protocol(s)
+		case "forwarding":
+			s, _ := p.enum(v, path, string(IPIP), string(GUE))
+			out.Forwarding = Forwarding(s)
+		case "gue_port":
+			x, _ := p.integer(v, path, 1, 65535)
+			out.GUEPort = uint16(x)
+		case "scheduler":
+			s, _ := p.enum(v, path, string(Maglev), string(MaglevSource))
+			out.Scheduler = Scheduler(s)
+		case "table_size":
+			x, _ := p.integer(v, path, MinTableSize, MaxTableSize)
+			out.TableSize = uint32(x)
+		case "backends":
+			p.list(v, path, func(_ int, ipath string, it *yaml.Node) {
+				out.Backends = append(out.Backends, Backend{})
+				p.backend(it, ipath, &out.Backends[len(out.Backends)-1])
+			})
+		case "health":
+			p.health(v, path, &out.Health)
+		}
+	})
+}
+
+func (p *parser) backend(n *yaml.Node, path string, out *Backend) {
+	p.mapping(n, path, []string{"address", "weight"}, func(key, path string, v *yaml.Node) {
+		switch key {
+		case "address":
+			out.Address, _ = p.addr(v, path)
+		case "weight":
+			x, _ := p.integer(v, path, 0, MaxWeight)
+			out.Weight = uint32(x)
+		}
+	})
+}
+
+func (p *parser) health(n *yaml.Node, path string, out *Health) {
+	keys := []string{"kind", "port", "path", "interval", "timeout", "rise", "fall"}
+	p.mapping(n, path, keys, func(key, path string, v *yaml.Node) {
+		switch key {
+		case "kind":
+			s, _ := p.enum(v, path, string(HealthTCP), string(HealthHTTP), string(HealthNone))
+			out.Kind = HealthKind(s)
+		case "port":
+			x, _ := p.integer(v, path, 1, 65535)
+			out.Port = uint16(x)
+		case "path":
+			out.Path, _ = p.str(v, path)
+		case "interval":
+			out.Interval, _ = p.duration(v, path)
+		case "timeout":
+			out.Timeout, _ = p.duration(v, path)
+		case "rise":
+			x, _ := p.integer(v, path, 1, MaxRiseFall)
+			out.Rise = int(x)
+		case "fall":
+			x, _ := p.integer(v, path, 1, MaxRiseFall)
+			out.Fall = int(x)
+		}
+	})
+}
+
+func (p *parser) backendFile(n *yaml.Node) *BackendAgent {
+	a := &BackendAgent{}
+	p.mapping(n, "", []string{"backend"}, func(_, path string, v *yaml.Node) {
+		p.mapping(v, path, []string{"interface", "vips", "gue_port"}, func(key, path string, v *yaml.Node) {
+			switch key {
+			case "interface":
+				a.Interface, _ = p.str(v, path)
+			case "vips":
+				a.VIPs = p.addrs(v, path)
+			case "gue_port":
+				x, _ := p.integer(v, path, 1, 65535)
+				a.GUEPort = uint16(x)
+			}
+		})
+	})
+	return a
+}

@@ -1,0 +1,394 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Limits of the accepted values. Ranges of single integers are checked while parsing
+// (load.go); everything else here, after defaults are applied.
+const (
+	MinFlowTableSize  = 1024
+	MaxFlowTableSize  = 1 << 24 // 16777216
+	MinASN            = 1
+	MaxASN            = 4294967294 // 4294967295 is reserved (RFC 7300)
+	MinHoldTime       = 3 * time.Second
+	MaxHoldTime       = 65535 * time.Second
+	MaxPasswordLen    = 80 // TCP_MD5SIG_MAXKEYLEN
+	MinTableSize      = 7
+	MaxTableSize      = 1048573 // largest prime below 2^20
+	MaxWeight         = 65535
+	MinHealthInterval = 100 * time.Millisecond
+	MaxRiseFall       = 100
+	MaxIfnameLen      = 15 // IFNAMSIZ - 1
+)
+
+// require reports a required field that is absent, at the line of its enclosing
+// mapping, and returns whether it is present. Nothing is reported when the enclosing
+// mapping is itself absent or was rejected (that is reported already).
+func (p *parser) require(path string) bool {
+	if p.present(path) {
+		return true
+	}
+	parent := parentPath(path)
+	if p.present(parent) && p.usable(parent) {
+		p.add(p.line(parent), path, "required")
+	}
+	return false
+}
+
+// given reports whether the field at path is present with a valid value: the checks
+// below run only on those (and on defaults, which are valid).
+func (p *parser) given(path string) bool {
+	return p.present(path) && p.usable(path)
+}
+
+func (p *parser) errorAt(path, format string, args ...any) {
+	p.add(p.line(path), path, format, args...)
+}
+
+func (p *parser) validateConfig(c *Config) {
+	if p.require("node") && p.usable("node") {
+		p.validateNode(&c.Node)
+	}
+	if c.BGP != nil && p.usable("bgp") {
+		p.validateBGP(c.BGP)
+	}
+	p.validateServices(c)
+}
+
+func (p *parser) validateNode(n *Node) {
+	if p.require("node.name") && p.usable("node.name") && n.Name == "" {
+		p.errorAt("node.name", "must not be empty")
+	}
+	if p.require("node.interfaces") && p.usable("node.interfaces") {
+		if len(n.Interfaces) == 0 {
+			p.errorAt("node.interfaces", "must list at least one interface, e.g. [eth0]")
+		}
+		first := map[string]string{}
+		for i, name := range n.Interfaces {
+			ip := index("node.interfaces", i)
+			if !p.usable(ip) {
+				continue
+			}
+			if !validIfname(name) {
+				p.errorAt(ip, "%s is not a valid interface name (%s)", quote(name), ifnameRule)
+			} else if f, dup := first[name]; dup {
+				p.errorAt(ip, "duplicate interface: same as %s", f)
+			} else {
+				first[name] = ip
+			}
+		}
+	}
+	if p.require("node.address") && p.usable("node.address") {
+		p.checkUnicast("node.address", n.Address, false)
+	}
+	if p.given("node.address6") && p.checkUnicast("node.address6", n.Address6, false) &&
+		p.given("node.address") && n.Address.Is6() == n.Address6.Is6() {
+		p.errorAt("node.address6", "%s is %s like node.address; address6 must be the other family (%s)",
+			n.Address6, family(n.Address6), otherFamily(n.Address6))
+	}
+	if p.usable("node.api") {
+		if msg := apiProblem(n.API); msg != "" {
+			p.errorAt("node.api", "%s", msg)
+		}
+	}
+}
+
+func (p *parser) validateBGP(b *BGP) {
+	p.require("bgp.asn")
+	if p.require("bgp.router_id") && p.usable("bgp.router_id") && (!b.RouterID.Is4() || b.RouterID.IsUnspecified()) {
+		p.errorAt("bgp.router_id", "%s is not a valid router id (a non-zero IPv4 address)", b.RouterID)
+	}
+	if !p.require("bgp.peers") || !p.usable("bgp.peers") {
+		return
+	}
+	if len(b.Peers) == 0 {
+		p.errorAt("bgp.peers", "must list at least one peer")
+	}
+	first := map[netip.Addr]string{}
+	for i, peer := range b.Peers {
+		pp := index("bgp.peers", i)
+		if !p.usable(pp) {
+			continue
+		}
+		if ap := pp + ".address"; p.require(ap) && p.usable(ap) && p.checkUnicast(ap, peer.Address, false) {
+			if f, dup := first[peer.Address]; dup {
+				p.errorAt(ap, "duplicate peer: same address as %s", f)
+			} else {
+				first[peer.Address] = pp
+			}
+		}
+		p.require(pp + ".asn")
+		if hp := pp + ".hold_time"; p.given(hp) {
+			h := peer.HoldTime
+			if h != 0 && (h < MinHoldTime || h > MaxHoldTime) {
+				p.errorAt(hp, "%s is out of range (accepted: 0s for no keepalives, or 3s..65535s)", h)
+			} else if h%time.Second != 0 {
+				p.errorAt(hp, "%s is not a whole number of seconds", h)
+			}
+		}
+		if pw := pp + ".password"; p.given(pw) && len(peer.Password) > MaxPasswordLen {
+			p.errorAt(pw, "too long: %d bytes (TCP MD5 keys are at most %d bytes)", len(peer.Password), MaxPasswordLen)
+		}
+	}
+}
+
+func (p *parser) validateServices(c *Config) {
+	type key struct {
+		vip   netip.Addr
+		port  uint16
+		proto Protocol
+	}
+	names := map[string]string{}
+	keys := map[key]string{}
+	for i := range c.Services {
+		s := &c.Services[i]
+		sp := index("services", i)
+		if !p.usable(sp) {
+			continue
+		}
+		f := func(field string) string { return sp + "." + field }
+
+		// the data plane has no GUE encapsulation yet: refusing it beats sending IPIP to
+		// backends that expect GUE
+		if s.Forwarding == GUE && p.usable(f("forwarding")) {
+			p.errorAt(f("forwarding"), "gue is not implemented yet (accepted: ipip)")
+		}
+
+		if p.require(f("name")) && p.usable(f("name")) {
+			if !serviceName.MatchString(s.Name) {
+				p.errorAt(f("name"), "%s is not a valid name (1..63 of a-z A-Z 0-9 . _ -)", quote(s.Name))
+			} else if other, dup := names[s.Name]; dup {
+				p.errorAt(f("name"), "duplicate service name: same as %s", other)
+			} else {
+				names[s.Name] = sp
+			}
+		}
+
+		vipOK := p.require(f("vip")) && p.usable(f("vip")) && p.checkUnicast(f("vip"), s.VIP, true)
+		if vipOK && p.given("node.address") && p.usable("node.address6") && !c.Node.SourceFor(s.VIP.Is6()).IsValid() {
+			fam := family(s.VIP)
+			p.errorAt(f("vip"), "%s VIP needs an %s node address (node.address6)", fam, fam)
+		}
+
+		if p.usable(f("table_size")) {
+			if !isPrime(uint64(s.TableSize)) {
+				p.errorAt(f("table_size"), "%d is not prime (try %d)", s.TableSize, nextPrime(uint64(s.TableSize)))
+			} else if p.usable(f("backends")) && uint64(s.TableSize) <= uint64(len(s.Backends)) {
+				if try := nextPrime(uint64(max(len(s.Backends)+1, MinTableSize))); try <= MaxTableSize {
+					p.errorAt(f("table_size"), "%d is too small for %d backends (must be greater than the number of backends; try %d)",
+						s.TableSize, len(s.Backends), try)
+				} else {
+					p.errorAt(f("backends"), "too many backends: %d (at most %d)", len(s.Backends), MaxTableSize-1)
+				}
+			}
+		}
+
+		if p.usable(f("backends")) {
+			first := map[netip.Addr]string{}
+			for j, b := range s.Backends {
+				bp := index(f("backends"), j)
+				ap := bp + ".address"
+				if !p.usable(bp) || !p.require(ap) || !p.usable(ap) || !p.checkUnicast(ap, b.Address, false) {
+					continue
+				}
+				if vipOK && b.Address.Is6() != s.VIP.Is6() {
+					p.errorAt(ap, "%s is %s but the vip is %s (backends must be of the vip's family)",
+						b.Address, family(b.Address), family(s.VIP))
+				} else if other, dup := first[b.Address]; dup {
+					p.errorAt(ap, "duplicate backend: same address as %s", other)
+				} else {
+					first[b.Address] = bp
+				}
+			}
+		}
+
+		p.validateHealth(s, sp)
+
+		if vipOK && p.usable(f("port")) && p.usable(f("protocol")) {
+			k := key{s.VIP, s.Port, s.Protocol}
+			if other, dup := keys[k]; dup {
+				p.errorAt(sp, "duplicate service: same vip/port/protocol as %s", other)
+			} else {
+				keys[k] = sp
+			}
+		}
+	}
+}
+
+func (p *parser) validateHealth(s *Service, sp string) {
+	hp := sp + ".health"
+	if !p.usable(hp) {
+		return
+	}
+	h := &s.Health
+	f := func(field string) string { return hp + "." + field }
+	kindOK := p.usable(f("kind"))
+
+	if kindOK && h.Kind != HealthNone && !p.present(f("port")) && p.usable(sp+".port") && s.Port == 0 {
+		p.errorAt(f("port"), "required when kind is %s and the service port is 0 (all ports)", h.Kind)
+	}
+
+	if p.given(f("path")) {
+		switch {
+		case kindOK && h.Kind != HealthHTTP:
+			p.errorAt(f("path"), "only valid with kind http (kind is %s)", h.Kind)
+		case !strings.HasPrefix(h.Path, "/"):
+			p.errorAt(f("path"), "%s must start with '/'", quote(h.Path))
+		case strings.ContainsFunc(h.Path, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+			p.errorAt(f("path"), "%s must not contain spaces or control characters", quote(h.Path))
+		}
+	}
+
+	intervalOK := p.usable(f("interval"))
+	if p.given(f("interval")) && h.Interval < MinHealthInterval {
+		intervalOK = false
+		p.errorAt(f("interval"), "%s is too short (at least %s)", h.Interval, MinHealthInterval)
+	}
+	if p.given(f("timeout")) {
+		if h.Timeout <= 0 {
+			p.errorAt(f("timeout"), "must be greater than 0")
+		} else if intervalOK && h.Timeout > h.Interval {
+			p.errorAt(f("timeout"), "%s is longer than the interval (%s)", h.Timeout, h.Interval)
+		}
+	}
+}
+
+func (p *parser) validateBackend(a *BackendAgent) {
+	if !p.require("backend") || !p.usable("backend") {
+		return
+	}
+	if p.require("backend.interface") && p.usable("backend.interface") && !validIfname(a.Interface) {
+		p.errorAt("backend.interface", "%s is not a valid interface name (%s)", quote(a.Interface), ifnameRule)
+	}
+	if !p.require("backend.vips") || !p.usable("backend.vips") {
+		return
+	}
+	if len(a.VIPs) == 0 {
+		p.errorAt("backend.vips", "must list at least one VIP")
+	}
+	first := map[netip.Addr]string{}
+	for i, vip := range a.VIPs {
+		vp := index("backend.vips", i)
+		if !p.usable(vp) || !p.checkUnicast(vp, vip, true) {
+			continue
+		}
+		if other, dup := first[vip]; dup {
+			p.errorAt(vp, "duplicate vip: same as %s", other)
+		} else {
+			first[vip] = vp
+		}
+	}
+}
+
+// checkUnicast reports an address that cannot be a node, peer, backend or (vip: true)
+// VIP address, and returns whether it is fine.
+func (p *parser) checkUnicast(path string, a netip.Addr, vip bool) bool {
+	switch {
+	case a.IsUnspecified():
+		p.errorAt(path, "%s is unspecified; must be a unicast address", a)
+	case a.IsMulticast():
+		p.errorAt(path, "%s is multicast; must be a unicast address", a)
+	case a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		p.errorAt(path, "%s is the broadcast address; must be a unicast address", a)
+	case vip && a.IsLoopback():
+		p.errorAt(path, "%s is a loopback address; a VIP must be reachable from the network", a)
+	default:
+		return true
+	}
+	return false
+}
+
+func family(a netip.Addr) string {
+	if a.Is6() {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+func otherFamily(a netip.Addr) string {
+	if a.Is6() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+var serviceName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,63}$`)
+
+const ifnameRule = "1..15 bytes, no '/', ':', whitespace or control characters, not . or .."
+
+// validIfname reports whether the kernel accepts s as an interface name
+// (dev_valid_name), also refusing control characters.
+func validIfname(s string) bool {
+	if s == "" || len(s) > MaxIfnameLen || s == "." || s == ".." {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '/' || c == ':' || c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// apiProblem checks a host:port listen address and says what is wrong, or "".
+func apiProblem(s string) string {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Sprintf("%s is not host:port (e.g. 127.0.0.1:9100)", quote(s))
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Sprintf("%s: port must be 1..65535", quote(s))
+	}
+	if host != "" && !validHostname(host) {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Sprintf("%s: %s is not an IP address or host name", quote(s), quote(host))
+		}
+	}
+	return ""
+}
+
+var hostLabel = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
+
+func validHostname(s string) bool {
+	if len(s) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(s, ".") {
+		if !hostLabel.MatchString(l) {
+			return false
+		}
+	}
+	return true
+}
+
+// isPrime reports whether n is prime, by trial division: meant for table sizes (at
+// most MaxTableSize), not for arbitrary 64-bit numbers.
+func isPrime(n uint64) bool {
+	if n < 2 {
+		return false
+	}
+	if n%2 == 0 {
+		return n == 2
+	}
+	for d := uint64(3); d <= n/d; d += 2 {
+		if n%d == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// nextPrime returns the smallest prime ≥ n.
+func nextPrime(n uint64) uint64 {
+	for !isPrime(n) {
+		n++
+	}
+	return n
+}
