@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* lb.c: manifold's XDP load balancer. parse → VIP → backend (flow table, then Maglev)
- * → FIB → IPIP encapsulation → XDP_TX / redirect. Everything that is not for a VIP
+/* lb.c: manifold's XDP load balancer. parse → flow table (or service → Maglev) → FIB
+ * → IPIP encapsulation → XDP_TX / redirect. Everything that is not for a VIP
  * passes untouched; every drop is counted by reason. */
 #include "lib/parse.h"
 #include "lib/flow.h"
@@ -29,34 +29,36 @@ static __always_inline const struct lb_vip *vip_lookup(const struct lb_packet *p
 static __always_inline int balance(struct xdp_md *ctx, struct lb_packet *pkt)
 {
 	struct lb_nexthop *nh = NULL;
-	const struct lb_vip *vip;
-	struct lb_backend *b = NULL;
-	__u32 hash, id;
+	struct lb_choice c = {};
 	__u16 outer_len;
 	int rc;
 
-	vip = vip_lookup(pkt);
-	if (!vip)
-		return XDP_PASS; /* a VIP address, but no service on this port/protocol */
+	if (!flow_lookup(pkt, &c)) {
+		const struct lb_vip *vip = vip_lookup(pkt);
 
-	id = select_backend(pkt, vip, &hash, &b);
-	if (!id || !b)
+		if (!vip)
+			return XDP_PASS; /* a VIP address, but no service on this port/protocol */
+		if (!maglev_select(pkt, vip, &c))
+			return -LB_DROP_NO_BACKEND;
+	}
+	if (!c.backend)
 		return -LB_DROP_NO_BACKEND;
 
 	outer_len = pkt->l3_len + (pkt->family == LB_FAMILY_V4 ? IPV4_HDR_LEN : IPV6_HDR_LEN);
-	rc = route_to_backend(ctx, pkt, b, id, outer_len, &nh);
+	rc = route_to_backend(ctx, pkt, c.backend, c.backend_id, outer_len, &nh);
 	if (rc < 0)
 		return rc;
 	if (!nh)
 		return -LB_DROP_NO_ROUTE;
 
-	rc = pkt->family == LB_FAMILY_V4 ? encap_ipip4(ctx, pkt, b) : encap_ipip6(ctx, pkt, b, hash);
+	rc = pkt->family == LB_FAMILY_V4 ? encap_ipip4(ctx, pkt, c.backend)
+					 : encap_ipip6(ctx, pkt, c.backend, c.hash);
 	if (rc < 0)
 		return rc;
 	rc = transmit(ctx, pkt, nh);
 	if (rc < 0)
 		return rc;
-	count_forward(vip->service_id, id, pkt->l3_len);
+	count_forward(c.service_id, c.backend_id, pkt->l3_len);
 	return rc;
 }
 

@@ -1,5 +1,5 @@
 /* flow.h: backend selection — the flow table first, so an established flow keeps its
- * backend whatever the ring says now, and the Maglev ring second. */
+ * backend whatever the ring says now, and the service's Maglev ring second. */
 #ifndef LB_FLOW_H
 #define LB_FLOW_H
 
@@ -7,45 +7,60 @@
 #include "maglev.h"
 #include "parse.h"
 
-static __always_inline struct lb_backend *backend_of(__u32 id, const struct lb_vip *vip,
-						     const struct lb_packet *pkt)
+/* The backend a packet goes to, and what the rest of the path needs to know of it. */
+struct lb_choice {
+	struct lb_backend *backend;
+	__u32 backend_id;
+	__u32 service_id;
+	__u32 hash; /* flow hash: Maglev slot, IPv6 outer flow label */
+};
+
+static __always_inline struct lb_backend *backend_of(__u32 id, __u32 service_id, __u8 family)
 {
 	struct lb_backend *b;
 
 	if (!id)
 		return NULL;
 	b = bpf_map_lookup_elem(&lb_backends, &id);
-	/* ids are per (service, backend): an entry left by a removed service never leaks
-	 * into another one */
-	if (!b || b->service_id != vip->service_id || b->family != pkt->family)
+	/* ids are per (service, backend) and may be reused after a while: an entry left
+	 * by a removed backend never leaks into another service */
+	if (!b || b->service_id != service_id || b->family != family)
 		return NULL;
 	return b;
 }
 
-/* Picks the backend of this packet and returns its id (0: none, drop); *hash is the
- * flow's hash (the IPv6 flow label is taken from it). */
-static __always_inline __u32 select_backend(const struct lb_packet *pkt, const struct lb_vip *vip,
-					    __u32 *hash, struct lb_backend **out)
+/* The flow table's answer, if its backend may still take the flow: draining backends
+ * keep their flows, down ones lose them. Looked up before the service itself, so an
+ * established flow costs no service lookup at all. */
+static __always_inline int flow_lookup(const struct lb_packet *pkt, struct lb_choice *c)
 {
 	struct lb_flow *flow = bpf_map_lookup_elem(&lb_flows, &pkt->flow);
+	struct lb_backend *b;
+
+	if (!flow)
+		return 0;
+	b = backend_of(flow->backend_id, flow->service_id, pkt->family);
+	if (!b || (b->state != LB_BACKEND_UP && b->state != LB_BACKEND_DRAINING))
+		return 0;
+	c->backend = b;
+	c->backend_id = flow->backend_id;
+	c->service_id = flow->service_id;
+	c->hash = flow->hash;
+	return 1;
+}
+
+/* Picks a backend from the service's Maglev ring for a flow the table does not hold
+ * (or whose backend went down) and remembers it. Returns 0 when there is none. */
+static __always_inline int maglev_select(const struct lb_packet *pkt, const struct lb_vip *vip,
+					 struct lb_choice *c)
+{
 	struct lb_flow entry = {};
 	struct lb_backend *b;
-	__u32 id;
+	__u32 hash, id;
 
-	if (flow) {
-		id = flow->backend_id;
-		b = backend_of(id, vip, pkt);
-		/* draining backends keep their flows; down ones lose them to the ring below */
-		if (b && (b->state == LB_BACKEND_UP || b->state == LB_BACKEND_DRAINING)) {
-			*hash = flow->hash;
-			*out = b;
-			return id;
-		}
-	}
-
-	*hash = flow_hash(&pkt->flow, vip->flags);
-	id = maglev_lookup(vip, *hash);
-	b = backend_of(id, vip, pkt);
+	hash = flow_hash(&pkt->flow, vip->flags);
+	id = maglev_lookup(vip, hash);
+	b = backend_of(id, vip->service_id, pkt->family);
 	if (!b || b->state != LB_BACKEND_UP)
 		return 0;
 
@@ -54,11 +69,15 @@ static __always_inline __u32 select_backend(const struct lb_packet *pkt, const s
 	 * flow: remembering it would only evict a live one. */
 	if (!(pkt->tcp_flags & TCP_FLAG_RST)) {
 		entry.backend_id = id;
-		entry.hash = *hash;
+		entry.service_id = vip->service_id;
+		entry.hash = hash;
 		bpf_map_update_elem(&lb_flows, &pkt->flow, &entry, BPF_ANY);
 	}
-	*out = b;
-	return id;
+	c->backend = b;
+	c->backend_id = id;
+	c->service_id = vip->service_id;
+	c->hash = hash;
+	return 1;
 }
 
 #endif

@@ -67,7 +67,9 @@ struct lb_flow_key {
 
 struct lb_flow {
 	__u32 backend_id;
-	__u32 hash; /* the flow's hash, kept so an established flow never recomputes it */
+	__u32 service_id; /* the backend slot must still belong to it (ids get reused) */
+	__u32 hash;       /* the flow's hash, kept so an established flow never recomputes it */
+	__u32 pad;
 };
 
 /* lb_fib_cache value: where the last FIB lookup sent a backend's packets. */

@@ -118,8 +118,8 @@ func (lb *LB) FlowBackend(f Flow) (uint32, error) {
 	return v.BackendId, nil
 }
 
-// PutFlow pins flow f to backend id, as if the program had seen it (tests, and state
-// carried over by an operator).
-func (lb *LB) PutFlow(f Flow, id uint32) error {
-	return lb.objs.LbFlows.Put(f.key(), lbLbFlow{BackendId: id})
+// PutFlow pins flow f to backend id of service serviceID, as if the program had seen
+// it (tests, and state carried over by an operator).
+func (lb *LB) PutFlow(f Flow, id, serviceID uint32) error {
+	return lb.objs.LbFlows.Put(f.key(), lbLbFlow{BackendId: id, ServiceId: serviceID, Hash: FlowHash(f, false)})
 }

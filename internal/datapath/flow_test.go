@@ -118,10 +118,10 @@ func TestBackendStates(t *testing.T) {
 	drainFlow := dptest.Packet{Src: dptest.Client4, Dst: vipDrain, SPort: 60000, DPort: 80, Flags: dptest.ACK}
 	downFlow := dptest.Packet{Src: dptest.Client4, Dst: vipDrain, SPort: 60001, DPort: 80, Flags: dptest.ACK}
 	// flows established earlier on the draining and on the (now) down backend
-	if err := b.lb.PutFlow(flowOf(drainFlow), idDraining); err != nil {
+	if err := b.lb.PutFlow(flowOf(drainFlow), idDraining, 5); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.lb.PutFlow(flowOf(downFlow), idDown); err != nil {
+	if err := b.lb.PutFlow(flowOf(downFlow), idDown, 5); err != nil {
 		t.Fatal(err)
 	}
 	if got := b.sendTo(t, drainFlow); got != dptest.Backend4(6) {
@@ -151,12 +151,12 @@ func TestBackendStates(t *testing.T) {
 	}
 }
 
-// A flow entry of one service never steers another service's packets, even when the
-// backend id is reused.
+// A flow entry whose backend id now belongs to another service (the id was freed and
+// reused) never steers the flow there: the flow is re-hashed in its own service.
 func TestFlowEntryOfAnotherService(t *testing.T) {
 	b := newBench(t)
 	p := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 61000, DPort: 80, Flags: dptest.ACK}
-	if err := b.lb.PutFlow(flowOf(p), idRemote); err != nil { // backend of service 4
+	if err := b.lb.PutFlow(flowOf(p), idRemote, 1); err != nil { // idRemote is service 4's
 		t.Fatal(err)
 	}
 	if got := b.sendTo(t, p); got != dptest.Backend4(1) {

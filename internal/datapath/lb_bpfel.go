@@ -64,7 +64,9 @@ const (
 type lbLbFlow struct {
 	_         structs.HostLayout
 	BackendId uint32
+	ServiceId uint32
 	Hash      uint32
+	Pad       uint32
 }
 
 type lbLbFlowKey struct {
