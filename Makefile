@@ -1,0 +1,59 @@
+# manifold — `make demo` runs the lab demo, `make test` runs every test. Both install
+# what they need on a Debian machine (run as root).
+
+GO      ?= go
+BIN     := bin/manifold
+# Debian packages the build, the tests and the demo use.
+DEB_PKGS := clang llvm libbpf-dev bpftool iproute2 ethtool nginx curl
+# Tests that need root (BPF, namespaces) skip with a reason without it.
+TEST_FLAGS ?= -race -count=1 -timeout 25m
+
+.PHONY: all deps build generate check-generated vet test unit lab demo bench clean
+
+all: build
+
+# deps installs missing Debian packages. policy-rc.d keeps apt from starting the
+# packaged nginx service: the lab runs its own nginx inside namespaces.
+deps:
+	@command -v $(GO) >/dev/null || { echo "Go is required (go.mod names the version); install it first"; exit 1; }
+	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; rc=$$?; \
+		rm -f /usr/sbin/policy-rc.d; exit $$rc; \
+	fi
+
+build:
+	$(GO) build -o $(BIN) ./cmd/manifold
+
+# generate recompiles the BPF programs (bpf2go) into the committed Go bindings.
+generate:
+	$(GO) generate ./internal/datapath ./bench
+
+# check-generated fails when the committed BPF objects differ from what the sources
+# compile to with this machine's clang.
+check-generated: generate
+	@git diff --exit-code --stat -- internal/datapath bench ':(glob)**/*_bpfel.*' \
+		|| { echo "generated BPF objects drifted from bpf/: run 'make generate' and commit"; exit 1; }
+
+vet:
+	$(GO) vet ./...
+
+test: deps check-generated vet build
+	$(GO) test $(TEST_FLAGS) ./...
+
+unit:
+	$(GO) test -race -count=1 ./internal/config ./internal/maglev ./internal/reconcile ./internal/health
+
+lab: deps build
+	$(GO) test -count=1 -v ./test/lab/
+
+demo: deps build
+	$(GO) run ./test/lab/demo
+
+bench: deps build
+	./$(BIN) bench dataplane --json bench/results/latest.json
+
+clean:
+	rm -rf bin

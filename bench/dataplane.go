@@ -1,0 +1,192 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/datapath"
+	"github.com/manifoldlb/manifold/internal/datapath/dptest"
+	"github.com/manifoldlb/manifold/internal/reconcile"
+)
+
+// Per-packet cost of the data plane, through BPF_PROG_TEST_RUN, next to trivial
+// programs in the same run.
+//
+// Method: every call runs the program once (repeat = 1) on the packet as built, so a
+// rewriting program never times its own output; the kernel's own per-run time is
+// read, and the median over all calls is reported. Cases are interleaved in rounds so
+// that a noisy neighbour hits all of them alike.
+
+// Sample is the distribution of one case's per-packet times, in ns.
+type Sample struct {
+	Name    string  `json:"name"`
+	Verdict string  `json:"verdict"`
+	Calls   int     `json:"calls"`
+	Min     float64 `json:"min_ns"`
+	Median  float64 `json:"median_ns"`
+	P90     float64 `json:"p90_ns"`
+	Max     float64 `json:"max_ns"`
+	// Ratio is Median over the median of the trivial XDP_TX program.
+	Ratio float64 `json:"ratio_to_xdp_tx"`
+	// Target is the ratio the project aims at (0: none), Met whether it is reached.
+	Target float64 `json:"target_ratio,omitempty"`
+	Met    bool    `json:"target_met,omitempty"`
+}
+
+// Summarize turns raw per-call times into a Sample (ratio and target filled later).
+func Summarize(name string, ns []uint32) Sample {
+	s := slices.Clone(ns)
+	slices.Sort(s)
+	at := func(q float64) float64 { return float64(s[int(q*float64(len(s)-1))]) }
+	return Sample{Name: name, Calls: len(s), Min: at(0), Median: at(0.5), P90: at(0.9), Max: at(1)}
+}
+
+type dpCase struct {
+	name    string
+	prog    *ebpf.Program
+	packets [][]byte // cycled through; many for "new flow", one otherwise
+	target  float64
+}
+
+var (
+	benchVIP4 = netip.MustParseAddr("198.51.100.10")
+	benchVIP6 = netip.MustParseAddr("2001:db8:100::10")
+)
+
+// benchConfig: a TCP, a UDP and an IPv6 service with 10 backends each on a full-size
+// Maglev table, as a node would run them.
+func benchConfig() *config.Config {
+	svc := func(name string, vip netip.Addr, port uint16, proto config.Protocol, backend func(int) netip.Addr) config.Service {
+		s := config.Service{Name: name, VIP: vip, Port: port, Protocol: proto, Forwarding: config.IPIP,
+			Scheduler: config.Maglev, TableSize: 65537}
+		for i := 1; i <= 10; i++ {
+			s.Backends = append(s.Backends, config.Backend{Address: backend(i), Weight: 1})
+		}
+		return s
+	}
+	return &config.Config{Services: []config.Service{
+		svc("tcp4", benchVIP4, 80, config.TCP, dptest.Backend4),
+		svc("udp4", benchVIP4, 53, config.UDP, dptest.Backend4),
+		svc("tcp6", benchVIP6, 80, config.TCP, dptest.Backend6),
+	}}
+}
+
+// Dataplane measures every case with `calls` calls each and writes a table to w.
+func Dataplane(w io.Writer, calls int) ([]Sample, error) {
+	n, err := dptest.NewNet()
+	if err != nil {
+		return nil, fmt.Errorf("bench namespace (needs root): %w", err)
+	}
+	defer n.Close()
+	lb, err := datapath.LoadLB(datapath.Options{NodeAddr4: dptest.NodeAddr4, NodeAddr6: dptest.NodeAddr6})
+	if err != nil {
+		return nil, err
+	}
+	defer lb.Close()
+	if err := reconcile.New(lb).Apply(benchConfig(), reconcile.AlwaysUp); err != nil {
+		return nil, err
+	}
+	var ref referenceObjects
+	if err := loadReferenceObjects(&ref, nil); err != nil {
+		return nil, err
+	}
+	defer ref.Close()
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	client := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{203, 0, byte(i >> 8), byte(i)}) }
+	syns := make([][]byte, calls)
+	for i := range syns {
+		syns[i] = dptest.Packet{Src: client(i), Dst: benchVIP4, SPort: uint16(1024 + rng.IntN(60000)), DPort: 80, Flags: dptest.SYN}.Bytes()
+	}
+	est4 := dptest.Packet{Src: dptest.Client4, Dst: benchVIP4, SPort: 40000, DPort: 80, Flags: dptest.ACK, Payload: make([]byte, 6)}.Bytes()
+	udp4 := dptest.Packet{Src: dptest.Client4, Dst: benchVIP4, SPort: 40000, DPort: 53, UDP: true, Payload: make([]byte, 18)}.Bytes()
+	est6 := dptest.Packet{Src: dptest.Client6, Dst: benchVIP6, SPort: 40000, DPort: 80, Flags: dptest.ACK}.Bytes()
+	other := dptest.Packet{Src: dptest.Client4, Dst: netip.MustParseAddr("192.0.2.99"), SPort: 40000, DPort: 80, Flags: dptest.ACK, Payload: make([]byte, 6)}.Bytes()
+
+	cases := []dpCase{
+		{"xdp_tx reference (swap MACs)", ref.ReferenceTx, [][]byte{est4}, 0},
+		{"xdp_drop reference", ref.ReferenceDrop, [][]byte{est4}, 0},
+		{"TCP new flow (SYN)", lb.Program(), syns, 4.5},
+		{"TCP established", lb.Program(), [][]byte{est4}, 2.3},
+		{"UDP established", lb.Program(), [][]byte{udp4}, 2.3},
+		{"IPv6 TCP established", lb.Program(), [][]byte{est6}, 2.3},
+		{"non-VIP pass-through", lb.Program(), [][]byte{other}, 1.3},
+	}
+	times := make([][]uint32, len(cases))
+	verdicts := make([]uint32, len(cases))
+	const rounds = 20
+	err = n.Do(func() error {
+		// warm the flow table for the established cases
+		for _, c := range cases[3:6] {
+			if _, _, err := dptest.TimedXDP(c.prog, n.Port0.Index, c.packets[0], 1); err != nil {
+				return err
+			}
+		}
+		for r := 0; r < rounds; r++ {
+			for ci, c := range cases {
+				for i := r * calls / rounds; i < (r+1)*calls/rounds; i++ {
+					v, ns, err := dptest.TimedXDP(c.prog, n.Port0.Index, c.packets[i%len(c.packets)], 1)
+					if err != nil {
+						return fmt.Errorf("%s: %w", c.name, err)
+					}
+					verdicts[ci] = v
+					times[ci] = append(times[ci], ns)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Sample, len(cases))
+	for i, c := range cases {
+		out[i] = Summarize(c.name, times[i])
+		out[i].Verdict = verdictName(verdicts[i])
+		out[i].Target = c.target
+	}
+	for i := range out {
+		out[i].Ratio = out[i].Median / out[0].Median
+		if out[i].Target > 0 {
+			out[i].Met = out[i].Ratio <= out[i].Target
+		}
+	}
+	WriteDataplaneTable(w, out)
+	return out, nil
+}
+
+func verdictName(v uint32) string {
+	switch v {
+	case dptest.XDPDrop:
+		return "XDP_DROP"
+	case dptest.XDPPass:
+		return "XDP_PASS"
+	case dptest.XDPTX:
+		return "XDP_TX"
+	case dptest.XDPRedirect:
+		return "XDP_REDIRECT"
+	}
+	return "XDP_ABORTED"
+}
+
+// WriteDataplaneTable prints samples as an aligned table.
+func WriteDataplaneTable(w io.Writer, samples []Sample) {
+	fmt.Fprintf(w, "%-30s %-12s %8s %8s %8s %8s  %-14s\n", "case", "verdict", "min ns", "median", "p90", "× xdp_tx", "target")
+	for _, s := range samples {
+		target := ""
+		if s.Target > 0 {
+			met := "met"
+			if !s.Met {
+				met = "NOT met"
+			}
+			target = fmt.Sprintf("≤ %.1f× %s", s.Target, met)
+		}
+		fmt.Fprintf(w, "%-30s %-12s %8.0f %8.0f %8.0f %8.2f  %-14s\n", s.Name, s.Verdict, s.Min, s.Median, s.P90, s.Ratio, target)
+	}
+}

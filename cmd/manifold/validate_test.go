@@ -1,0 +1,52 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestValidate(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good.yaml", "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\nservices:\n  - name: web\n    vip: 198.51.100.10\n    port: 80\n    backends:\n      - address: 10.0.1.1\n")
+	bad := write("bad.yaml", "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\nservices:\n  - name: web\n    vip: 198.51.100.10\n    table_size: 100\n    backends:\n      - address: 2001:db8::1\n")
+	backend := write("backend.yaml", "backend:\n  interface: eth0\n  vips: [198.51.100.10]\n")
+	badBackend := write("badbackend.yaml", "backend:\n  interface: eth0\n  vips: [198.51.100.300]\n")
+
+	cases := []struct {
+		path  string
+		code  int
+		lines []string
+	}{
+		{good, 0, []string{good + ": ok"}},
+		{backend, 0, []string{backend + ": ok"}},
+		{bad, 1, []string{
+			bad + ":8: services[0].table_size: 100 is not prime (try 101)",
+			bad + ":10: services[0].backends[0].address: 2001:db8::1 is IPv6 but the vip is IPv4 (backends must be of the vip's family)",
+		}},
+		{badBackend, 1, []string{badBackend + `:3: backend.vips[0]: "198.51.100.300" is not an IPv4 or IPv6 address`}},
+	}
+	for _, c := range cases {
+		var out, errOut bytes.Buffer
+		code := validate([]string{"--config", c.path}, &out, &errOut)
+		got := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if code != c.code || strings.Join(got, "\n") != strings.Join(c.lines, "\n") {
+			t.Errorf("validate %s: exit %d, output\n%s\nwant exit %d, output\n%s", filepath.Base(c.path), code, out.String(), c.code, strings.Join(c.lines, "\n"))
+		}
+	}
+	if code := validate([]string{"--config", filepath.Join(dir, "missing.yaml")}, &bytes.Buffer{}, &bytes.Buffer{}); code != 1 {
+		t.Errorf("missing file: exit %d, want 1", code)
+	}
+	if code := validate(nil, &bytes.Buffer{}, &bytes.Buffer{}); code != 2 {
+		t.Errorf("no --config: exit %d, want 2", code)
+	}
+}

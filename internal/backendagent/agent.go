@@ -1,0 +1,150 @@
+// Package backendagent is `manifold backend`: it makes a host a DSR backend. It
+// attaches the tc-ingress decapsulation program, puts the VIPs on lo so the host
+// accepts (and answers from) them, and stops the host from answering ARP for them on
+// the wire. Everything it changes it records and undoes on exit.
+package backendagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/datapath"
+)
+
+// arpSysctls keep a host with a VIP on lo from answering ARP for it (the LB nodes own
+// the VIP on the wire): reply only for addresses of the receiving interface
+// (arp_ignore=1), and never use a lo address as ARP source (arp_announce=2).
+func arpSysctls(iface string) map[string]string {
+	return map[string]string{
+		"net/ipv4/conf/all/arp_ignore":             "1",
+		"net/ipv4/conf/all/arp_announce":           "2",
+		"net/ipv4/conf/" + iface + "/arp_ignore":   "1",
+		"net/ipv4/conf/" + iface + "/arp_announce": "2",
+	}
+}
+
+// Agent is a running backend agent.
+type Agent struct {
+	log     *slog.Logger
+	decap   *datapath.Decap
+	addedLo []*netlink.Addr
+	sysctls map[string]string // name → value before we changed it
+}
+
+// Run runs the agent until ctx is done, then undoes its changes.
+func Run(ctx context.Context, path string, log *slog.Logger) error {
+	cfg, err := config.LoadBackend(path)
+	if err != nil {
+		return err
+	}
+	a := &Agent{log: log, sysctls: map[string]string{}}
+	defer a.undo()
+	if err := a.setup(cfg); err != nil {
+		return err
+	}
+	log.Info("backend agent running", "interface", cfg.Interface, "vips", fmt.Sprint(cfg.VIPs))
+	<-ctx.Done()
+	log.Info("stopping: detaching decapsulation, removing VIPs from lo")
+	return nil
+}
+
+func (a *Agent) setup(cfg *config.BackendAgent) error {
+	d, err := datapath.LoadDecap()
+	if err != nil {
+		return err
+	}
+	a.decap = d
+	for _, vip := range cfg.VIPs {
+		if err := d.AddVIP(vip); err != nil {
+			return err
+		}
+	}
+	mode, err := d.Attach(cfg.Interface)
+	if err != nil {
+		return fmt.Errorf("backend.interface: %w", err)
+	}
+	a.log.Info("decapsulation attached", "interface", cfg.Interface, "hook", "tc ingress", "mode", mode)
+
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	for _, vip := range cfg.VIPs {
+		if err := a.addToLo(lo, vip); err != nil {
+			return err
+		}
+	}
+	for name, value := range arpSysctls(cfg.Interface) {
+		if err := a.setSysctl(name, value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Agent) addToLo(lo netlink.Link, vip netip.Addr) error {
+	bits := 32
+	if vip.Is6() {
+		bits = 128
+	}
+	addr, err := netlink.ParseAddr(netip.PrefixFrom(vip, bits).String())
+	if err != nil {
+		return err
+	}
+	if err := netlink.AddrAdd(lo, addr); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			a.log.Info("VIP already on lo, leaving it as found", "vip", vip)
+			return nil
+		}
+		return fmt.Errorf("add %s to lo: %w", vip, err)
+	}
+	a.addedLo = append(a.addedLo, addr)
+	a.log.Info("VIP added to lo", "vip", vip)
+	return nil
+}
+
+func (a *Agent) setSysctl(name, value string) error {
+	path := "/proc/sys/" + name
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("sysctl %s: %w", strings.ReplaceAll(name, "/", "."), err)
+	}
+	if strings.TrimSpace(string(old)) == value {
+		return nil
+	}
+	if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
+		return fmt.Errorf("sysctl %s=%s: %w", strings.ReplaceAll(name, "/", "."), value, err)
+	}
+	a.sysctls[name] = strings.TrimSpace(string(old))
+	return nil
+}
+
+// undo reverts every change setup made, in reverse order, whatever failed before.
+func (a *Agent) undo() {
+	for name, old := range a.sysctls {
+		if err := os.WriteFile("/proc/sys/"+name, []byte(old), 0o644); err != nil {
+			a.log.Error("restore sysctl", "name", name, "err", err)
+		}
+	}
+	if lo, err := netlink.LinkByName("lo"); err == nil {
+		for _, addr := range a.addedLo {
+			if err := netlink.AddrDel(lo, addr); err != nil {
+				a.log.Error("remove VIP from lo", "vip", addr.IPNet, "err", err)
+			}
+		}
+	}
+	if a.decap != nil {
+		if err := a.decap.Close(); err != nil {
+			a.log.Error("detach decapsulation", "err", err)
+		}
+	}
+}

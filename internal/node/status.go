@@ -1,0 +1,101 @@
+package node
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/manifoldlb/manifold/internal/datapath"
+	"github.com/manifoldlb/manifold/internal/reconcile"
+)
+
+// Status is the node's state as the API returns it (GET /api/v1/status).
+type Status struct {
+	Node             string            `json:"node"`
+	Interfaces       []InterfaceStatus `json:"interfaces"`
+	Services         []ServiceStatus   `json:"services"`
+	FlowTableEntries int               `json:"flow_table_entries"`
+	Drops            map[string]uint64 `json:"drops"`
+	Reloads          uint64            `json:"reloads"`
+	ReloadFailures   uint64            `json:"reload_failures"`
+}
+
+type InterfaceStatus struct {
+	Name    string `json:"name"`
+	XDPMode string `json:"xdp_mode"`
+}
+
+type ServiceStatus struct {
+	Name       string          `json:"name"`
+	VIP        string          `json:"vip"`
+	Port       uint16          `json:"port"`
+	Protocol   string          `json:"protocol"`
+	Forwarding string          `json:"forwarding"`
+	Scheduler  string          `json:"scheduler"`
+	Packets    uint64          `json:"packets"`
+	Bytes      uint64          `json:"bytes"`
+	Backends   []BackendStatus `json:"backends"`
+}
+
+type BackendStatus struct {
+	Address string `json:"address"`
+	Weight  uint32 `json:"weight"`
+	State   string `json:"state"` // up | draining | down
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// statusBoard is how the run loop shares its view with API handlers: the loop
+// publishes an immutable snapshot; handlers add live counters read from the maps
+// (which are safe to read concurrently).
+type statusBoard struct {
+	mu             sync.Mutex
+	node           string
+	interfaces     []InterfaceStatus
+	services       []reconcile.ServiceStatus
+	reloads        atomic.Uint64
+	reloadFailures atomic.Uint64
+}
+
+func newStatusBoard() *statusBoard { return &statusBoard{} }
+
+// publish is called by the run loop after every change.
+func (n *Node) publish() {
+	b := n.status
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.node = n.cfg.Node.Name
+	b.interfaces = b.interfaces[:0]
+	for _, iface := range n.cfg.Node.Interfaces {
+		b.interfaces = append(b.interfaces, InterfaceStatus{Name: iface, XDPMode: n.modes[iface]})
+	}
+	b.services = n.rec.Snapshot()
+}
+
+// read builds a Status with live counters.
+func (b *statusBoard) read(lb *datapath.LB) Status {
+	b.mu.Lock()
+	st := Status{Node: b.node, Interfaces: append([]InterfaceStatus(nil), b.interfaces...)}
+	services := b.services
+	b.mu.Unlock()
+	st.Reloads, st.ReloadFailures = b.reloads.Load(), b.reloadFailures.Load()
+	for _, s := range services {
+		ss := ServiceStatus{
+			Name: s.Config.Name, VIP: s.Config.VIP.String(), Port: s.Config.Port,
+			Protocol: string(s.Config.Protocol), Forwarding: string(s.Config.Forwarding), Scheduler: string(s.Config.Scheduler),
+		}
+		if c, err := lb.ServiceCounters(s.ID); err == nil {
+			ss.Packets, ss.Bytes = c.Packets, c.Bytes
+		}
+		for _, bk := range s.Backends {
+			bs := BackendStatus{Address: bk.Address.String(), Weight: bk.Weight, State: bk.State.String()}
+			if c, err := lb.BackendCounters(bk.ID); err == nil {
+				bs.Packets, bs.Bytes = c.Packets, c.Bytes
+			}
+			ss.Backends = append(ss.Backends, bs)
+		}
+		st.Services = append(st.Services, ss)
+	}
+	st.FlowTableEntries, _ = lb.FlowCount()
+	st.Drops, _ = lb.Drops()
+	return st
+}
