@@ -287,7 +287,7 @@ func TestXDPPackets(t *testing.T) {
 		name    string
 		pkt     []byte
 		verdict uint32
-		drop    string      // drop reason that must grow by exactly one
+		drop    string       // drop reason that must grow by exactly one
 		encap   *expectEncap // for TX / redirect
 	}{
 		{"TCP SYN to VIP", syn.Bytes(), dptest.XDPTX, "", &expectEncap{dptest.Backend4(1), dptest.NeighMAC(1), 0}},
@@ -315,7 +315,7 @@ func TestXDPPackets(t *testing.T) {
 		{"truncated TCP header to VIP dropped", cut(syn.Bytes(), 14+20+10), dptest.XDPDrop, "truncated", nil},
 		{"truncated UDP header to VIP dropped", cut(dptest.Packet{Src: c4, Dst: vipWeb, SPort: 1, DPort: 53, UDP: true}.Bytes(), 14+20+4), dptest.XDPDrop, "truncated", nil},
 		{"truncated IPv6 TCP to VIP dropped", cut(dptest.Packet{Src: c6, Dst: vip6, SPort: 1, DPort: 80}.Bytes(), 14+40+8), dptest.XDPDrop, "truncated", nil},
-		{"IPv4 total length beyond frame dropped", tamper(syn, true, func(ls []gopacket.SerializableLayer) {}) [:14+20+20-1], dptest.XDPDrop, "truncated", nil},
+		{"IPv4 total length beyond frame dropped", tamper(syn, true, func(ls []gopacket.SerializableLayer) {})[:14+20+20-1], dptest.XDPDrop, "truncated", nil},
 		{"IPv4 IHL < 5 dropped", func() []byte {
 			p := syn.Bytes()
 			p[14] = 0x44

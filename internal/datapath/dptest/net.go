@@ -78,7 +78,7 @@ func (n *Net) setup() error {
 		return err
 	}
 	ports := []struct {
-		name, peer string
+		name, peer   string
 		addr4, addr6 string
 		dst          **net.Interface
 	}{
