@@ -163,8 +163,9 @@ func newChecker(log *slog.Logger, buffer int) *Checker {
 func (c *Checker) Events() <-chan Event { return c.events }
 
 // Set replaces the set of targets. Targets already present keep their prober and
-// state; new ones start (down, except kind none which is up at once) and run their
-// first check immediately; removed ones are stopped: when Set returns, their prober
+// state; new ones start (down, except kind none which is up at once, and except a
+// target that only changed timing, which keeps its state) and run their first check
+// immediately; removed ones are stopped: when Set returns, their prober
 // goroutines have returned and no further check of them will start. Duplicate
 // targets are checked once. Set is idempotent; after Close it does nothing.
 func (c *Checker) Set(targets []Target) {
@@ -177,6 +178,16 @@ func (c *Checker) Set(targets []Target) {
 	}
 
 	var stopped []chan struct{}
+	// A target whose timing changed (interval, timeout, rise, fall) is a new target,
+	// but the backend behind it is the same: it keeps its known state instead of
+	// starting down, which would pull a healthy backend out for a moment on reload.
+	type endpoint struct {
+		addr netip.Addr
+		kind config.HealthKind
+		port uint16
+		path string
+	}
+	upBefore := map[endpoint]bool{}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -185,6 +196,9 @@ func (c *Checker) Set(targets []Target) {
 	for t, p := range c.probers {
 		if want[t] {
 			continue
+		}
+		if p.known && probed(t.Check.Kind) {
+			upBefore[endpoint{t.Addr, t.Check.Kind, t.Check.Port, t.Check.Path}] = p.up
 		}
 		p.cancel() // under c.mu: the prober records no result after this
 		delete(c.probers, t)
@@ -205,6 +219,9 @@ func (c *Checker) Set(targets []Target) {
 			p.known, p.up = true, true
 			c.emitLocked(Event{Target: t, Up: true, Reason: "no health check"})
 			continue
+		}
+		if up, ok := upBefore[endpoint{t.Addr, t.Check.Kind, t.Check.Port, t.Check.Path}]; ok {
+			p.known, p.up = true, up
 		}
 		p.done = make(chan struct{})
 		// The prober goroutine is owned by the Checker: started here, stopped by Set

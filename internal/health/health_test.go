@@ -496,6 +496,32 @@ func TestSetRemovesAndKeepsState(t *testing.T) {
 	expectEvent(t, c, b, true, "2 consecutive successes")
 }
 
+// A target whose timing alone changed (a reload with a new interval) keeps the
+// backend's state: a healthy backend must not drop out of the ring for a moment.
+func TestTimingChangeKeepsState(t *testing.T) {
+	t.Parallel()
+	srv := listenTCP(t, "127.0.0.1:0")
+	c := newTestChecker(t)
+	old := tcpTarget(loopback, srv.port(), 2, 2)
+	c.Set([]Target{old})
+	expectEvent(t, c, old, true, "2 consecutive successes")
+
+	retimed := old
+	retimed.Check.Interval *= 2
+	retimed.Check.Rise = 5
+	c.Set([]Target{retimed})
+	if !c.Up(retimed) {
+		t.Error("a target that only changed timing starts down")
+	}
+	// a different port is a different endpoint: it starts down
+	moved := old
+	moved.Check.Port = freePort(t)
+	c.Set([]Target{moved})
+	if c.Up(moved) {
+		t.Error("a target on another port inherited the old state")
+	}
+}
+
 // TestSlowConsumer checks that probers never block on a consumer that does not read
 // events, and that the latest state is still delivered (coalesced) in the end.
 func TestSlowConsumer(t *testing.T) {
