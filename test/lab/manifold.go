@@ -1,0 +1,151 @@
+package lab
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// NodeConfig is the part of a `manifold run` config file the lab uses.
+type NodeConfig struct {
+	Name              string
+	XDPMode           string // native unless set
+	Address, Address6 netip.Addr
+	API               string // 127.0.0.1:9100 unless set; each node has its own namespace
+	Services          []Service
+}
+
+// Service is one service of a NodeConfig.
+type Service struct {
+	Name     string
+	VIP      netip.Addr
+	Port     uint16
+	Backends []netip.Addr // each with weight 1
+	Health   *Health      // nil: no health section
+}
+
+// Health is a service's health check.
+type Health struct {
+	Kind              string // tcp | http
+	Port              uint16
+	Interval, Timeout time.Duration
+	Rise, Fall        int
+}
+
+// YAML renders the config file.
+func (c NodeConfig) YAML() []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "node:\n  name: %s\n  interfaces: [%s]\n  xdp_mode: %s\n", c.Name, HostLink, or(c.XDPMode, "native"))
+	fmt.Fprintf(&b, "  address: %s\n", c.Address)
+	if c.Address6.IsValid() {
+		fmt.Fprintf(&b, "  address6: %s\n", c.Address6)
+	}
+	fmt.Fprintf(&b, "  api: %s\nservices:\n", or(c.API, "127.0.0.1:9100"))
+	for _, s := range c.Services {
+		fmt.Fprintf(&b, "  - name: %s\n    vip: %s\n    port: %d\n    protocol: tcp\n    backends:\n", s.Name, s.VIP, s.Port)
+		for _, be := range s.Backends {
+			fmt.Fprintf(&b, "      - address: %s\n", be)
+		}
+		if h := s.Health; h != nil {
+			fmt.Fprintf(&b, "    health: {kind: %s, port: %d, interval: %s, timeout: %s, rise: %d, fall: %d}\n",
+				h.Kind, h.Port, h.Interval, h.Timeout, h.Rise, h.Fall)
+		}
+	}
+	return []byte(b.String())
+}
+
+// Node is a running `manifold run`.
+type Node struct {
+	*Process
+	ConfigPath string
+}
+
+// StartNode writes cfg and runs `manifold run` on h; it returns once an XDP program is
+// attached to h's eth0.
+func (l *Lab) StartNode(manifold string, h *Host, cfg NodeConfig) (*Node, error) {
+	n := &Node{ConfigPath: filepath.Join(l.Dir, "manifold-"+h.Role+".yaml")}
+	if err := writeFileAtomic(n.ConfigPath, cfg.YAML()); err != nil {
+		return nil, err
+	}
+	p, err := l.Start(h, "manifold-"+h.Role, manifold, "run", "--config", n.ConfigPath)
+	if err != nil {
+		return nil, err
+	}
+	n.Process = p
+	err = p.WaitReady(15*time.Second, func() error {
+		id, err := h.XDPProgID(HostLink)
+		if err != nil {
+			return err
+		}
+		if id == 0 {
+			return fmt.Errorf("no XDP program on %s:%s", h.NS, HostLink)
+		}
+		return nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("manifold run on %s: %w", h.Role, err)
+	}
+	return n, nil
+}
+
+// Reload rewrites the config file and sends SIGHUP. It does not wait for the new config
+// to be applied: only traffic can tell.
+func (n *Node) Reload(cfg NodeConfig) error {
+	if err := writeFileAtomic(n.ConfigPath, cfg.YAML()); err != nil {
+		return err
+	}
+	return n.Signal(syscall.SIGHUP)
+}
+
+// StartBackendAgent runs `manifold backend` on h for vips; it returns once h accepts
+// packets for the VIPs (see Host.IsLocal).
+func (l *Lab) StartBackendAgent(manifold string, h *Host, vips ...netip.Addr) (*Process, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "backend:\n  interface: %s\n  vips: [", HostLink)
+	for i, v := range vips {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(v.String())
+	}
+	b.WriteString("]\n")
+	path := filepath.Join(l.Dir, "backend-"+h.Role+".yaml")
+	if err := writeFileAtomic(path, []byte(b.String())); err != nil {
+		return nil, err
+	}
+	p, err := l.Start(h, "backend-"+h.Role, manifold, "backend", "--config", path)
+	if err != nil {
+		return nil, err
+	}
+	err = p.WaitReady(15*time.Second, func() error {
+		ok, err := h.IsLocal(vips...)
+		if err == nil && !ok {
+			err = fmt.Errorf("VIPs %v not local in %s", vips, h.NS)
+		}
+		return err
+	})
+	if err != nil {
+		return p, fmt.Errorf("manifold backend on %s: %w", h.Role, err)
+	}
+	return p, nil
+}
+
+// writeFileAtomic replaces path in one rename, so a reload never reads half a file.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
