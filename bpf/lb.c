@@ -33,7 +33,10 @@ static __always_inline int balance(struct xdp_md *ctx, struct lb_packet *pkt)
 	__u16 outer_len;
 	int rc;
 
-	if (!flow_lookup(pkt, &c)) {
+	/* A SYN opens a flow: the table cannot know it (a retransmitted SYN hashes to the
+	 * same backend unless the ring changed in between), so skip the lookup, a likely
+	 * cache miss in a large table. */
+	if ((pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN || !flow_lookup(pkt, &c)) {
 		const struct lb_vip *vip = vip_lookup(pkt);
 
 		if (!vip)
