@@ -8,9 +8,12 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/metrics"
 )
 
-// serveAPI starts the read-only status API on node.api and returns its stopper.
+// serveAPI starts the read-only status API and /metrics on node.api and returns its
+// stopper.
 func (n *Node) serveAPI() (func(), error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/status", func(w http.ResponseWriter, r *http.Request) {
@@ -19,6 +22,7 @@ func (n *Node) serveAPI() (func(), error) {
 	mux.HandleFunc("GET /api/v1/services", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, n.status.read(n.lb).Services)
 	})
+	mux.Handle("GET /metrics", metrics.Handler(n))
 	ln, err := net.Listen("tcp", n.cfg.Node.API)
 	if err != nil {
 		return nil, fmt.Errorf("node.api: listen on %s: %w", n.cfg.Node.API, err)

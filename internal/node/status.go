@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/manifoldlb/manifold/internal/datapath"
+	"github.com/manifoldlb/manifold/internal/metrics"
 	"github.com/manifoldlb/manifold/internal/reconcile"
 )
 
@@ -98,4 +99,17 @@ func (b *statusBoard) read(lb *datapath.LB) Status {
 	st.FlowTableEntries, _ = lb.FlowCount()
 	st.Drops, _ = lb.Drops()
 	return st
+}
+
+// MetricsSnapshot is the node's metrics.Source.
+func (n *Node) MetricsSnapshot() metrics.Snapshot {
+	st := n.status.read(n.lb)
+	out := metrics.Snapshot{Drops: st.Drops, FlowTableEntries: st.FlowTableEntries, Reloads: st.Reloads, ReloadFailures: st.ReloadFailures}
+	for _, s := range st.Services {
+		for _, b := range s.Backends {
+			out.Backends = append(out.Backends, metrics.Backend{Service: s.Name, Address: b.Address,
+				Up: b.State == datapath.BackendUp.String(), Packets: b.Packets, Bytes: b.Bytes})
+		}
+	}
+	return out
 }

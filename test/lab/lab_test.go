@@ -3,6 +3,8 @@ package lab
 import (
 	"flag"
 	"fmt"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -339,6 +341,7 @@ func TestSpreadAndDSR(t *testing.T) {
 	for _, f := range families {
 		t.Run(f.name, func(t *testing.T) {
 			before := tl.counters(t, lb)
+			forwardedBefore := forwarded(t, lb)
 			per := map[string]int{}
 			for i := range conns {
 				body, err := HTTPGet(tl.client.NS, f.url(), 0)
@@ -348,6 +351,7 @@ func TestSpreadAndDSR(t *testing.T) {
 				per[strings.TrimSpace(body)]++
 			}
 			after := tl.counters(t, lb)
+			fwd := forwarded(t, lb) - forwardedBefore
 			t.Logf("%d new connections per backend: %v", conns, per)
 			for _, be := range tl.backends {
 				if n := per[be.Role]; n*5 < conns {
@@ -356,8 +360,8 @@ func TestSpreadAndDSR(t *testing.T) {
 			}
 
 			d := after.minus(before)
-			t.Logf("packets: client sent %d, received %d; %s eth0 received %d, sent %d; backends sent %d",
-				d.clientTx, d.clientRx, lb.Role, d.lbRx, d.lbTx, d.backendsTx)
+			t.Logf("packets: client sent %d, received %d; %s eth0 received %d, sent %d, manifold_packets_total +%d; backends sent %d",
+				d.clientTx, d.clientRx, lb.Role, d.lbRx, d.lbTx, fwd, d.backendsTx)
 			slack := d.clientTx/20 + 20 // neighbour discovery and the like
 			if d.lbRx+slack < d.clientTx || d.lbTx+slack < d.clientTx {
 				t.Errorf("%s received %d and sent %d packets, fewer than the %d the client sent: the requests did not all go through it",
@@ -367,12 +371,39 @@ func TestSpreadAndDSR(t *testing.T) {
 				t.Errorf("%s received %d and sent %d packets for the client's %d (the client received %d): replies went through the LB node",
 					lb.Role, d.lbRx, d.lbTx, d.clientTx, d.clientRx)
 			}
+			// the node's own count (manifold_packets_total) must be the packets the
+			// client sent to the VIP: no more, and no fewer than all but ARP/ND
+			if fwd > d.clientTx || fwd+slack < d.clientTx {
+				t.Errorf("manifold_packets_total grew by %d; the client sent %d packets to the VIP", fwd, d.clientTx)
+			}
 			if d.backendsTx+slack < d.clientRx {
 				t.Errorf("the backends sent %d packets, the client received %d: the replies did not come from the backends",
 					d.backendsTx, d.clientRx)
 			}
 		})
 	}
+}
+
+// forwarded sums manifold_packets_total over every service and backend of a node, as
+// scraped from its /metrics.
+func forwarded(t *testing.T, lb *Host) uint64 {
+	t.Helper()
+	out, err := lb.Output("curl", "-sf", "http://127.0.0.1:9100/metrics")
+	if err != nil {
+		t.Fatalf("scrape %s /metrics: %v", lb.Role, err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(out))
+	if err != nil {
+		t.Fatalf("%s /metrics is not the Prometheus text format: %v", lb.Role, err)
+	}
+	var n uint64
+	if f, ok := families["manifold_packets_total"]; ok {
+		for _, m := range f.Metric {
+			n += uint64(m.GetCounter().GetValue())
+		}
+	}
+	return n
 }
 
 type packetCounts struct{ clientTx, clientRx, lbRx, lbTx, backendsTx uint64 }
