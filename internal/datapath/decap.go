@@ -22,11 +22,7 @@ type Decap struct {
 func LoadDecap() (*Decap, error) {
 	d := &Decap{}
 	if err := loadDecapObjects(&d.objs, nil); err != nil {
-		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("load decap program: %+v", verr)
-		}
-		return nil, fmt.Errorf("load decap program: %w", err)
+		return nil, loadError("decap program", err)
 	}
 	return d, nil
 }

@@ -53,13 +53,19 @@ func LoadLB(opts Options) (*LB, error) {
 	lb := &LB{links: map[string]link.Link{}}
 	lb.ringSpec = spec.Maps[lbMapLbMaglev].InnerMap.Copy()
 	if err := spec.LoadAndAssign(&lb.objs, nil); err != nil {
-		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("load XDP program: %+v", verr)
-		}
-		return nil, fmt.Errorf("load XDP program: %w", err)
+		return nil, loadError("XDP program", err)
 	}
 	return lb, nil
+}
+
+// loadError wraps a load failure; a verifier rejection is printed with its whole log,
+// the only place that says which instruction was refused.
+func loadError(what string, err error) error {
+	var verr *ebpf.VerifierError
+	if errors.As(err, &verr) {
+		return fmt.Errorf("load %s: %+v", what, verr)
+	}
+	return fmt.Errorf("load %s: %w", what, err)
 }
 
 // Program is the XDP program, for BPF_PROG_TEST_RUN in tests and benchmarks.
