@@ -406,6 +406,51 @@ func forwarded(t *testing.T, lb *Host) uint64 {
 	return n
 }
 
+// A reload with a bad file changes nothing: the daemon says why, keeps running, keeps
+// every backend (the bad file also drops one, which must not take effect), and counts
+// the failure.
+func TestBadReloadChangesNothing(t *testing.T) {
+	tl := startLab(t, []string{"lb1"}, nil)
+	node := tl.nodes["lb1"]
+	bad := append(nodeConfig(tl.Host("lb1"), tl.backends[:2], nil).YAML(), "colour: blue\n"...)
+	if err := writeFileAtomic(node.ConfigPath, bad); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	line, err := node.WaitLog(10*time.Second, func(l string) bool { return strings.Contains(l, "reload rejected") })
+	if err != nil {
+		t.Fatalf("no rejection logged: %v", err)
+	}
+	if !strings.Contains(line, "colour: unknown field") {
+		t.Errorf("the rejection does not say why: %s", line)
+	}
+	for _, f := range families {
+		tl.waitReaches(t, f, roles(tl.backends)) // be3 included: nothing was applied
+	}
+	if !node.Running() {
+		t.Fatalf("manifold run exited after a bad reload: %v", node.ExitErr())
+	}
+	out, err := tl.Host("lb1").Output("curl", "-sf", "http://127.0.0.1:9100/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "\nmanifold_config_reload_failures_total 1\n") {
+		t.Errorf("reload failure not counted:\n%s", grepLines(out, "manifold_config_reload"))
+	}
+}
+
+func grepLines(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 type packetCounts struct{ clientTx, clientRx, lbRx, lbTx, backendsTx uint64 }
 
 func (a packetCounts) minus(b packetCounts) packetCounts {
