@@ -7,15 +7,24 @@
 #include <bpf/bpf_helpers.h>
 #include "consts.h"
 #include "types.h"
+#include <linux/in6.h>
 
 /* VIP addresses with at least one service: the first, cheap test that tells VIP traffic
- * from everything else, which passes after this one lookup. */
+ * from everything else, which passes after this one lookup. IPv4 has its own map with
+ * a 4-byte key: the lookup every IPv4 packet pays hashes 4 bytes, not 20. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, LB_MAX_VIP_ADDRS);
-	__type(key, struct lb_addr);
+	__type(key, __be32);
 	__type(value, __u32); /* number of services on this address */
-} lb_vip_addrs SEC(".maps");
+} lb4_vip_addrs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_MAX_VIP_ADDRS);
+	__type(key, struct in6_addr);
+	__type(value, __u32);
+} lb6_vip_addrs SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

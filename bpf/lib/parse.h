@@ -89,14 +89,12 @@ static __always_inline int parse_ipv4(void *data, void *data_end, __u64 off,
 				      struct lb_packet *pkt)
 {
 	struct iphdr *iph = data + off;
-	struct lb_addr vip = { .family = LB_FAMILY_V4 };
 	__u32 hlen, tot;
 	void *l3_end;
 
 	if ((void *)(iph + 1) > data_end)
 		return LB_PARSE_PASS; /* too short to be anyone's: the kernel will discard it */
-	vip.addr[0] = iph->daddr;
-	if (!bpf_map_lookup_elem(&lb_vip_addrs, &vip))
+	if (!bpf_map_lookup_elem(&lb4_vip_addrs, &iph->daddr))
 		return LB_PARSE_PASS;
 
 	if (iph->version != 4 || iph->ihl < 5)
@@ -126,14 +124,12 @@ static __always_inline int parse_ipv6(void *data, void *data_end, __u64 off,
 				      struct lb_packet *pkt)
 {
 	struct ipv6hdr *ip6 = data + off;
-	struct lb_addr vip = { .family = LB_FAMILY_V6 };
 	void *l3_end;
 	__u8 nexthdr;
 
 	if ((void *)(ip6 + 1) > data_end)
 		return LB_PARSE_PASS;
-	__builtin_memcpy(vip.addr, &ip6->daddr, sizeof(vip.addr));
-	if (!bpf_map_lookup_elem(&lb_vip_addrs, &vip))
+	if (!bpf_map_lookup_elem(&lb6_vip_addrs, &ip6->daddr))
 		return LB_PARSE_PASS;
 
 	if (ip6->version != 6)

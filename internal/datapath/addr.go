@@ -53,6 +53,7 @@ func be16(port uint16) uint16 {
 	return binary.NativeEndian.Uint16(b[:])
 }
 
-func lbAddr(a netip.Addr) lbLbAddr {
-	return lbLbAddr{Addr: addrWords(a), Family: familyOf(a)}
+// decapKey is a VIP as the decapsulation program's lb_decap_vips keys it.
+func decapKey(a netip.Addr) decapLbAddr {
+	return decapLbAddr{Addr: addrWords(a), Family: familyOf(a)}
 }

@@ -32,7 +32,7 @@ func (d *Decap) Program() *ebpf.Program { return d.objs.ManifoldDecap }
 
 // AddVIP lets packets whose inner destination is vip be decapsulated.
 func (d *Decap) AddVIP(vip netip.Addr) error {
-	if err := d.objs.LbDecapVips.Put(lbAddr(vip), uint32(1)); err != nil {
+	if err := d.objs.LbDecapVips.Put(decapKey(vip), uint32(1)); err != nil {
 		return fmt.Errorf("lb_decap_vips put %s: %w", vip, err)
 	}
 	return nil
@@ -40,7 +40,7 @@ func (d *Decap) AddVIP(vip netip.Addr) error {
 
 // RemoveVIP stops decapsulating packets for vip.
 func (d *Decap) RemoveVIP(vip netip.Addr) error {
-	if err := d.objs.LbDecapVips.Delete(lbAddr(vip)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	if err := d.objs.LbDecapVips.Delete(decapKey(vip)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("lb_decap_vips delete %s: %w", vip, err)
 	}
 	return nil

@@ -13,11 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type lbLbAddr struct {
-	_      structs.HostLayout
-	Addr   [4]uint32
-	Family uint8
-	Pad    [3]uint8
+type lbIn6Addr struct {
+	_    structs.HostLayout
+	In6U struct {
+		_       structs.HostLayout
+		U6Addr8 [16]uint8
+	}
 }
 
 type lbLbBackend struct {
@@ -111,6 +112,8 @@ type lbLbVipKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	lbMapLb4VipAddrs    = "lb4_vip_addrs"
+	lbMapLb6VipAddrs    = "lb6_vip_addrs"
 	lbMapLbBackendStats = "lb_backend_stats"
 	lbMapLbBackends     = "lb_backends"
 	lbMapLbDrops        = "lb_drops"
@@ -119,7 +122,6 @@ const (
 	lbMapLbMaglev       = "lb_maglev"
 	lbMapLbServiceStats = "lb_service_stats"
 	lbMapLbTxPorts      = "lb_tx_ports"
-	lbMapLbVipAddrs     = "lb_vip_addrs"
 	lbMapLbVips         = "lb_vips"
 	lbProgManifoldLb    = "manifold_lb"
 	lbVarNodeAddr4      = "node_addr4"
@@ -175,6 +177,8 @@ type lbProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbMapSpecs struct {
+	Lb4VipAddrs    *ebpf.MapSpec `ebpf:"lb4_vip_addrs"`
+	Lb6VipAddrs    *ebpf.MapSpec `ebpf:"lb6_vip_addrs"`
 	LbBackendStats *ebpf.MapSpec `ebpf:"lb_backend_stats"`
 	LbBackends     *ebpf.MapSpec `ebpf:"lb_backends"`
 	LbDrops        *ebpf.MapSpec `ebpf:"lb_drops"`
@@ -183,7 +187,6 @@ type lbMapSpecs struct {
 	LbMaglev       *ebpf.MapSpec `ebpf:"lb_maglev"`
 	LbServiceStats *ebpf.MapSpec `ebpf:"lb_service_stats"`
 	LbTxPorts      *ebpf.MapSpec `ebpf:"lb_tx_ports"`
-	LbVipAddrs     *ebpf.MapSpec `ebpf:"lb_vip_addrs"`
 	LbVips         *ebpf.MapSpec `ebpf:"lb_vips"`
 }
 
@@ -215,6 +218,8 @@ func (o *lbObjects) Close() error {
 //
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbMaps struct {
+	Lb4VipAddrs    *ebpf.Map `ebpf:"lb4_vip_addrs"`
+	Lb6VipAddrs    *ebpf.Map `ebpf:"lb6_vip_addrs"`
 	LbBackendStats *ebpf.Map `ebpf:"lb_backend_stats"`
 	LbBackends     *ebpf.Map `ebpf:"lb_backends"`
 	LbDrops        *ebpf.Map `ebpf:"lb_drops"`
@@ -223,12 +228,13 @@ type lbMaps struct {
 	LbMaglev       *ebpf.Map `ebpf:"lb_maglev"`
 	LbServiceStats *ebpf.Map `ebpf:"lb_service_stats"`
 	LbTxPorts      *ebpf.Map `ebpf:"lb_tx_ports"`
-	LbVipAddrs     *ebpf.Map `ebpf:"lb_vip_addrs"`
 	LbVips         *ebpf.Map `ebpf:"lb_vips"`
 }
 
 func (m *lbMaps) Close() error {
 	return _LbClose(
+		m.Lb4VipAddrs,
+		m.Lb6VipAddrs,
 		m.LbBackendStats,
 		m.LbBackends,
 		m.LbDrops,
@@ -237,7 +243,6 @@ func (m *lbMaps) Close() error {
 		m.LbMaglev,
 		m.LbServiceStats,
 		m.LbTxPorts,
-		m.LbVipAddrs,
 		m.LbVips,
 	)
 }

@@ -91,16 +91,27 @@ func (lb *LB) DeleteService(k ServiceKey) error {
 	return nil
 }
 
+// vipAddrsMap returns the address filter of addr's family and addr as its key (the
+// bytes on the wire).
+func (lb *LB) vipAddrsMap(addr netip.Addr) (*ebpf.Map, any) {
+	if addr.Is4() {
+		return lb.objs.Lb4VipAddrs, addr.As4()
+	}
+	return lb.objs.Lb6VipAddrs, addr.As16()
+}
+
 // PutVIPAddr marks addr as carrying `services` services (> 0).
 func (lb *LB) PutVIPAddr(addr netip.Addr, services uint32) error {
-	if err := lb.objs.LbVipAddrs.Put(lbAddr(addr), services); err != nil {
+	m, key := lb.vipAddrsMap(addr)
+	if err := m.Put(key, services); err != nil {
 		return fmt.Errorf("lb_vip_addrs put %s: %w", addr, err)
 	}
 	return nil
 }
 
 func (lb *LB) DeleteVIPAddr(addr netip.Addr) error {
-	if err := lb.objs.LbVipAddrs.Delete(lbAddr(addr)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	m, key := lb.vipAddrsMap(addr)
+	if err := m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("lb_vip_addrs delete %s: %w", addr, err)
 	}
 	return nil
