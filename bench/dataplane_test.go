@@ -9,8 +9,11 @@ import (
 func TestSummarize(t *testing.T) {
 	ns := []uint32{90, 10, 50, 30, 70, 20, 40, 60, 80, 100, 0}
 	s := Summarize("x", ns)
-	if s.Calls != 11 || s.Min != 0 || s.Median != 50 || s.P90 != 90 || s.Max != 100 {
-		t.Errorf("summary %+v, want 11 calls, min 0, median 50, p90 90, max 100", s)
+	if s.Calls != 11 || s.Min != 0 || s.Median != 50 || s.Mean != 50 || s.P90 != 90 || s.Max != 100 {
+		t.Errorf("summary %+v, want 11 calls, min 0, median 50, mean 50, p90 90, max 100", s)
+	}
+	if m := Summarize("y", []uint32{10, 10, 20}).Mean; m < 13.3 || m > 13.4 {
+		t.Errorf("mean of 10,10,20 = %v", m)
 	}
 	if ns[0] != 90 {
 		t.Error("Summarize sorted its caller's slice")
