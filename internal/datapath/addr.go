@@ -22,17 +22,6 @@ func addrWords(a netip.Addr) (w [4]uint32) {
 	return w
 }
 
-func wordsAddr(w [4]uint32, family uint8) netip.Addr {
-	var b [16]byte
-	for i := range w {
-		binary.NativeEndian.PutUint32(b[4*i:], w[i])
-	}
-	if family == familyV4 {
-		return netip.AddrFrom4([4]byte(b[:4]))
-	}
-	return netip.AddrFrom16(b)
-}
-
 // Families as the programs store them: the IP version number, zero for an unused slot.
 const (
 	familyV4 = 4

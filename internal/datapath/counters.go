@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
@@ -110,7 +111,7 @@ func (lb *LB) FlowCount() (int, error) {
 func (lb *LB) FlowBackend(f Flow) (uint32, error) {
 	var v lbLbFlow
 	if err := lb.objs.LbFlows.Lookup(f.key(), &v); err != nil {
-		if err == ebpf.ErrKeyNotExist {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return 0, nil
 		}
 		return 0, err

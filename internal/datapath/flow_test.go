@@ -2,6 +2,7 @@ package datapath_test
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/gopacket/gopacket/layers"
@@ -196,7 +197,7 @@ func TestCounters(t *testing.T) {
 
 func TestDropReasonsAllNamed(t *testing.T) {
 	for _, name := range datapath.DropReasons() {
-		if name == "" || name[0] == 'r' && len(name) > 7 && name[:7] == "reason_" {
+		if name == "" || strings.HasPrefix(name, "reason_") {
 			t.Errorf("drop reason without a name: %q", name)
 		}
 	}
