@@ -15,8 +15,6 @@
 #include "types.h"
 
 #define LB_MAX_DECAP_VIPS 4096
-#define IPPROTO_IPIP_V4 4
-#define IPPROTO_IPIP_V6 41
 
 /* VIPs this backend serves: the only inner destinations it decapsulates. */
 struct {

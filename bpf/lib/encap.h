@@ -10,8 +10,6 @@
 
 #define IPV4_HDR_LEN 20
 #define IPV6_HDR_LEN 40
-#define IPPROTO_IPIP_V4 4  /* IPv4 in IP */
-#define IPPROTO_IPIP_V6 41 /* IPv6 in IP */
 
 /* Grows the packet by `len` bytes at the front and returns a pointer to where the
  * outer header goes, right after the link-layer header of the original size. */

@@ -10,6 +10,10 @@
 #define LB_FAMILY_V4 4
 #define LB_FAMILY_V6 6
 
+/* IP protocol numbers of the encapsulations, written by lb.c and stripped by decap.c. */
+#define IPPROTO_IPIP_V4 4  /* IPv4 in IP */
+#define IPPROTO_IPIP_V6 41 /* IPv6 in IP */
+
 /* An IPv4 or IPv6 address; IPv4 lives in addr[0] with addr[1..3] zero. */
 struct lb_addr {
 	__be32 addr[4];
