@@ -44,6 +44,9 @@ type Node struct {
 	neigh   *neighbours
 	modes   map[string]string // interface → XDP mode in use
 	status  *statusBoard
+	// requests carries work that must run on the run loop (API writes): the loop is
+	// the only goroutine that touches the reconciler and the current config.
+	requests chan func()
 }
 
 // Run runs the daemon until ctx is done. Errors before the data plane is attached
@@ -65,15 +68,16 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 		return err
 	}
 	n := &Node{
-		log:     log,
-		path:    path,
-		cfg:     cfg,
-		lb:      lb,
-		rec:     reconcile.New(lb),
-		checker: health.New(log),
-		neigh:   newNeighbours(log),
-		modes:   map[string]string{},
-		status:  newStatusBoard(),
+		log:      log,
+		path:     path,
+		cfg:      cfg,
+		lb:       lb,
+		rec:      reconcile.New(lb),
+		checker:  health.New(log),
+		neigh:    newNeighbours(log),
+		modes:    map[string]string{},
+		status:   newStatusBoard(),
+		requests: make(chan func()),
 	}
 	defer n.close()
 
@@ -119,6 +123,8 @@ func (n *Node) loop(ctx context.Context) error {
 			return nil
 		case <-hup:
 			n.reload()
+		case fn := <-n.requests:
+			fn()
 		case ev := <-n.checker.Events():
 			n.log.Info("backend health changed", "backend", ev.Target.Addr, "check", ev.Target.String(), "up", ev.Up, "reason", ev.Reason)
 			if err := n.rec.Apply(n.cfg, n.healthy); err != nil {
@@ -155,6 +161,18 @@ func (n *Node) reload() {
 	n.neigh.ensure(backendAddrs(cfg))
 	n.publish()
 	n.log.Info("config reloaded", "config", n.path, "services", len(cfg.Services))
+}
+
+// do runs fn on the run loop and waits for it; it fails when the node is stopping.
+func (n *Node) do(ctx context.Context, fn func()) error {
+	done := make(chan struct{})
+	select {
+	case n.requests <- func() { defer close(done); fn() }:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	<-done
+	return nil
 }
 
 func (n *Node) healthy(s *config.Service, b *config.Backend) bool {

@@ -18,7 +18,16 @@ import (
 )
 
 // Every test builds its own lab under this prefix, one test at a time.
-const prefix = "mfl"
+// MANIFOLD_LAB_PREFIX gives a test run a prefix of its own, so that two runs on one
+// machine (two developers, two checkouts) do not remove each other's namespaces.
+var prefix = envOr("MANIFOLD_LAB_PREFIX", "mfl")
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
 
 var (
 	vip4 = netip.MustParseAddr("198.51.100.10")
