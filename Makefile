@@ -4,7 +4,7 @@
 GO      ?= go
 BIN     := bin/manifold
 # Debian packages the build, the tests and the demo use.
-DEB_PKGS := clang llvm libbpf-dev bpftool iproute2 ethtool nginx curl
+DEB_PKGS := clang llvm libbpf-dev bpftool iproute2 ethtool nginx curl bird2 frr tshark python3-scapy prometheus
 # Tests that need root (BPF, namespaces) skip with a reason without it.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 

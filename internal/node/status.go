@@ -13,11 +13,32 @@ import (
 type Status struct {
 	Node             string            `json:"node"`
 	Interfaces       []InterfaceStatus `json:"interfaces"`
+	BGP              *BGPStatus        `json:"bgp,omitempty"` // absent without a bgp section
 	Services         []ServiceStatus   `json:"services"`
 	FlowTableEntries int               `json:"flow_table_entries"`
 	Drops            map[string]uint64 `json:"drops"`
 	Reloads          uint64            `json:"reloads"`
 	ReloadFailures   uint64            `json:"reload_failures"`
+}
+
+// BGPStatus is the speaker's state: its peers, as GoBGP reports them.
+type BGPStatus struct {
+	ASN      uint32       `json:"asn"`
+	RouterID string       `json:"router_id"`
+	Peers    []PeerStatus `json:"peers"`
+}
+
+type PeerStatus struct {
+	Address string `json:"address"`
+	ASN     uint32 `json:"asn"`
+	// State is the BGP FSM state: idle, connect, active, opensent, openconfirm,
+	// established.
+	State string `json:"state"`
+	Up    bool   `json:"up"` // established
+	// UpSince is when the session was last established (RFC 3339), "" when down.
+	UpSince         string `json:"up_since,omitempty"`
+	UpdatesSent     uint64 `json:"updates_sent"`
+	UpdatesReceived uint64 `json:"updates_received"`
 }
 
 type InterfaceStatus struct {
@@ -26,15 +47,19 @@ type InterfaceStatus struct {
 }
 
 type ServiceStatus struct {
-	Name       string          `json:"name"`
-	VIP        string          `json:"vip"`
-	Port       uint16          `json:"port"`
-	Protocol   string          `json:"protocol"`
-	Forwarding string          `json:"forwarding"`
-	Scheduler  string          `json:"scheduler"`
-	Packets    uint64          `json:"packets"`
-	Bytes      uint64          `json:"bytes"`
-	Backends   []BackendStatus `json:"backends"`
+	Name       string `json:"name"`
+	VIP        string `json:"vip"`
+	Port       uint16 `json:"port"`
+	Protocol   string `json:"protocol"`
+	Forwarding string `json:"forwarding"`
+	Scheduler  string `json:"scheduler"`
+	// Announced says whether this node announces the VIP over BGP now; Reason says
+	// why (or why not), e.g. "no healthy backend".
+	Announced bool            `json:"announced"`
+	Reason    string          `json:"announce_reason,omitempty"`
+	Packets   uint64          `json:"packets"`
+	Bytes     uint64          `json:"bytes"`
+	Backends  []BackendStatus `json:"backends"`
 }
 
 type BackendStatus struct {
