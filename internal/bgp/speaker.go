@@ -1,0 +1,431 @@
+// Package bgp announces the node's VIPs to its routers. The node sees only the
+// [Speaker] interface; [Start] returns one backed by GoBGP embedded as a library (no
+// separate daemon, no gRPC).
+//
+// The speaker originates host routes only: a /32 for an IPv4 VIP with the node's IPv4
+// address as next hop, a /128 for an IPv6 VIP with the node's IPv6 address as next hop
+// (MP-BGP). Every session carries the families the node has an address for, so one
+// IPv4 session can carry IPv6 VIPs too. Routes the peers send are refused: a load
+// balancer node needs none of them and must not grow a RIB from its upstream.
+//
+// Sessions are opened actively (the speaker does not listen on port 179) and retried
+// every [ConnectRetry] while a peer is down or refuses them; the node keeps
+// forwarding whatever the sessions do.
+package bgp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
+)
+
+// ConnectRetry is how often a session that is down is tried again. GoBGP's default,
+// 120 s, is far too slow for a node that must be back in the ECMP group within
+// seconds of its router restarting.
+const ConnectRetry = 3 * time.Second
+
+// Speaker announces and withdraws VIPs. Announce and Withdraw are idempotent.
+type Speaker interface {
+	Announce(vip netip.Addr) error
+	Withdraw(vip netip.Addr) error
+	// Announced lists the VIPs announced now, sorted.
+	Announced() []netip.Addr
+	// Peers reports the state of every configured peer, in config order.
+	Peers() []PeerState
+	// Close withdraws everything and closes the sessions (a Cease notification).
+	Close() error
+}
+
+// Config is what the speaker needs: the node's identity and its peers.
+type Config struct {
+	ASN      uint32
+	RouterID netip.Addr
+	// NextHop4 and NextHop6 are the node's addresses, the next hops of VIPs of their
+	// family. A zero one means the node announces no VIP of that family.
+	NextHop4, NextHop6 netip.Addr
+	Peers              []Peer
+	// ListenPort is the TCP port to accept sessions on; 0 does not listen (the
+	// speaker always connects actively).
+	ListenPort int
+}
+
+type Peer struct {
+	Address      netip.Addr
+	ASN          uint32
+	Port         uint16
+	HoldTime     time.Duration // 0: no keepalives (RFC 4271)
+	Password     string        // TCP MD5 key
+	EBGPMultihop uint8
+}
+
+// PeerState is a peer as the speaker sees it now.
+type PeerState struct {
+	Address netip.Addr
+	ASN     uint32
+	State   string // idle, connect, active, opensent, openconfirm, established
+	// Since is when the session was last established (zero when it is not).
+	Since           time.Time
+	UpdatesSent     uint64
+	UpdatesReceived uint64
+}
+
+func (p PeerState) Up() bool { return p.State == "established" }
+
+// GoBGP is the Speaker backed by an embedded GoBGP server.
+type GoBGP struct {
+	cfg    Config
+	log    *slog.Logger
+	srv    *server.BgpServer
+	cancel context.CancelFunc
+
+	closeOnce sync.Once
+
+	mu        sync.Mutex
+	announced map[netip.Addr]bool
+	peerLogs  map[netip.Addr]*peerLog
+}
+
+// Start starts the speaker and adds its peers; sessions come up in the background.
+// Sessions going up and down are logged with the reason.
+func Start(cfg Config, log *slog.Logger) (*GoBGP, error) {
+	if !cfg.RouterID.Is4() {
+		return nil, fmt.Errorf("bgp: router id %s is not an IPv4 address", cfg.RouterID)
+	}
+	// GoBGP logs at its own verbosity; ours says what an operator needs (peer up and
+	// down, announce, withdraw), so GoBGP's own lines are kept to warnings.
+	level := &slog.LevelVar{}
+	level.Set(slog.LevelWarn)
+	srv := server.NewBgpServer(server.LoggerOption(log.With("component", "gobgp"), level))
+	go srv.Serve()
+
+	listen := int32(-1) // GoBGP: -1 = do not listen
+	if cfg.ListenPort > 0 {
+		listen = int32(cfg.ListenPort)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &GoBGP{cfg: cfg, log: log, srv: srv, cancel: cancel, announced: map[netip.Addr]bool{}, peerLogs: map[netip.Addr]*peerLog{}}
+	fail := func(err error) (*GoBGP, error) {
+		cancel()
+		srv.Stop()
+		return nil, err
+	}
+	if err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
+		Asn:        cfg.ASN,
+		RouterId:   cfg.RouterID.String(),
+		ListenPort: listen,
+	}}); err != nil {
+		return fail(fmt.Errorf("bgp: start: %w", err))
+	}
+	if err := refusePeerRoutes(ctx, srv); err != nil {
+		return fail(err)
+	}
+	if err := srv.WatchEvent(ctx, server.WatchEventMessageCallbacks{OnPeerUpdate: s.onPeer}, server.WatchPeer()); err != nil {
+		return fail(fmt.Errorf("bgp: watch peers: %w", err))
+	}
+	for _, p := range cfg.Peers {
+		if err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.peerConfig(p)}); err != nil {
+			return fail(fmt.Errorf("bgp: peer %s: %w", p.Address, err))
+		}
+		log.Info("BGP peer configured", "peer", p.Address, "peer_asn", p.ASN, "session", sessionKind(cfg.ASN, p.ASN),
+			"hold_time", p.HoldTime, "md5", p.Password != "")
+	}
+	return s, nil
+}
+
+// refusePeerRoutes keeps routes learned from peers (iBGP or eBGP) out of the RIB; the
+// global import policy also sees the node's own routes, which it must let through.
+func refusePeerRoutes(ctx context.Context, srv *server.BgpServer) error {
+	reject := func(name string, rt api.Conditions_RouteType) *api.Statement {
+		return &api.Statement{Name: name, Conditions: &api.Conditions{RouteType: rt},
+			Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT}}
+	}
+	policy := &api.Policy{Name: "refuse-peer-routes", Statements: []*api.Statement{
+		reject("refuse-ibgp", api.Conditions_ROUTE_TYPE_INTERNAL),
+		reject("refuse-ebgp", api.Conditions_ROUTE_TYPE_EXTERNAL),
+	}}
+	if err := srv.AddPolicy(ctx, &api.AddPolicyRequest{Policy: policy}); err != nil {
+		return fmt.Errorf("bgp: import policy: %w", err)
+	}
+	if err := srv.SetPolicyAssignment(ctx, &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+		Name:          "global",
+		Direction:     api.PolicyDirection_POLICY_DIRECTION_IMPORT,
+		Policies:      []*api.Policy{{Name: policy.Name}},
+		DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT,
+	}}); err != nil {
+		return fmt.Errorf("bgp: import policy: %w", err)
+	}
+	return nil
+}
+
+func sessionKind(local, peer uint32) string {
+	if local == peer {
+		return "ibgp"
+	}
+	return "ebgp"
+}
+
+func (s *GoBGP) peerConfig(p Peer) *api.Peer {
+	hold := uint64(p.HoldTime / time.Second)
+	peer := &api.Peer{
+		Conf: &api.PeerConf{
+			NeighborAddress: p.Address.String(),
+			PeerAsn:         p.ASN,
+			AuthPassword:    p.Password,
+		},
+		Timers: &api.Timers{Config: &api.TimersConfig{
+			ConnectRetry:      uint64(ConnectRetry / time.Second),
+			HoldTime:          hold,
+			KeepaliveInterval: hold / 3,
+			// announce and withdraw at once: convergence time is what we sell
+			MinimumAdvertisementInterval: 0,
+			IdleHoldTimeAfterReset:       1,
+		}},
+		Transport: &api.Transport{RemotePort: uint32(p.Port)},
+	}
+	if p.EBGPMultihop > 0 {
+		peer.EbgpMultihop = &api.EbgpMultihop{Enabled: true, MultihopTtl: uint32(p.EBGPMultihop)}
+	}
+	for _, f := range s.families() {
+		peer.AfiSafis = append(peer.AfiSafis, &api.AfiSafi{Config: &api.AfiSafiConfig{
+			Family: &api.Family{Afi: f.afi, Safi: api.Family_SAFI_UNICAST}, Enabled: true,
+		}})
+	}
+	return peer
+}
+
+type family struct {
+	afi api.Family_Afi
+	rf  bgp.Family
+}
+
+var (
+	ipv4Unicast = family{api.Family_AFI_IP, bgp.RF_IPv4_UC}
+	ipv6Unicast = family{api.Family_AFI_IP6, bgp.RF_IPv6_UC}
+)
+
+// families are the address families the node can announce: those it has a next hop of.
+func (s *GoBGP) families() []family {
+	var out []family
+	if s.cfg.NextHop4.IsValid() {
+		out = append(out, ipv4Unicast)
+	}
+	if s.cfg.NextHop6.IsValid() {
+		out = append(out, ipv6Unicast)
+	}
+	return out
+}
+
+// path is the host route of a VIP with this node as next hop.
+func (s *GoBGP) path(vip netip.Addr, withdraw bool) (*apiutil.Path, error) {
+	nlri, err := bgp.NewIPAddrPrefix(netip.PrefixFrom(vip, vip.BitLen()))
+	if err != nil {
+		return nil, err
+	}
+	attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)}
+	if vip.Is4() {
+		if !s.cfg.NextHop4.IsValid() {
+			return nil, fmt.Errorf("bgp: %s: the node has no IPv4 address to be its next hop", vip)
+		}
+		nh, err := bgp.NewPathAttributeNextHop(s.cfg.NextHop4)
+		if err != nil {
+			return nil, err
+		}
+		return &apiutil.Path{Family: ipv4Unicast.rf, Nlri: nlri, Attrs: append(attrs, nh), Withdrawal: withdraw}, nil
+	}
+	if !s.cfg.NextHop6.IsValid() {
+		return nil, fmt.Errorf("bgp: %s: the node has no IPv6 address to be its next hop", vip)
+	}
+	mp, err := bgp.NewPathAttributeMpReachNLRI(ipv6Unicast.rf, []bgp.PathNLRI{{NLRI: nlri}}, s.cfg.NextHop6)
+	if err != nil {
+		return nil, err
+	}
+	return &apiutil.Path{Family: ipv6Unicast.rf, Nlri: nlri, Attrs: append(attrs, mp), Withdrawal: withdraw}, nil
+}
+
+func (s *GoBGP) Announce(vip netip.Addr) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.announced[vip] {
+		return nil
+	}
+	p, err := s.path(vip, false)
+	if err != nil {
+		return err
+	}
+	if _, err := s.srv.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{p}}); err != nil {
+		return fmt.Errorf("bgp: announce %s: %w", vip, err)
+	}
+	s.announced[vip] = true
+	return nil
+}
+
+func (s *GoBGP) Withdraw(vip netip.Addr) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.announced[vip] {
+		return nil
+	}
+	p, err := s.path(vip, true)
+	if err != nil {
+		return err
+	}
+	if err := s.srv.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{p}}); err != nil {
+		return fmt.Errorf("bgp: withdraw %s: %w", vip, err)
+	}
+	delete(s.announced, vip)
+	return nil
+}
+
+func (s *GoBGP) Announced() []netip.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]netip.Addr, 0, len(s.announced))
+	for vip := range s.announced {
+		out = append(out, vip)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+func (s *GoBGP) Peers() []PeerState {
+	byAddr := map[netip.Addr]PeerState{}
+	s.srv.ListPeer(context.Background(), &api.ListPeerRequest{EnableAdvertised: false}, func(p *api.Peer) {
+		addr, err := netip.ParseAddr(p.GetConf().GetNeighborAddress())
+		if err != nil {
+			return
+		}
+		st := PeerState{Address: addr, ASN: p.GetConf().GetPeerAsn(), State: stateName(p.GetState().GetSessionState())}
+		if st.Up() {
+			if up := p.GetTimers().GetState().GetUptime(); up != nil {
+				st.Since = up.AsTime()
+			}
+		}
+		msgs := p.GetState().GetMessages()
+		st.UpdatesSent, st.UpdatesReceived = msgs.GetSent().GetUpdate(), msgs.GetReceived().GetUpdate()
+		byAddr[addr] = st
+	})
+	out := make([]PeerState, 0, len(s.cfg.Peers))
+	for _, p := range s.cfg.Peers {
+		st, ok := byAddr[p.Address]
+		if !ok {
+			st = PeerState{Address: p.Address, ASN: p.ASN, State: "idle"}
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+func stateName(st api.PeerState_SessionState) string {
+	switch st {
+	case api.PeerState_SESSION_STATE_IDLE:
+		return "idle"
+	case api.PeerState_SESSION_STATE_CONNECT:
+		return "connect"
+	case api.PeerState_SESSION_STATE_ACTIVE:
+		return "active"
+	case api.PeerState_SESSION_STATE_OPENSENT:
+		return "opensent"
+	case api.PeerState_SESSION_STATE_OPENCONFIRM:
+		return "openconfirm"
+	case api.PeerState_SESSION_STATE_ESTABLISHED:
+		return "established"
+	}
+	return "unknown"
+}
+
+func fsmStateName(st bgp.FSMState) string {
+	switch st {
+	case bgp.BGP_FSM_IDLE:
+		return "idle"
+	case bgp.BGP_FSM_CONNECT:
+		return "connect"
+	case bgp.BGP_FSM_ACTIVE:
+		return "active"
+	case bgp.BGP_FSM_OPENSENT:
+		return "opensent"
+	case bgp.BGP_FSM_OPENCONFIRM:
+		return "openconfirm"
+	case bgp.BGP_FSM_ESTABLISHED:
+		return "established"
+	}
+	return "unknown(" + strconv.Itoa(int(st)) + ")"
+}
+
+// notEstablishedEvery is how often a peer that stays down is logged again: each retry
+// would otherwise be a line every ConnectRetry.
+const notEstablishedEvery = time.Minute
+
+// peerLog is what onPeer remembers of a peer to log transitions, not every retry.
+type peerLog struct {
+	up     bool
+	warned time.Time
+}
+
+// onPeer runs on GoBGP's watcher goroutine: it logs sessions going up and down.
+func (s *GoBGP) onPeer(ev *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
+	if ev.Type != apiutil.PEER_EVENT_STATE {
+		return
+	}
+	st := ev.Peer.State
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pl := s.peerLogs[st.NeighborAddress]
+	if pl == nil {
+		pl = &peerLog{}
+		s.peerLogs[st.NeighborAddress] = pl
+	}
+	switch st.SessionState {
+	case bgp.BGP_FSM_ESTABLISHED:
+		pl.up = true
+		s.log.Info("BGP peer up", "peer", st.NeighborAddress, "peer_asn", st.PeerASN, "peer_router_id", st.RouterID)
+	case bgp.BGP_FSM_IDLE, bgp.BGP_FSM_ACTIVE:
+		switch {
+		case pl.up:
+			pl.up, pl.warned = false, time.Now()
+			s.log.Warn("BGP peer down", "peer", st.NeighborAddress, "state", fsmStateName(st.SessionState),
+				"reason", disconnectReason(st.DisconnectReason, st.DisconnectMessage), "retry_every", ConnectRetry)
+		case time.Since(pl.warned) >= notEstablishedEvery:
+			pl.warned = time.Now()
+			s.log.Warn("BGP peer not established, retrying", "peer", st.NeighborAddress, "state", fsmStateName(st.SessionState),
+				"reason", "no session: the peer is unreachable, refuses the connection or rejects the OPEN",
+				"retry_every", ConnectRetry, "logged_every", notEstablishedEvery)
+		}
+	}
+}
+
+func disconnectReason(r api.PeerState_DisconnectReason, msg string) string {
+	if r == api.PeerState_DISCONNECT_REASON_UNSPECIFIED {
+		return msg
+	}
+	name := api.PeerState_DisconnectReason_name[int32(r)]
+	if msg != "" {
+		return name + ": " + msg
+	}
+	return name
+}
+
+// Close withdraws every VIP and stops the server: the peers get a Cease
+// notification and drop the routes at once.
+func (s *GoBGP) Close() error {
+	var errs []error
+	for _, vip := range s.Announced() {
+		errs = append(errs, s.Withdraw(vip))
+	}
+	s.closeOnce.Do(func() {
+		errs = append(errs, s.srv.StopBgp(context.Background(), &api.StopBgpRequest{}))
+		s.cancel()
+		s.srv.Stop()
+	})
+	return errors.Join(errs...)
+}

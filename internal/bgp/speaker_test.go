@@ -1,0 +1,290 @@
+package bgp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
+)
+
+// The speaker is tested against a second, independent GoBGP server acting as the
+// router, over loopback: real sessions, real UPDATE messages. The lab tests do the
+// same against BIRD.
+
+var (
+	nodeV4 = netip.MustParseAddr("10.0.0.11")
+	nodeV6 = netip.MustParseAddr("fd00::11")
+	vip4   = netip.MustParseAddr("198.51.100.10")
+	vip6   = netip.MustParseAddr("2001:db8:100::10")
+)
+
+// router is a passive GoBGP peer on 127.0.0.1 that accepts every route.
+type router struct {
+	srv  *server.BgpServer
+	port int
+}
+
+func newRouter(t *testing.T, asn uint32, peerASN uint32, password string) *router {
+	t.Helper()
+	port := freePort(t)
+	srv := server.NewBgpServer(server.LoggerOption(slog.New(slog.DiscardHandler), nil))
+	go srv.Serve()
+	ctx := context.Background()
+	if err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
+		Asn: asn, RouterId: "10.255.0.1", ListenPort: int32(port), ListenAddresses: []string{"127.0.0.1"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	peer := &api.Peer{
+		Conf:      &api.PeerConf{NeighborAddress: "127.0.0.1", PeerAsn: peerASN, AuthPassword: password},
+		Transport: &api.Transport{PassiveMode: true},
+	}
+	for _, afi := range []api.Family_Afi{api.Family_AFI_IP, api.Family_AFI_IP6} {
+		peer.AfiSafis = append(peer.AfiSafis, &api.AfiSafi{Config: &api.AfiSafiConfig{
+			Family: &api.Family{Afi: afi, Safi: api.Family_SAFI_UNICAST}, Enabled: true}})
+	}
+	if err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: peer}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return &router{srv: srv, port: port}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// routes returns prefix → next hop of what the router has received.
+func (r *router) routes(t *testing.T) map[string]string { return rib(t, r.srv, true) }
+
+// rib returns prefix → next hop of the server's RIB: the routes received from peers
+// only, or every route.
+func rib(t *testing.T, srv *server.BgpServer, receivedOnly bool) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, f := range []bgp.Family{bgp.RF_IPv4_UC, bgp.RF_IPv6_UC} {
+		err := srv.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: f},
+			func(prefix bgp.NLRI, paths []*apiutil.Path) {
+				for _, p := range paths {
+					if receivedOnly && !p.PeerAddress.IsValid() {
+						continue
+					}
+					for _, a := range p.Attrs {
+						switch a := a.(type) {
+						case *bgp.PathAttributeNextHop:
+							out[prefix.String()] = a.Value.String()
+						case *bgp.PathAttributeMpReachNLRI:
+							out[prefix.String()] = a.Nexthop.String()
+						}
+					}
+				}
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func (r *router) originate(t *testing.T, prefix, nexthop string) {
+	t.Helper()
+	nlri, _ := bgp.NewIPAddrPrefix(netip.MustParsePrefix(prefix))
+	nh, _ := bgp.NewPathAttributeNextHop(netip.MustParseAddr(nexthop))
+	if _, err := r.srv.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{{Family: bgp.RF_IPv4_UC, Nlri: nlri,
+		Attrs: []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(0), nh}}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startSpeaker(t *testing.T, r *router, asn, peerASN uint32, password string) *GoBGP {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := Start(Config{
+		ASN: asn, RouterID: nodeV4, NextHop4: nodeV4, NextHop6: nodeV6,
+		Peers: []Peer{{Address: netip.MustParseAddr("127.0.0.1"), ASN: peerASN, Port: uint16(r.port), HoldTime: 3 * time.Second, Password: password}},
+	}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func wantRoutes(t *testing.T, r *router, want map[string]string) {
+	t.Helper()
+	eventually(t, 5*time.Second, "routes on the router", func() error {
+		if got := r.routes(t); fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("router has %v, want %v", got, want)
+		}
+		return nil
+	})
+}
+
+func TestAnnounceWithdrawBothFamilies(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		asn  uint32 // the node's; the router is 65000
+	}{{"ebgp", 65001}, {"ibgp", 65000}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRouter(t, 65000, tc.asn, "")
+			s := startSpeaker(t, r, tc.asn, 65000, "")
+			eventually(t, 10*time.Second, "session up", func() error {
+				if p := s.Peers(); len(p) != 1 || !p[0].Up() {
+					return fmt.Errorf("peers %+v", p)
+				}
+				return nil
+			})
+			if err := s.Announce(vip4); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Announce(vip6); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Announce(vip4); err != nil { // idempotent
+				t.Fatal(err)
+			}
+			wantRoutes(t, r, map[string]string{"198.51.100.10/32": "10.0.0.11", "2001:db8:100::10/128": "fd00::11"})
+			// The router's own routes are refused: the node's RIB holds its VIPs only.
+			r.originate(t, "0.0.0.0/0", "10.255.0.1")
+			time.Sleep(500 * time.Millisecond)
+			if got := rib(t, s.srv, false); len(got) != 2 {
+				t.Errorf("the node's RIB holds %v, want its two VIPs only", got)
+			}
+			if got := s.Announced(); !slices.Equal(got, []netip.Addr{vip4, vip6}) {
+				t.Errorf("Announced() = %v", got)
+			}
+			if err := s.Withdraw(vip4); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Withdraw(vip4); err != nil { // idempotent
+				t.Fatal(err)
+			}
+			wantRoutes(t, r, map[string]string{"2001:db8:100::10/128": "fd00::11"})
+			p := s.Peers()[0]
+			if p.Since.IsZero() || p.UpdatesSent < 3 {
+				t.Errorf("peer state %+v: want an up time and at least 3 updates sent", p)
+			}
+			// Close withdraws the rest before the session ends.
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			wantRoutes(t, r, map[string]string{})
+		})
+	}
+}
+
+func TestAnnounceWithoutNextHopOfTheFamily(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	s, err := Start(Config{ASN: 65001, RouterID: nodeV4, NextHop4: nodeV4,
+		Peers: []Peer{{Address: netip.MustParseAddr("127.0.0.1"), ASN: 65000, Port: uint16(freePort(t))}}}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Announce(vip6); err == nil {
+		t.Fatal("announcing an IPv6 VIP without an IPv6 next hop succeeded")
+	}
+	if got := s.Announced(); len(got) != 0 {
+		t.Errorf("Announced() = %v after a failed announce", got)
+	}
+}
+
+// TestPeerDownIsRetried: a peer that is not there at first is connected to once it
+// appears, without restarting the speaker.
+func TestPeerDownIsRetried(t *testing.T) {
+	port := freePort(t)
+	log := slog.New(slog.DiscardHandler)
+	s, err := Start(Config{ASN: 65001, RouterID: nodeV4, NextHop4: nodeV4,
+		Peers: []Peer{{Address: netip.MustParseAddr("127.0.0.1"), ASN: 65000, Port: uint16(port), HoldTime: 3 * time.Second}}}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Announce(vip4); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ConnectRetry + time.Second) // at least one refused attempt
+	if p := s.Peers()[0]; p.Up() {
+		t.Fatalf("peer up with no router listening: %+v", p)
+	}
+	r := newRouterOnPort(t, port)
+	wantRoutes(t, r, map[string]string{"198.51.100.10/32": "10.0.0.11"})
+}
+
+func newRouterOnPort(t *testing.T, port int) *router {
+	t.Helper()
+	srv := server.NewBgpServer(server.LoggerOption(slog.New(slog.DiscardHandler), nil))
+	go srv.Serve()
+	ctx := context.Background()
+	if err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
+		Asn: 65000, RouterId: "10.255.0.1", ListenPort: int32(port), ListenAddresses: []string{"127.0.0.1"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: &api.Peer{
+		Conf:      &api.PeerConf{NeighborAddress: "127.0.0.1", PeerAsn: 65001},
+		Transport: &api.Transport{PassiveMode: true},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return &router{srv: srv, port: port}
+}
+
+// TestMD5: the session comes up with the right TCP MD5 key and never with a wrong one
+// (the kernel drops the unsigned or badly signed segments).
+func TestMD5(t *testing.T) {
+	t.Run("right key", func(t *testing.T) {
+		r := newRouter(t, 65000, 65001, "s3cret-key")
+		s := startSpeaker(t, r, 65001, 65000, "s3cret-key")
+		if err := s.Announce(vip4); err != nil {
+			t.Fatal(err)
+		}
+		wantRoutes(t, r, map[string]string{"198.51.100.10/32": "10.0.0.11"})
+	})
+	t.Run("wrong key", func(t *testing.T) {
+		r := newRouter(t, 65000, 65001, "s3cret-key")
+		s := startSpeaker(t, r, 65001, 65000, "other-key")
+		if err := s.Announce(vip4); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(ConnectRetry + 2*time.Second)
+		if p := s.Peers()[0]; p.Up() {
+			t.Fatalf("session up with a wrong MD5 key: %+v", p)
+		}
+		if got := r.routes(t); len(got) != 0 {
+			t.Fatalf("router got %v over a session with a wrong key", got)
+		}
+	})
+}
