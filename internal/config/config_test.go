@@ -30,14 +30,16 @@ func TestParseFull(t *testing.T) {
 			API:           "0.0.0.0:9200",
 			APIToken:      "s3cret",
 			FlowTableSize: 1048576,
+			NewFlowRate:   DefaultNewFlowRate,
 		},
 		BGP: &BGP{
 			ASN:      65001,
 			RouterID: addr("10.0.0.11"),
 			Peers: []Peer{
-				{Address: addr("10.0.0.1"), ASN: 65000, HoldTime: 30 * time.Second, Password: "hunter2"},
-				{Address: addr("2001:db8::1"), ASN: 65000, HoldTime: 0, Password: ""},
+				{Address: addr("10.0.0.1"), ASN: 65000, Port: 1179, HoldTime: 30 * time.Second, Password: "hunter2", EBGPMultihop: 4},
+				{Address: addr("2001:db8::1"), ASN: 65000, Port: 179, HoldTime: 0, Password: ""},
 			},
+			DrainTime: 5 * time.Second,
 		},
 		Services: []Service{
 			{
@@ -100,6 +102,7 @@ func TestParseDefaults(t *testing.T) {
 		Address:       addr("10.0.0.11"),
 		API:           "127.0.0.1:9100",
 		FlowTableSize: 262144,
+		NewFlowRate:   16384,
 	}
 	svc := func(name, vip string, port uint16) Service {
 		return Service{
@@ -132,8 +135,8 @@ func TestParseDefaults(t *testing.T) {
 		{"defaults.yaml", &Config{
 			Node: node,
 			BGP: &BGP{ASN: 65001, RouterID: addr("10.0.0.11"), Peers: []Peer{
-				{Address: addr("10.0.0.1"), ASN: 65000, HoldTime: 9 * time.Second},
-			}},
+				{Address: addr("10.0.0.1"), ASN: 65000, Port: 179, HoldTime: 9 * time.Second},
+			}, DrainTime: 2 * time.Second},
 			Services: []Service{web, api, slow},
 		}},
 		{"anchors.yaml", &Config{Node: node, Services: []Service{web2, webTLS, dns}}},
@@ -167,11 +170,22 @@ func TestParseErrors(t *testing.T) {
 		{"misspelt top-level field", hdr + "service: []\n",
 			[]string{"t.yaml:5: service: unknown field (did you mean services?)"}},
 		{"unknown node field", hdr + "  mtu: 1500\n",
-			[]string{"t.yaml:5: node.mtu: unknown field (accepted: name, interfaces, xdp_mode, address, address6, api, api_token, flow_table_size)"}},
+			[]string{"t.yaml:5: node.mtu: unknown field (accepted: name, interfaces, xdp_mode, address, address6, api, api_token, api_token_file, flow_table_size, entropy_source, entropy_prefix4, entropy_prefix6, new_flow_rate)"}},
 		{"unknown service field", svc + "    weight: 1\n",
 			[]string{"t.yaml:8: services[0].weight: unknown field (accepted: name, vip, port, protocol, forwarding, gue_port, scheduler, table_size, backends, health)"}},
-		{"gue not implemented yet", svc + "    forwarding: gue\n",
-			[]string{"t.yaml:8: services[0].forwarding: gue is not implemented yet (accepted: ipip)"}},
+		{"entropy prefix of the wrong length and family", hdr + "  entropy_source: true\n  entropy_prefix4: 172.16.0.0/12\n  entropy_prefix6: 10.1.0.0/16\n", []string{
+			"t.yaml:6: node.entropy_prefix4: 172.16.0.0/12: must be a /16 (the flow hash picks the other 16 bits)",
+			"t.yaml:7: node.entropy_prefix6: 10.1.0.0/16 is not an IPv6 prefix"}},
+		{"entropy prefix with host bits", hdr + "  entropy_source: true\n  entropy_prefix4: 172.16.1.0/16\n",
+			[]string{"t.yaml:6: node.entropy_prefix4: \"172.16.1.0/16\" has host bits set (did you mean 172.16.0.0/16?)"}},
+		{"entropy source without a prefix", hdr + "  entropy_source: true\n",
+			[]string{"t.yaml:2: node.entropy_prefix4: required when entropy_source is true and the node has an IPv4 address"}},
+		{"entropy prefix without entropy source", hdr + "  entropy_prefix6: fd00:e::/64\n",
+			[]string{"t.yaml:5: node.entropy_prefix6: only used with entropy_source: true"}},
+		{"entropy source not a boolean", hdr + "  entropy_source: yes\n  entropy_prefix4: 172.16.0.0/16\n",
+			[]string{"t.yaml:5: node.entropy_source: must be true or false, got string \"yes\""}},
+		{"new flow rate out of range", hdr + "  new_flow_rate: -1\n",
+			[]string{"t.yaml:5: node.new_flow_rate: must not be negative (accepted: 0..4294967295)"}},
 		{"unknown backend field", svc + "    backends:\n      - address: 10.0.1.1\n        port: 8080\n",
 			[]string{"t.yaml:10: services[0].backends[0].port: unknown field (accepted: address, weight)"}},
 		{"unknown health field", svc + "    health:\n      kind: tcp\n      retries: 3\n",
@@ -291,6 +305,15 @@ func TestParseErrors(t *testing.T) {
 				"t.yaml:14: bgp.peers[1].asn: 0 is out of range (accepted: 1..4294967294)",
 				"t.yaml:15: bgp.peers[1].hold_time: 3.5s is not a whole number of seconds",
 			}},
+		{"bgp peer options", hdr + "bgp:\n  asn: 65001\n  router_id: 10.0.0.11\n  drain_time: 6m\n  peers:\n" +
+			"    - address: 10.0.0.1\n      asn: 65001\n      port: 0\n      ebgp_multihop: 2\n" +
+			"    - address: 10.0.0.2\n      asn: 65000\n      ebgp_multihop: 256\n",
+			[]string{
+				"t.yaml:8: bgp.drain_time: 6m0s is out of range (accepted: 0s..5m0s)",
+				"t.yaml:12: bgp.peers[0].port: 0 is out of range (accepted: 1..65535)",
+				"t.yaml:13: bgp.peers[0].ebgp_multihop: only for eBGP peers: this peer has the node's own ASN 65001 (iBGP)",
+				"t.yaml:16: bgp.peers[1].ebgp_multihop: 256 is out of range (accepted: 1..255)",
+			}},
 		{"bad api", hdr + "  api: localhost\n  flow_table_size: 100\n",
 			[]string{
 				`t.yaml:5: node.api: "localhost" is not host:port (e.g. 127.0.0.1:9100)`,
@@ -368,7 +391,7 @@ func TestParseManyErrors(t *testing.T) {
 	checkErrors(t, err, []string{
 		f + ":3: node.interfaces: must list at least one interface, e.g. [eth0]",
 		f + `:4: node.xdp_mode: "fast" is not valid (accepted: native, generic, auto)`,
-		f + ":6: node.colour: unknown field (accepted: name, interfaces, xdp_mode, address, address6, api, api_token, flow_table_size)",
+		f + ":6: node.colour: unknown field (accepted: name, interfaces, xdp_mode, address, address6, api, api_token, api_token_file, flow_table_size, entropy_source, entropy_prefix4, entropy_prefix6, new_flow_rate)",
 		f + ":10: services[0].table_size: 65536 is not prime (try 65537)",
 		f + ":12: services[0].backends[0].address: 2001:db8::1 is IPv6 but the vip is IPv4 (backends must be of the vip's family)",
 		f + ":14: services[0].backends[1].weight: must not be negative (accepted: 0..65535)",

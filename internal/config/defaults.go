@@ -17,9 +17,19 @@ const (
 	DefaultAPIToken = ""
 	// node.flow_table_size: entries of the LRU flow table.
 	DefaultFlowTableSize = 262144
+	// node.entropy_source: outer sources are the node address.
+	DefaultEntropySource = false
+	// node.new_flow_rate: new flows per second inserted into the flow table. A flood
+	// of new flows needs at least 16 s to turn the default table over, so an
+	// established flow that sends a packet in that time keeps its entry.
+	DefaultNewFlowRate = 16384
 
 	// bgp.peers[].hold_time.
 	DefaultHoldTime = 9 * time.Second
+	// bgp.peers[].port.
+	DefaultPeerPort = 179
+	// bgp.drain_time: between withdrawing every VIP and detaching, on SIGTERM.
+	DefaultDrainTime = 2 * time.Second
 
 	// services[].port: 0, every port of the VIP.
 	DefaultPort = 0
@@ -68,10 +78,22 @@ func applyDefaults(c *Config, present func(path string) bool) {
 	if !present("node.flow_table_size") {
 		n.FlowTableSize = DefaultFlowTableSize
 	}
+	if !present("node.entropy_source") {
+		n.EntropySource = DefaultEntropySource
+	}
+	if !present("node.new_flow_rate") {
+		n.NewFlowRate = DefaultNewFlowRate
+	}
 	if c.BGP != nil {
+		if !present("bgp.drain_time") {
+			c.BGP.DrainTime = DefaultDrainTime
+		}
 		for i := range c.BGP.Peers {
 			if !present(fmt.Sprintf("bgp.peers[%d].hold_time", i)) {
 				c.BGP.Peers[i].HoldTime = DefaultHoldTime
+			}
+			if !present(fmt.Sprintf("bgp.peers[%d].port", i)) {
+				c.BGP.Peers[i].Port = DefaultPeerPort
 			}
 		}
 	}

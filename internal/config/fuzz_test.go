@@ -31,6 +31,7 @@ func FuzzParse(f *testing.F) {
 		"node: &a\n  <<: [*a, *a]\n  name: x\n",
 		svc + "    backends: &b [{address: 10.0.1.1}]\n  - name: b\n    vip: 198.51.100.11\n    backends: *b\n",
 		"backend: {interface: eth0, vips: [198.51.100.10, \"::1\"], gue_port: 0x17c0}\n",
+		hdr + "  entropy_source: true\n  entropy_prefix4: 172.16.0.0/16\n  new_flow_rate: 0\n" + svc[len(hdr):] + "    forwarding: gue\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -95,6 +96,12 @@ func checkConfig(t *testing.T, c *Config) {
 	if !slices.Contains([]XDPMode{XDPNative, XDPGeneric, XDPAuto}, n.XDPMode) ||
 		n.FlowTableSize < MinFlowTableSize || n.FlowTableSize > MaxFlowTableSize {
 		t.Errorf("bad node %+v", n)
+	}
+	// what the data plane's entropy needs: a /16 and a /64 for the families in use
+	if n.EntropySource && (n.SourceFor(false).IsValid() && (!n.EntropyPrefix4.Addr().Is4() || n.EntropyPrefix4.Bits() != EntropyPrefix4Bits) ||
+		n.SourceFor(true).IsValid() && (!n.EntropyPrefix6.Addr().Is6() || n.EntropyPrefix6.Bits() != EntropyPrefix6Bits)) ||
+		!n.EntropySource && (n.EntropyPrefix4.IsValid() || n.EntropyPrefix6.IsValid()) {
+		t.Errorf("bad entropy settings %+v", n)
 	}
 	if b := c.BGP; b != nil {
 		if b.ASN == 0 || b.ASN > MaxASN || !b.RouterID.Is4() || len(b.Peers) == 0 {

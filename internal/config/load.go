@@ -619,6 +619,35 @@ func (p *parser) addr(n *yaml.Node, path string) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
+// boolean reads true or false (YAML 1.2: yes/no/on/off are strings, so type errors).
+func (p *parser) boolean(n *yaml.Node, path string) (bool, bool) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" {
+		p.fail(n, path, "must be true or false, got %s", kindName(n))
+		return false, false
+	}
+	return strings.EqualFold(n.Value, "true"), true
+}
+
+// prefix reads an IPv4 or IPv6 prefix in CIDR notation, without host bits.
+func (p *parser) prefix(n *yaml.Node, path string) (netip.Prefix, bool) {
+	s, ok := p.str(n, path)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	pfx, err := netip.ParsePrefix(s)
+	switch {
+	case err != nil:
+		p.fail(n, path, "%s is not a prefix (e.g. 172.16.0.0/16, fd00:e::/64)", quote(s))
+	case pfx.Addr().Is4In6():
+		p.fail(n, path, "%s is IPv4-mapped; write it as IPv4", quote(s))
+	case pfx != pfx.Masked():
+		p.fail(n, path, "%s has host bits set (did you mean %s?)", quote(s), pfx.Masked())
+	default:
+		return pfx, true
+	}
+	return netip.Prefix{}, false
+}
+
 // enum reads a string that must be one of allowed.
 func (p *parser) enum(n *yaml.Node, path string, allowed ...string) (string, bool) {
 	s, ok := p.str(n, path)
@@ -676,7 +705,8 @@ func (p *parser) config(n *yaml.Node) *Config {
 }
 
 func (p *parser) node(n *yaml.Node, path string, out *Node) {
-	keys := []string{"name", "interfaces", "xdp_mode", "address", "address6", "api", "api_token", "flow_table_size"}
+	keys := []string{"name", "interfaces", "xdp_mode", "address", "address6", "api", "api_token", "api_token_file", "flow_table_size",
+		"entropy_source", "entropy_prefix4", "entropy_prefix6", "new_flow_rate"}
 	p.mapping(n, path, keys, func(key, path string, v *yaml.Node) {
 		switch key {
 		case "name":
@@ -694,15 +724,26 @@ func (p *parser) node(n *yaml.Node, path string, out *Node) {
 			out.API, _ = p.str(v, path)
 		case "api_token":
 			out.APIToken, _ = p.str(v, path)
+		case "api_token_file":
+			out.APITokenFile, _ = p.str(v, path)
 		case "flow_table_size":
 			x, _ := p.integer(v, path, MinFlowTableSize, MaxFlowTableSize)
 			out.FlowTableSize = uint32(x)
+		case "entropy_source":
+			out.EntropySource, _ = p.boolean(v, path)
+		case "entropy_prefix4":
+			out.EntropyPrefix4, _ = p.prefix(v, path)
+		case "entropy_prefix6":
+			out.EntropyPrefix6, _ = p.prefix(v, path)
+		case "new_flow_rate":
+			x, _ := p.integer(v, path, 0, math.MaxUint32)
+			out.NewFlowRate = uint32(x)
 		}
 	})
 }
 
 func (p *parser) bgp(n *yaml.Node, path string, out *BGP) {
-	p.mapping(n, path, []string{"asn", "router_id", "peers"}, func(key, path string, v *yaml.Node) {
+	p.mapping(n, path, []string{"asn", "router_id", "peers", "drain_time"}, func(key, path string, v *yaml.Node) {
 		switch key {
 		case "asn":
 			x, _ := p.integer(v, path, MinASN, MaxASN)
@@ -714,12 +755,14 @@ func (p *parser) bgp(n *yaml.Node, path string, out *BGP) {
 				out.Peers = append(out.Peers, Peer{})
 				p.peer(it, ipath, &out.Peers[len(out.Peers)-1])
 			})
+		case "drain_time":
+			out.DrainTime, _ = p.duration(v, path)
 		}
 	})
 }
 
 func (p *parser) peer(n *yaml.Node, path string, out *Peer) {
-	p.mapping(n, path, []string{"address", "asn", "hold_time", "password"}, func(key, path string, v *yaml.Node) {
+	p.mapping(n, path, []string{"address", "asn", "port", "hold_time", "password", "ebgp_multihop"}, func(key, path string, v *yaml.Node) {
 		switch key {
 		case "address":
 			out.Address, _ = p.addr(v, path)
@@ -730,6 +773,12 @@ func (p *parser) peer(n *yaml.Node, path string, out *Peer) {
 			out.HoldTime, _ = p.duration(v, path)
 		case "password":
 			out.Password, _ = p.str(v, path)
+		case "port":
+			x, _ := p.integer(v, path, 1, 65535)
+			out.Port = uint16(x)
+		case "ebgp_multihop":
+			x, _ := p.integer(v, path, 1, 255)
+			out.EBGPMultihop = uint8(x)
 		}
 	})
 }

@@ -36,8 +36,21 @@ type Node struct {
 	Address6 netip.Addr // zero when absent
 	API      string     // host:port of the REST API and /metrics
 	APIToken string
+	// APITokenFile is a file whose contents (surrounding whitespace trimmed) are the
+	// API token, so that the token need not sit in the config file. At most one of
+	// APIToken and APITokenFile is set; the file is read when the node starts.
+	APITokenFile string
 	// FlowTableSize is the number of entries of the LRU flow table (5-tuple → backend).
 	FlowTableSize uint32
+	// EntropySource makes the outer source of encapsulated packets an address of
+	// EntropyPrefix4 (a /16) or EntropyPrefix6 (a /64) picked by the flow hash, instead
+	// of the node address, so that backends spread flows over their receive queues.
+	EntropySource  bool
+	EntropyPrefix4 netip.Prefix // zero when absent
+	EntropyPrefix6 netip.Prefix // zero when absent
+	// NewFlowRate bounds the new flows per second the node remembers in the flow
+	// table (0: no bound); above it new flows are forwarded but not inserted.
+	NewFlowRate uint32
 }
 
 // SourceFor returns the node address of the given family (4 or 6), or the zero Addr.
@@ -54,13 +67,20 @@ type BGP struct {
 	ASN      uint32
 	RouterID netip.Addr
 	Peers    []Peer
+	// DrainTime is how long a stopping node keeps forwarding after it has withdrawn
+	// its VIPs, so that the routers converge before the data plane detaches.
+	DrainTime time.Duration
 }
 
 type Peer struct {
 	Address  netip.Addr
-	ASN      uint32
+	ASN      uint32 // equal to bgp.asn: iBGP; otherwise eBGP
+	Port     uint16 // the peer's TCP port
 	HoldTime time.Duration
-	Password string
+	Password string // TCP MD5 signature key; never logged
+	// EBGPMultihop is the TTL of the session's packets for an eBGP peer that is not
+	// directly connected; 0 keeps the default (TTL 1, directly connected).
+	EBGPMultihop uint8
 }
 
 type Protocol string

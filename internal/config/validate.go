@@ -20,6 +20,7 @@ const (
 	MinHoldTime       = 3 * time.Second
 	MaxHoldTime       = 65535 * time.Second
 	MaxPasswordLen    = 80 // TCP_MD5SIG_MAXKEYLEN
+	MaxDrainTime      = 5 * time.Minute
 	MinTableSize      = 7
 	MaxTableSize      = 1048573 // largest prime below 2^20
 	MaxWeight         = 65535
@@ -98,12 +99,57 @@ func (p *parser) validateNode(n *Node) {
 			p.errorAt("node.api", "%s", msg)
 		}
 	}
+	if p.given("node.api_token_file") {
+		if n.APITokenFile == "" {
+			p.errorAt("node.api_token_file", "must not be empty (leave it out for no token file)")
+		} else if p.given("node.api_token") && n.APIToken != "" {
+			p.errorAt("node.api_token_file", "give the token either in api_token or in api_token_file, not both")
+		}
+	}
+	p.validateEntropy(n)
+}
+
+// Prefix lengths of node.entropy_prefix4/6: the data plane fills the other bits from
+// the flow hash.
+const (
+	EntropyPrefix4Bits = 16
+	EntropyPrefix6Bits = 64
+)
+
+// validateEntropy checks the entropy prefixes: each of its family and length, and one
+// for each family the node has an address of when entropy_source is on.
+func (p *parser) validateEntropy(n *Node) {
+	for _, e := range []struct {
+		field string
+		pfx   netip.Prefix
+		v6    bool
+		bits  int
+	}{
+		{"node.entropy_prefix4", n.EntropyPrefix4, false, EntropyPrefix4Bits},
+		{"node.entropy_prefix6", n.EntropyPrefix6, true, EntropyPrefix6Bits},
+	} {
+		fam := map[bool]string{false: "IPv4", true: "IPv6"}[e.v6]
+		switch {
+		case !p.usable(e.field):
+		case p.given(e.field) && e.pfx.Addr().Is6() != e.v6:
+			p.errorAt(e.field, "%s is not an %s prefix", e.pfx, fam)
+		case p.given(e.field) && e.pfx.Bits() != e.bits:
+			p.errorAt(e.field, "%s: must be a /%d (the flow hash picks the other %d bits)", e.pfx, e.bits, map[bool]int{false: 32, true: 128}[e.v6]-e.bits)
+		case p.given(e.field) && p.usable("node.entropy_source") && !n.EntropySource:
+			p.errorAt(e.field, "only used with entropy_source: true")
+		case !p.present(e.field) && n.EntropySource && p.usable("node.entropy_source") && n.SourceFor(e.v6).IsValid():
+			p.errorAt(e.field, "required when entropy_source is true and the node has an %s address", fam)
+		}
+	}
 }
 
 func (p *parser) validateBGP(b *BGP) {
 	p.require("bgp.asn")
 	if p.require("bgp.router_id") && p.usable("bgp.router_id") && (!b.RouterID.Is4() || b.RouterID.IsUnspecified()) {
 		p.errorAt("bgp.router_id", "%s is not a valid router id (a non-zero IPv4 address)", b.RouterID)
+	}
+	if dp := "bgp.drain_time"; p.given(dp) && (b.DrainTime < 0 || b.DrainTime > MaxDrainTime) {
+		p.errorAt(dp, "%s is out of range (accepted: 0s..%s)", b.DrainTime, MaxDrainTime)
 	}
 	if !p.require("bgp.peers") || !p.usable("bgp.peers") {
 		return
@@ -124,7 +170,9 @@ func (p *parser) validateBGP(b *BGP) {
 				first[peer.Address] = pp
 			}
 		}
-		p.require(pp + ".asn")
+		if p.require(pp+".asn") && p.given(pp+".ebgp_multihop") && peer.ASN == b.ASN {
+			p.errorAt(pp+".ebgp_multihop", "only for eBGP peers: this peer has the node's own ASN %d (iBGP)", b.ASN)
+		}
 		if hp := pp + ".hold_time"; p.given(hp) {
 			h := peer.HoldTime
 			if h != 0 && (h < MinHoldTime || h > MaxHoldTime) {
@@ -154,12 +202,6 @@ func (p *parser) validateServices(c *Config) {
 			continue
 		}
 		f := func(field string) string { return sp + "." + field }
-
-		// the data plane has no GUE encapsulation yet: refusing it beats sending IPIP to
-		// backends that expect GUE
-		if s.Forwarding == GUE && p.usable(f("forwarding")) {
-			p.errorAt(f("forwarding"), "gue is not implemented yet (accepted: ipip)")
-		}
 
 		if p.require(f("name")) && p.usable(f("name")) {
 			if !serviceName.MatchString(s.Name) {
