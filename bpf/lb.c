@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* lb.c: manifold's XDP load balancer. parse → flow table (or service → Maglev) → FIB
- * → IPIP encapsulation → XDP_TX / redirect. Everything that is not for a VIP
- * passes untouched; every drop is counted by reason. */
+ * → IPIP or GUE encapsulation → XDP_TX / redirect; ICMP to a VIP is answered or sent to
+ * its flow's backend. Everything that is not for a VIP passes untouched; every drop is
+ * counted by reason. */
 #include "lib/parse.h"
 #include "lib/flow.h"
-#include "lib/encap.h"
+#include "lib/icmp.h"
 #include "lib/forward.h"
 #include "lib/stats.h"
 
@@ -28,10 +29,7 @@ static __always_inline const struct lb_vip *vip_lookup(const struct lb_packet *p
 /* Returns an XDP action, or a negative enum lb_drop_reason. */
 static __always_inline int balance(struct xdp_md *ctx, struct lb_packet *pkt)
 {
-	struct lb_nexthop *nh = NULL;
 	struct lb_choice c = {};
-	__u16 outer_len;
-	int rc;
 
 	/* A SYN opens a flow: the table cannot know it (a retransmitted SYN hashes to the
 	 * same backend unless the ring changed in between), so skip the lookup, a likely
@@ -41,27 +39,40 @@ static __always_inline int balance(struct xdp_md *ctx, struct lb_packet *pkt)
 
 		if (!vip)
 			return XDP_PASS; /* a VIP address, but no service on this port/protocol */
-		if (!maglev_select(pkt, vip, &c))
+		if (!maglev_select(pkt, vip, &c, 1))
 			return -LB_DROP_NO_BACKEND;
 	}
 	if (!c.backend)
 		return -LB_DROP_NO_BACKEND;
+	return forward(ctx, pkt, &c);
+}
 
-	outer_len = pkt->l3_len + (pkt->family == LB_FAMILY_V4 ? IPV4_HDR_LEN : IPV6_HDR_LEN);
-	rc = route_to_backend(ctx, pkt, c.backend, c.backend_id, outer_len, &nh);
-	if (rc < 0)
-		return rc;
-	if (!nh)
-		return -LB_DROP_NO_ROUTE;
+/* ICMP to a VIP address: echo requests are answered; an error quoting a VIP flow goes
+ * to the flow's backend, by the same choice as the flow's own packets but without
+ * creating a flow entry; the rest passes to the kernel. */
+static __always_inline int handle_icmp(struct xdp_md *ctx, struct lb_packet *pkt)
+{
+	struct lb_choice c = {};
+	int rc;
 
-	rc = pkt->family == LB_FAMILY_V4 ? encap_ipip4(ctx, pkt, c.backend)
-					 : encap_ipip6(ctx, pkt, c.backend, c.hash);
+	rc = icmp_classify(ctx, pkt);
 	if (rc < 0)
 		return rc;
-	rc = transmit(ctx, pkt, nh);
-	if (rc < 0)
-		return rc;
-	count_forward(c.service_id, c.backend_id, pkt->l3_len);
+	if (rc == LB_ICMP_ECHO)
+		return icmp_echo_reply(ctx, pkt);
+	if (rc != LB_ICMP_QUOTE)
+		return XDP_PASS;
+	if (!flow_lookup(pkt, &c)) {
+		const struct lb_vip *vip = vip_lookup(pkt);
+
+		if (!vip)
+			return XDP_PASS;
+		if (!maglev_select(pkt, vip, &c, 0))
+			return -LB_DROP_NO_BACKEND;
+	}
+	rc = forward(ctx, pkt, &c);
+	if (rc >= 0)
+		count_event(LB_EV_ICMP_TO_BACKEND);
 	return rc;
 }
 
@@ -77,7 +88,7 @@ int manifold_lb(struct xdp_md *ctx)
 	if (rc < 0)
 		return count_drop(-rc);
 
-	rc = balance(ctx, &pkt);
+	rc = rc == LB_PARSE_ICMP ? handle_icmp(ctx, &pkt) : balance(ctx, &pkt);
 	if (rc < 0)
 		return count_drop(-rc);
 	return rc;

@@ -37,8 +37,26 @@
 #define LB_FIB_CACHE_NS 100000000ULL
 #endif
 
-/* Outer IPv4/IPv6 TTL / hop limit of encapsulated packets (the contract says 64). */
+/* Outer IPv4/IPv6 TTL / hop limit of encapsulated packets (the contract says 64), and
+ * of the ICMP messages the node sends itself. */
 #define LB_OUTER_TTL 64
+
+/* GUE outer UDP source ports come from the flow hash, in the dynamic range 49152-65535
+ * (RFC 8086 3.2.1 asks the same of GRE-in-UDP): 14 bits of entropy for ECMP and RSS
+ * downstream, and never a well-known port. */
+#define LB_GUE_SPORT_BASE 49152
+#define LB_GUE_SPORT_SHIFT 18 /* the hash's top 14 bits; its low bits are the flow label */
+
+/* How much of the client's packet an ICMP "fragmentation needed" / "packet too big" of
+ * the node quotes, in bytes of IP packet. A constant, so the checksum is one helper call
+ * over a length the verifier knows; more than the 28 bytes RFC 792 asks, so the
+ * client can match it with any IP options or TCP header. A too-big packet always
+ * exceeds it (its MTU is at least 576 / 1280). */
+#define LB_ICMP4_QUOTE 128
+#define LB_ICMP6_QUOTE 256
+
+/* Length of the window in which node.new_flow_rate is counted, in ns. */
+#define LB_FLOW_RATE_WINDOW_NS 1000000000ULL
 
 /* Seed of the flow hash. Every node must use the same one so that a flow hashes to the
  * same Maglev slot everywhere; the Go mirror (internal/datapath/hash.go) uses it too. */

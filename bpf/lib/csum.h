@@ -24,4 +24,19 @@ static __always_inline __u16 ipv4_header_csum(const void *hdr)
 	return csum_fold(sum);
 }
 
+/* Folds a 64-bit sum of 16-bit words (or of bpf_csum_diff results) into a checksum. */
+static __always_inline __u16 csum_fold64(__u64 sum)
+{
+	sum = (sum & 0xffffffff) + (sum >> 32);
+	sum = (sum & 0xffffffff) + (sum >> 32);
+	return csum_fold((__u32)sum);
+}
+
+/* Checksum after one 16-bit word of the covered data changed from old to new (RFC 1624
+ * eqn. 3): no need to read the rest. */
+static __always_inline __u16 csum_replace2(__u16 check, __u16 old, __u16 new)
+{
+	return csum_fold((__u16)~check + (__u16)~old + (__u32) new);
+}
+
 #endif

@@ -5,14 +5,16 @@
 
 #include "maps.h"
 #include "maglev.h"
+#include "node.h"
 #include "parse.h"
+#include "stats.h"
 
 /* The backend a packet goes to, and what the rest of the path needs to know of it. */
 struct lb_choice {
 	struct lb_backend *backend;
 	__u32 backend_id;
 	__u32 service_id;
-	__u32 hash; /* flow hash: Maglev slot, IPv6 outer flow label */
+	__u32 hash; /* flow hash: Maglev slot, and the outer flow label, GUE port, entropy source */
 };
 
 static __always_inline struct lb_backend *backend_of(__u32 id, __u32 service_id, __u8 family)
@@ -49,10 +51,40 @@ static __always_inline int flow_lookup(const struct lb_packet *pkt, struct lb_ch
 	return 1;
 }
 
+/* Whether one more new flow may go into the table this second (node.new_flow_rate).
+ * Above the bound a flood of new flows (spoofed SYNs, random UDP) cannot push the
+ * established flows out of the LRU table; the flows it leaves out are still forwarded,
+ * by Maglev, to the backend every node picks, only not remembered (Katran's
+ * max_conn_rate). Counted per CPU, like the LRU lists it protects. */
+static __always_inline int flow_insert_allowed(void)
+{
+	__u32 limit = node_settings.new_flows_per_cpu, zero = 0;
+	struct lb_flow_rate *r;
+	__u64 now;
+
+	if (!limit)
+		return 1;
+	r = bpf_map_lookup_elem(&lb_new_flows, &zero);
+	if (!r)
+		return 1;
+	now = bpf_ktime_get_coarse_ns();
+	if (now - r->window_ns >= LB_FLOW_RATE_WINDOW_NS) {
+		r->window_ns = now;
+		r->inserted = 0;
+	}
+	if (r->inserted >= limit) {
+		count_event(LB_EV_FLOW_NOT_INSERTED);
+		return 0;
+	}
+	r->inserted++;
+	return 1;
+}
+
 /* Picks a backend from the service's Maglev ring for a flow the table does not hold
- * (or whose backend went down) and remembers it. Returns 0 when there is none. */
+ * (or whose backend went down) and, when `insert`, remembers it. Returns 0 when there
+ * is none. */
 static __always_inline int maglev_select(const struct lb_packet *pkt, const struct lb_vip *vip,
-					 struct lb_choice *c)
+					 struct lb_choice *c, int insert)
 {
 	struct lb_flow entry = {};
 	struct lb_backend *b;
@@ -67,7 +99,7 @@ static __always_inline int maglev_select(const struct lb_packet *pkt, const stru
 	/* Any miss inserts (SYNs, new UDP flows, and flows that ECMP moved here from another
 	 * node), so the flow then survives ring changes on this node too. A RST ends the
 	 * flow: remembering it would only evict a live one. */
-	if (!(pkt->tcp_flags & TCP_FLAG_RST)) {
+	if (insert && !(pkt->tcp_flags & TCP_FLAG_RST) && flow_insert_allowed()) {
 		entry.backend_id = id;
 		entry.service_id = vip->service_id;
 		entry.hash = hash;

@@ -5,30 +5,34 @@
 #define LB_FORWARD_H
 
 #include "encap.h"
+#include "flow.h"
+#include "icmp.h"
+#include "stats.h"
 
 #define LB_AF_INET 2
 #define LB_AF_INET6 10
 
 /* Asks the FIB for the route to the backend before the packet is touched, so a drop
  * costs no rewrite. `outer_len` is the IP length after encapsulation: the kernel checks
- * it against the egress MTU. */
+ * it against the egress MTU and, when it does not fit, says what fits in fib->mtu_result. */
 static __always_inline int fib_lookup_backend(struct xdp_md *ctx, const struct lb_packet *pkt,
 					      const struct lb_backend *b, __u16 outer_len,
 					      struct bpf_fib_lookup *fib)
 {
+	int gue = b->encap == LB_ENCAP_GUE;
 	int rc;
 
 	fib->ifindex = ctx->ingress_ifindex;
 	fib->tot_len = outer_len;
 	if (pkt->family == LB_FAMILY_V4) {
 		fib->family = LB_AF_INET;
-		fib->l4_protocol = IPPROTO_IPIP_V4;
+		fib->l4_protocol = gue ? IPPROTO_UDP : IPPROTO_IPIP_V4;
 		fib->tos = pkt->tos;
 		fib->ipv4_src = node_addr4;
 		fib->ipv4_dst = b->addr[0];
 	} else {
 		fib->family = LB_AF_INET6;
-		fib->l4_protocol = IPPROTO_IPIP_V6;
+		fib->l4_protocol = gue ? IPPROTO_UDP : IPPROTO_IPIP_V6;
 		copy_node_addr6(fib->ipv6_src);
 		__builtin_memcpy(fib->ipv6_dst, b->addr, sizeof(fib->ipv6_dst));
 	}
@@ -50,10 +54,11 @@ static __always_inline int fib_lookup_backend(struct xdp_md *ctx, const struct l
  * outer_len: from this CPU's cache while it is fresh and has seen packets this large
  * pass the MTU check, from the FIB otherwise. The cache is keyed by backend only, so
  * the ingress port (an input of the FIB lookup) does not matter for a hit: routes to
- * backends do not depend on where the client's packet came in. */
+ * backends do not depend on where the client's packet came in. On -LB_DROP_TOO_BIG,
+ * *mtu is the largest outer IP length the route takes. */
 static __always_inline int route_to_backend(struct xdp_md *ctx, const struct lb_packet *pkt,
 					    const struct lb_backend *b, __u32 id, __u16 outer_len,
-					    struct lb_nexthop **out)
+					    struct lb_nexthop **out, __u32 *mtu)
 {
 	struct lb_nexthop *nh = bpf_map_lookup_elem(&lb_fib_cache, &id);
 	struct bpf_fib_lookup fib = {};
@@ -68,6 +73,8 @@ static __always_inline int route_to_backend(struct xdp_md *ctx, const struct lb_
 		return 0;
 	}
 	rc = fib_lookup_backend(ctx, pkt, b, outer_len, &fib);
+	if (rc == -LB_DROP_TOO_BIG)
+		*mtu = fib.mtu_result;
 	if (rc < 0)
 		return rc;
 	if (now >= nh->expires_ns || nh->ifindex != fib.ifindex || outer_len > nh->max_len)
@@ -121,6 +128,34 @@ static __always_inline int transmit(struct xdp_md *ctx, const struct lb_packet *
 	if (pkt->has_vlan && bpf_xdp_adjust_head(ctx, sizeof(struct vlan_hdr)))
 		return -LB_DROP_ENCAP;
 	return bpf_redirect_map(&lb_tx_ports, ifindex, 0);
+}
+
+/* Sends a packet to the backend chosen for it: route, encapsulate, transmit, count.
+ * A packet that would not fit the route's MTU once encapsulated is answered with
+ * "fragmentation needed" / "packet too big" instead (icmp.h). */
+static __always_inline int forward(struct xdp_md *ctx, struct lb_packet *pkt,
+				   const struct lb_choice *c)
+{
+	__u16 overhead = encap_overhead(pkt->family, c->backend);
+	struct lb_nexthop *nh = NULL;
+	__u32 mtu = 0;
+	int rc;
+
+	rc = route_to_backend(ctx, pkt, c->backend, c->backend_id, pkt->l3_len + overhead, &nh, &mtu);
+	if (rc == -LB_DROP_TOO_BIG)
+		return icmp_too_big(ctx, pkt, mtu - overhead);
+	if (rc < 0)
+		return rc;
+	if (!nh)
+		return -LB_DROP_NO_ROUTE;
+	rc = encap(ctx, pkt, c->backend, c->hash);
+	if (rc < 0)
+		return rc;
+	rc = transmit(ctx, pkt, nh);
+	if (rc < 0)
+		return rc;
+	count_forward(c->service_id, c->backend_id, pkt->l3_len);
+	return rc;
 }
 
 #endif

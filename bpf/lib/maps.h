@@ -104,4 +104,19 @@ struct {
 	__type(value, __u64);
 } lb_drops SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LB_EV_MAX);
+	__type(key, enum lb_event);
+	__type(value, __u64);
+} lb_events SEC(".maps");
+
+/* Flow-table inserts of the current second, per CPU (node.new_flow_rate). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lb_flow_rate);
+} lb_new_flows SEC(".maps");
+
 #endif

@@ -1,5 +1,5 @@
-/* parse.h: Ethernet (one optional 802.1Q tag), IPv4/IPv6 and TCP/UDP parsing into a
- * struct lb_packet. Traffic that is not addressed to a VIP address is recognised after
+/* parse.h: Ethernet (one optional 802.1Q tag), IPv4/IPv6 and TCP/UDP/ICMP parsing into
+ * a struct lb_packet. Traffic that is not addressed to a VIP address is recognised after
  * the IP header and one map lookup, and handed back untouched. */
 #ifndef LB_PARSE_H
 #define LB_PARSE_H
@@ -47,12 +47,15 @@ struct lb_packet {
 	__u8 tcp_flags;
 	__u8 tos;                /* IPv4 TOS or IPv6 traffic class, copied to the outer header */
 	__u8 df;                 /* IPv4 don't-fragment, copied to the outer header (RFC 2003) */
-	__u8 pad;
+	__u8 icmp;               /* an ICMP message (flow then is the flow it quotes) */
+	__u16 l4_off;            /* offset of the TCP/UDP/ICMP header from the frame start */
+	__u16 pad;
 };
 
 enum {
 	LB_PARSE_PASS = 0, /* not VIP traffic: hand to the kernel untouched */
 	LB_PARSE_VIP = 1,  /* a well-formed TCP/UDP packet to a VIP address */
+	LB_PARSE_ICMP = 2, /* an ICMP / ICMPv6 message to a VIP address (icmp.h) */
 };
 
 /* Parse TCP/UDP ports (and TCP flags) of a packet whose IP part ends at l3_end. */
@@ -81,8 +84,17 @@ static __always_inline int parse_l4(void *l4, void *l3_end, void *data_end, __u8
 		pkt->flow.sport = udp->source;
 		pkt->flow.dport = udp->dest;
 	}
-	pkt->flow.proto = proto;
 	return LB_PARSE_VIP;
+}
+
+/* The fields every VIP packet sets, whatever its protocol. */
+static __always_inline void parse_l3_done(struct lb_packet *pkt, void *data, void *l4,
+					  __u8 family, __u16 l3_len, __u8 proto)
+{
+	pkt->family = family;
+	pkt->l3_len = l3_len;
+	pkt->l4_off = l4 - data;
+	pkt->flow.proto = proto;
 }
 
 static __always_inline int parse_ipv4(void *data, void *data_end, __u64 off,
@@ -106,17 +118,21 @@ static __always_inline int parse_ipv4(void *data, void *data_end, __u64 off,
 	l3_end = (void *)iph + tot;
 	if (l3_end > data_end)
 		return -LB_DROP_TRUNCATED;
-	if (iph->protocol != IPPROTO_TCP && iph->protocol != IPPROTO_UDP)
-		return LB_PARSE_PASS; /* ICMP and friends to a VIP address are the kernel's */
+	if (iph->protocol != IPPROTO_TCP && iph->protocol != IPPROTO_UDP &&
+	    iph->protocol != IPPROTO_ICMP)
+		return LB_PARSE_PASS; /* other protocols to a VIP address are the kernel's */
+	/* A fragment carries no ports (or not all of the datagram): it cannot be sent to
+	 * the backend of its flow, and a fragment sent to any other would be lost there. */
 	if (iph->frag_off & IP_MF_OFFSET_BE)
 		return -LB_DROP_FRAGMENT;
 
-	pkt->family = LB_FAMILY_V4;
-	pkt->l3_len = tot;
 	pkt->tos = iph->tos;
 	pkt->df = !!(iph->frag_off & IP_DF_BE);
 	pkt->flow.src[0] = iph->saddr;
 	pkt->flow.dst[0] = iph->daddr;
+	parse_l3_done(pkt, data, (void *)iph + hlen, LB_FAMILY_V4, tot, iph->protocol);
+	if (iph->protocol == IPPROTO_ICMP)
+		return LB_PARSE_ICMP;
 	return parse_l4((void *)iph + hlen, l3_end, data_end, iph->protocol, pkt);
 }
 
@@ -141,6 +157,7 @@ static __always_inline int parse_ipv6(void *data, void *data_end, __u64 off,
 	switch (nexthdr) {
 	case IPPROTO_TCP:
 	case IPPROTO_UDP:
+	case IPPROTO_ICMPV6:
 		break;
 	case NEXTHDR_FRAGMENT:
 		return -LB_DROP_FRAGMENT;
@@ -153,12 +170,14 @@ static __always_inline int parse_ipv6(void *data, void *data_end, __u64 off,
 		return LB_PARSE_PASS;
 	}
 
-	pkt->family = LB_FAMILY_V6;
-	pkt->l3_len = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
 	/* traffic class straddles the first two bytes: low nibble of byte 0, high of byte 1 */
 	pkt->tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
 	__builtin_memcpy(pkt->flow.src, &ip6->saddr, sizeof(pkt->flow.src));
 	__builtin_memcpy(pkt->flow.dst, &ip6->daddr, sizeof(pkt->flow.dst));
+	parse_l3_done(pkt, data, ip6 + 1, LB_FAMILY_V6, sizeof(*ip6) + bpf_ntohs(ip6->payload_len),
+		      nexthdr);
+	if (nexthdr == IPPROTO_ICMPV6)
+		return LB_PARSE_ICMP;
 	return parse_l4(ip6 + 1, l3_end, data_end, nexthdr, pkt);
 }
 

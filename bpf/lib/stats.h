@@ -14,6 +14,14 @@ static __always_inline int count_drop(enum lb_drop_reason reason)
 	return XDP_DROP;
 }
 
+static __always_inline void count_event(enum lb_event event)
+{
+	__u64 *n = bpf_map_lookup_elem(&lb_events, &event);
+
+	if (n)
+		*n += 1;
+}
+
 static __always_inline void count_forward(__u32 service_id, __u32 backend_id, __u64 bytes)
 {
 	struct lb_counters *c;

@@ -14,6 +14,11 @@
 #define IPPROTO_IPIP_V4 4  /* IPv4 in IP */
 #define IPPROTO_IPIP_V6 41 /* IPv6 in IP */
 
+/* Outer header sizes. GUE variant 1 is a bare UDP header in front of the inner packet. */
+#define IPV4_HDR_LEN 20
+#define IPV6_HDR_LEN 40
+#define UDP_HDR_LEN 8
+
 /* An IPv4 or IPv6 address; IPv4 lives in addr[0] with addr[1..3] zero. */
 struct lb_addr {
 	__be32 addr[4];
@@ -31,14 +36,11 @@ struct lb_vip_key {
 
 /* Service flags. */
 #define LB_VIP_F_SOURCE_HASH (1U << 0) /* maglev-source: hash the client address only */
-#define LB_VIP_F_GUE (1U << 1)         /* GUE instead of IPIP */
 
 struct lb_vip {
 	__u32 service_id;  /* index into lb_maglev and lb_service_stats */
 	__u32 table_size;  /* entries of this service's Maglev ring */
 	__u32 flags;       /* LB_VIP_F_* */
-	__be16 gue_port;   /* UDP destination port of GUE packets */
-	__u16 pad;
 };
 
 /* Backend states. Draining keeps established flows but is absent from the Maglev ring;
@@ -50,13 +52,22 @@ enum lb_backend_state {
 	LB_BACKEND_DOWN = 3,
 };
 
+/* How packets reach a backend: its service's `forwarding`. Kept with the backend, not
+ * the service, because an established flow reaches its backend without looking at the
+ * service at all. */
+enum lb_encap {
+	LB_ENCAP_IPIP = 0, /* IPv4-in-IPv4 / IPv6-in-IPv6 */
+	LB_ENCAP_GUE = 1,  /* GUE variant 1: outer IP + UDP, then the client's IP packet */
+};
+
 /* lb_backends value: one (service, backend) pair, indexed by backend id. */
 struct lb_backend {
 	__be32 addr[4];
 	__u32 service_id; /* a flow entry is honoured only for its own service */
 	enum lb_backend_state state;
 	__u8 family;
-	__u8 pad[3];
+	__u8 encap;       /* enum lb_encap */
+	__be16 gue_port;  /* UDP destination port when encap is GUE */
 };
 
 /* lb_flows key: the 5-tuple as seen on the wire. */
@@ -108,10 +119,35 @@ enum lb_drop_reason {
 	LB_DROP_MAX,
 };
 
+/* What the program did besides forwarding and dropping (index into lb_events): each
+ * is worth watching, none is a drop. */
+enum lb_event {
+	LB_EV_FLOW_NOT_INSERTED = 0, /* new flow above node.new_flow_rate: forwarded, not remembered */
+	LB_EV_ICMP_ECHO_REPLY,       /* echo request to a VIP answered */
+	LB_EV_ICMP_TO_BACKEND,       /* frag-needed / packet-too-big sent to its flow's backend */
+	LB_EV_ICMP_TOO_BIG_SENT,     /* client told its packet does not fit after encapsulation */
+	LB_EV_MAX,
+};
+
+/* Per-CPU state of the new-flow bound (lb_new_flows). */
+struct lb_flow_rate {
+	__u64 window_ns; /* start of the current one-second window */
+	__u64 inserted;  /* flows inserted in it */
+};
+
+/* Node settings the daemon may write while the program runs (a .bss global, node.h). */
+struct lb_settings {
+	__be32 entropy4;    /* /16 network of IPIP/GUE outer sources, 0: node_addr4 */
+	__be32 entropy6[2]; /* /64 network of IPv6 outer sources, 0: node_addr6 */
+	__u32 new_flows_per_cpu; /* flow-table inserts per second and CPU, 0: unbounded */
+};
+
 /* Backend-side decapsulation counters (index into lb_decap_stats). */
 enum lb_decap_counter {
 	LB_DECAP_IPIP4 = 0,  /* IPv4-in-IPv4 stripped */
 	LB_DECAP_IPIP6,      /* IPv6-in-IPv6 stripped */
+	LB_DECAP_GUE4,       /* GUE in IPv4 stripped */
+	LB_DECAP_GUE6,       /* GUE in IPv6 stripped */
 	LB_DECAP_NOT_VIP,    /* encapsulated, but the inner destination is not ours: passed */
 	LB_DECAP_ERROR,      /* the kernel refused to shrink the packet: passed untouched */
 	LB_DECAP_MAX,

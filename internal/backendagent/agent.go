@@ -1,5 +1,5 @@
 // Package backendagent is `manifold backend`: it makes a host a DSR backend. It
-// attaches the tc-ingress decapsulation program, puts the VIPs on lo so the host
+// attaches the tc-ingress decapsulation program (IPIP, and GUE on backend.gue_port), puts the VIPs on lo so the host
 // accepts (and answers from) them, and stops the host from answering ARP for them on
 // the wire. Everything it changes it records and undoes on exit.
 package backendagent
@@ -51,14 +51,14 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	if err := a.setup(cfg); err != nil {
 		return err
 	}
-	log.Info("backend agent running", "interface", cfg.Interface, "vips", fmt.Sprint(cfg.VIPs))
+	log.Info("backend agent running", "interface", cfg.Interface, "vips", fmt.Sprint(cfg.VIPs), "gue_port", cfg.GUEPort)
 	<-ctx.Done()
 	log.Info("stopping: detaching decapsulation, removing VIPs from lo")
 	return nil
 }
 
 func (a *Agent) setup(cfg *config.BackendAgent) error {
-	d, err := datapath.LoadDecap()
+	d, err := datapath.LoadDecap(cfg.GUEPort)
 	if err != nil {
 		return err
 	}

@@ -92,6 +92,50 @@ func (lb *LB) Drops() (map[string]uint64, error) {
 	return out, nil
 }
 
+// eventNames are the names of enum lb_event: what the program did besides forwarding
+// and dropping.
+var eventNames = map[lbLbEvent]string{
+	lbLbEventLB_EV_FLOW_NOT_INSERTED: "flow_not_inserted",
+	lbLbEventLB_EV_ICMP_ECHO_REPLY:   "icmp_echo_reply",
+	lbLbEventLB_EV_ICMP_TO_BACKEND:   "icmp_to_backend",
+	lbLbEventLB_EV_ICMP_TOO_BIG_SENT: "icmp_too_big_sent",
+}
+
+// EventNames lists every event counter by name.
+func EventNames() []string {
+	names := make([]string, 0, lbLbEventLB_EV_MAX)
+	for e := lbLbEvent(0); e < lbLbEventLB_EV_MAX; e++ {
+		names = append(names, eventName(e))
+	}
+	return names
+}
+
+func eventName(e lbLbEvent) string {
+	if n, ok := eventNames[e]; ok {
+		return n
+	}
+	return fmt.Sprintf("event_%d", e)
+}
+
+// Events returns the event counters by name, every event present: new flows forwarded
+// but not remembered (node.new_flow_rate), echo replies, ICMP errors sent to backends,
+// and "fragmentation needed" / "packet too big" sent to clients.
+func (lb *LB) Events() (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for e := lbLbEvent(0); e < lbLbEventLB_EV_MAX; e++ {
+		var per []uint64
+		if err := lb.objs.LbEvents.Lookup(uint32(e), &per); err != nil {
+			return nil, fmt.Errorf("lb_events %d: %w", e, err)
+		}
+		var n uint64
+		for _, v := range per {
+			n += v
+		}
+		out[eventName(e)] = n
+	}
+	return out, nil
+}
+
 // FlowCount walks the flow table and counts its entries (cost grows with the table:
 // for metrics scraped every few seconds, not for the packet path).
 func (lb *LB) FlowCount() (int, error) {

@@ -18,10 +18,18 @@ type Decap struct {
 	detach func() error
 }
 
-// LoadDecap loads the decapsulation program and its maps. Nothing is attached yet.
-func LoadDecap() (*Decap, error) {
+// LoadDecap loads the decapsulation program and its maps; GUE packets are recognised
+// by their UDP destination port guePort (0: IPIP only). Nothing is attached yet.
+func LoadDecap(guePort uint16) (*Decap, error) {
+	spec, err := loadDecap()
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.Variables[decapVarDecapGuePort].Set(be16(guePort)); err != nil {
+		return nil, fmt.Errorf("set decap_gue_port: %w", err)
+	}
 	d := &Decap{}
-	if err := loadDecapObjects(&d.objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
 		return nil, loadError("decap program", err)
 	}
 	return d, nil
@@ -109,7 +117,7 @@ func (d *Decap) attachClsact(ifindex int) error {
 
 // DecapCounters are the backend's decapsulation counters summed over CPUs.
 type DecapCounters struct {
-	IPIP4, IPIP6, NotVIP, Errors uint64
+	IPIP4, IPIP6, GUE4, GUE6, NotVIP, Errors uint64
 }
 
 func (d *Decap) Counters() (DecapCounters, error) {
@@ -117,6 +125,8 @@ func (d *Decap) Counters() (DecapCounters, error) {
 	for c, dst := range map[decapLbDecapCounter]*uint64{
 		decapLbDecapCounterLB_DECAP_IPIP4:   &out.IPIP4,
 		decapLbDecapCounterLB_DECAP_IPIP6:   &out.IPIP6,
+		decapLbDecapCounterLB_DECAP_GUE4:    &out.GUE4,
+		decapLbDecapCounterLB_DECAP_GUE6:    &out.GUE6,
 		decapLbDecapCounterLB_DECAP_NOT_VIP: &out.NotVIP,
 		decapLbDecapCounterLB_DECAP_ERROR:   &out.Errors,
 	} {

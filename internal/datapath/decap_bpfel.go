@@ -25,9 +25,11 @@ type decapLbDecapCounter uint32
 const (
 	decapLbDecapCounterLB_DECAP_IPIP4   decapLbDecapCounter = 0
 	decapLbDecapCounterLB_DECAP_IPIP6   decapLbDecapCounter = 1
-	decapLbDecapCounterLB_DECAP_NOT_VIP decapLbDecapCounter = 2
-	decapLbDecapCounterLB_DECAP_ERROR   decapLbDecapCounter = 3
-	decapLbDecapCounterLB_DECAP_MAX     decapLbDecapCounter = 4
+	decapLbDecapCounterLB_DECAP_GUE4    decapLbDecapCounter = 2
+	decapLbDecapCounterLB_DECAP_GUE6    decapLbDecapCounter = 3
+	decapLbDecapCounterLB_DECAP_NOT_VIP decapLbDecapCounter = 4
+	decapLbDecapCounterLB_DECAP_ERROR   decapLbDecapCounter = 5
+	decapLbDecapCounterLB_DECAP_MAX     decapLbDecapCounter = 6
 )
 
 // Names of all BPF objects in the ELF.
@@ -37,6 +39,7 @@ const (
 	decapMapLbDecapStats   = "lb_decap_stats"
 	decapMapLbDecapVips    = "lb_decap_vips"
 	decapProgManifoldDecap = "manifold_decap"
+	decapVarDecapGuePort   = "decap_gue_port"
 )
 
 // loadDecap returns the embedded CollectionSpec for decap.
@@ -96,6 +99,7 @@ type decapMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type decapVariableSpecs struct {
+	DecapGuePort *ebpf.VariableSpec `ebpf:"decap_gue_port"`
 }
 
 // decapObjects contains all objects after they have been loaded into the kernel.
@@ -133,6 +137,7 @@ func (m *decapMaps) Close() error {
 //
 // It can be passed to loadDecapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type decapVariables struct {
+	DecapGuePort *ebpf.Variable `ebpf:"decap_gue_port"`
 }
 
 // decapPrograms contains all programs after they have been loaded into the kernel.

@@ -28,9 +28,27 @@ func ipip(inner dptest.Packet, outerSrc, outerDst netip.Addr) []byte {
 	return dptest.Serialize(append([]gopacket.SerializableLayer{eth, outer}, ls...)...)
 }
 
+// gue wraps an inner client packet the way an LB node does with forwarding: gue: outer
+// IP, UDP to port, then the inner IP packet (GUE variant 1).
+func gue(inner dptest.Packet, outerSrc, outerDst netip.Addr, port uint16) []byte {
+	ls := inner.Layers()[1:]
+	eth := &layers.Ethernet{SrcMAC: dptest.RouterMAC, DstMAC: dptest.ClientMAC}
+	var outer gopacket.NetworkLayer
+	if outerDst.Is4() {
+		eth.EthernetType = layers.EthernetTypeIPv4
+		outer = &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: outerSrc.AsSlice(), DstIP: outerDst.AsSlice()}
+	} else {
+		eth.EthernetType = layers.EthernetTypeIPv6
+		outer = &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolUDP, SrcIP: outerSrc.AsSlice(), DstIP: outerDst.AsSlice()}
+	}
+	udp := &layers.UDP{SrcPort: 50000, DstPort: layers.UDPPort(port)}
+	udp.SetNetworkLayerForChecksum(outer)
+	return dptest.Serialize(append([]gopacket.SerializableLayer{eth, outer.(gopacket.SerializableLayer), udp}, ls...)...)
+}
+
 func TestDecap(t *testing.T) {
 	requireRoot(t)
-	d, err := datapath.LoadDecap()
+	d, err := datapath.LoadDecap(6080)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +81,20 @@ func TestDecap(t *testing.T) {
 		{"plain packet to the VIP passes untouched", in4.Bytes(), nil, nil},
 		{"plain IPv6 packet passes untouched", in6.Bytes(), nil, nil},
 		{"truncated IPIP passes untouched", ipip(in4, dptest.NodeAddr4, dptest.Backend4(1))[:14+20+10], nil, nil},
+		{"GUE in IPv4 for a VIP is stripped", gue(in4, dptest.NodeAddr4, dptest.Backend4(1), 6080), in4.Bytes(),
+			func(c datapath.DecapCounters) uint64 { return c.GUE4 }},
+		{"GUE in IPv6 for a VIP is stripped", gue(in6, dptest.NodeAddr6, dptest.Backend6(1), 6080), in6.Bytes(),
+			func(c datapath.DecapCounters) uint64 { return c.GUE6 }},
+		{"GUE for another address passes untouched", gue(notVIP4, dptest.NodeAddr4, dptest.Backend4(1), 6080), nil,
+			func(c datapath.DecapCounters) uint64 { return c.NotVIP }},
+		{"UDP to another port passes untouched", gue(in4, dptest.NodeAddr4, dptest.Backend4(1), 6081), nil, nil},
+		{"GUE with IPv6 inside IPv4 passes untouched", gue(in6, dptest.NodeAddr4, dptest.Backend4(1), 6080), nil, nil},
+		{"fragmented GUE passes untouched (the stack reassembles)", func() []byte {
+			p := gue(in4, dptest.NodeAddr4, dptest.Backend4(1), 6080)
+			p[14+6] = 0x20 // more fragments
+			return p
+		}(), nil, nil},
+		{"truncated GUE passes untouched", gue(in4, dptest.NodeAddr4, dptest.Backend4(1), 6080)[:14+20+8+10], nil, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -27,7 +27,8 @@ type lbLbBackend struct {
 	ServiceId uint32
 	State     lbLbBackendState
 	Family    uint8
-	Pad       [3]uint8
+	Encap     uint8
+	GuePort   uint16
 }
 
 type lbLbBackendState uint32
@@ -62,6 +63,16 @@ const (
 	lbLbDropReasonLB_DROP_MAX        lbLbDropReason = 11
 )
 
+type lbLbEvent uint32
+
+const (
+	lbLbEventLB_EV_FLOW_NOT_INSERTED lbLbEvent = 0
+	lbLbEventLB_EV_ICMP_ECHO_REPLY   lbLbEvent = 1
+	lbLbEventLB_EV_ICMP_TO_BACKEND   lbLbEvent = 2
+	lbLbEventLB_EV_ICMP_TOO_BIG_SENT lbLbEvent = 3
+	lbLbEventLB_EV_MAX               lbLbEvent = 4
+)
+
 type lbLbFlow struct {
 	_         structs.HostLayout
 	BackendId uint32
@@ -80,6 +91,12 @@ type lbLbFlowKey struct {
 	Pad   [3]uint8
 }
 
+type lbLbFlowRate struct {
+	_        structs.HostLayout
+	WindowNs uint64
+	Inserted uint64
+}
+
 type lbLbNexthop struct {
 	_         structs.HostLayout
 	ExpiresNs uint64
@@ -91,13 +108,18 @@ type lbLbNexthop struct {
 	_         [4]byte
 }
 
+type lbLbSettings struct {
+	_              structs.HostLayout
+	Entropy4       uint32
+	Entropy6       [2]uint32
+	NewFlowsPerCpu uint32
+}
+
 type lbLbVip struct {
 	_         structs.HostLayout
 	ServiceId uint32
 	TableSize uint32
 	Flags     uint32
-	GuePort   uint16
-	Pad       uint16
 }
 
 type lbLbVipKey struct {
@@ -117,15 +139,18 @@ const (
 	lbMapLbBackendStats = "lb_backend_stats"
 	lbMapLbBackends     = "lb_backends"
 	lbMapLbDrops        = "lb_drops"
+	lbMapLbEvents       = "lb_events"
 	lbMapLbFibCache     = "lb_fib_cache"
 	lbMapLbFlows        = "lb_flows"
 	lbMapLbMaglev       = "lb_maglev"
+	lbMapLbNewFlows     = "lb_new_flows"
 	lbMapLbServiceStats = "lb_service_stats"
 	lbMapLbTxPorts      = "lb_tx_ports"
 	lbMapLbVips         = "lb_vips"
 	lbProgManifoldLb    = "manifold_lb"
 	lbVarNodeAddr4      = "node_addr4"
 	lbVarNodeAddr6      = "node_addr6"
+	lbVarNodeSettings   = "node_settings"
 )
 
 // loadLb returns the embedded CollectionSpec for lb.
@@ -182,9 +207,11 @@ type lbMapSpecs struct {
 	LbBackendStats *ebpf.MapSpec `ebpf:"lb_backend_stats"`
 	LbBackends     *ebpf.MapSpec `ebpf:"lb_backends"`
 	LbDrops        *ebpf.MapSpec `ebpf:"lb_drops"`
+	LbEvents       *ebpf.MapSpec `ebpf:"lb_events"`
 	LbFibCache     *ebpf.MapSpec `ebpf:"lb_fib_cache"`
 	LbFlows        *ebpf.MapSpec `ebpf:"lb_flows"`
 	LbMaglev       *ebpf.MapSpec `ebpf:"lb_maglev"`
+	LbNewFlows     *ebpf.MapSpec `ebpf:"lb_new_flows"`
 	LbServiceStats *ebpf.MapSpec `ebpf:"lb_service_stats"`
 	LbTxPorts      *ebpf.MapSpec `ebpf:"lb_tx_ports"`
 	LbVips         *ebpf.MapSpec `ebpf:"lb_vips"`
@@ -194,8 +221,9 @@ type lbMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbVariableSpecs struct {
-	NodeAddr4 *ebpf.VariableSpec `ebpf:"node_addr4"`
-	NodeAddr6 *ebpf.VariableSpec `ebpf:"node_addr6"`
+	NodeAddr4    *ebpf.VariableSpec `ebpf:"node_addr4"`
+	NodeAddr6    *ebpf.VariableSpec `ebpf:"node_addr6"`
+	NodeSettings *ebpf.VariableSpec `ebpf:"node_settings"`
 }
 
 // lbObjects contains all objects after they have been loaded into the kernel.
@@ -223,9 +251,11 @@ type lbMaps struct {
 	LbBackendStats *ebpf.Map `ebpf:"lb_backend_stats"`
 	LbBackends     *ebpf.Map `ebpf:"lb_backends"`
 	LbDrops        *ebpf.Map `ebpf:"lb_drops"`
+	LbEvents       *ebpf.Map `ebpf:"lb_events"`
 	LbFibCache     *ebpf.Map `ebpf:"lb_fib_cache"`
 	LbFlows        *ebpf.Map `ebpf:"lb_flows"`
 	LbMaglev       *ebpf.Map `ebpf:"lb_maglev"`
+	LbNewFlows     *ebpf.Map `ebpf:"lb_new_flows"`
 	LbServiceStats *ebpf.Map `ebpf:"lb_service_stats"`
 	LbTxPorts      *ebpf.Map `ebpf:"lb_tx_ports"`
 	LbVips         *ebpf.Map `ebpf:"lb_vips"`
@@ -238,9 +268,11 @@ func (m *lbMaps) Close() error {
 		m.LbBackendStats,
 		m.LbBackends,
 		m.LbDrops,
+		m.LbEvents,
 		m.LbFibCache,
 		m.LbFlows,
 		m.LbMaglev,
+		m.LbNewFlows,
 		m.LbServiceStats,
 		m.LbTxPorts,
 		m.LbVips,
@@ -251,8 +283,9 @@ func (m *lbMaps) Close() error {
 //
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbVariables struct {
-	NodeAddr4 *ebpf.Variable `ebpf:"node_addr4"`
-	NodeAddr6 *ebpf.Variable `ebpf:"node_addr6"`
+	NodeAddr4    *ebpf.Variable `ebpf:"node_addr4"`
+	NodeAddr6    *ebpf.Variable `ebpf:"node_addr6"`
+	NodeSettings *ebpf.Variable `ebpf:"node_settings"`
 }
 
 // lbPrograms contains all programs after they have been loaded into the kernel.

@@ -2,6 +2,7 @@ package datapath_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"net/netip"
 	"os"
 	"testing"
@@ -27,11 +28,14 @@ var (
 	vipEmpty = netip.MustParseAddr("198.51.100.40") // :80 tcp, no backends at all
 	vipMany  = netip.MustParseAddr("198.51.100.50") // :80 tcp, 5 backends on a real Maglev ring
 	vip6     = netip.MustParseAddr("2001:db8:100::10")
+	vipGUE   = netip.MustParseAddr("198.51.100.60")    // :80 tcp, GUE to port 6080 → backend 8
+	vipGUE6  = netip.MustParseAddr("2001:db8:100::60") // :80 tcp, GUE to port 6081 → backend 9
 )
 
 // Backend ids of the fixed services.
 const (
 	idWeb, idDNS, idV6, idRemote, idDrainUp, idDraining, idDown = 1, 2, 3, 4, 5, 6, 7
+	idGUE, idGUE6                                               = 8, 9
 	idManyFirst                                                 = 10 // 10..14
 	ringSize                                                    = 13
 )
@@ -84,6 +88,17 @@ func newBench(t testing.TB) *bench {
 	must(lb.PutBackend(idDown, datapath.Backend{Addr: dptest.Backend4(7), ServiceID: 5, State: datapath.BackendDown}))
 	must(lb.PutService(datapath.ServiceKey{VIP: vipEmpty, Port: 80, Proto: 6}, datapath.Service{ID: 6, TableSize: ringSize}))
 
+	// GUE services (ids 8 and 9, service ids alike)
+	for _, g := range []struct {
+		vip, addr netip.Addr
+		id        uint32
+		port      uint16
+	}{{vipGUE, dptest.Backend4(8), idGUE, 6080}, {vipGUE6, dptest.Backend6(9), idGUE6, 6081}} {
+		must(lb.PutBackend(g.id, datapath.Backend{Addr: g.addr, ServiceID: g.id, State: datapath.BackendUp, GUE: true, GUEPort: g.port}))
+		must(lb.PutRing(g.id, fill(ringSize, g.id)))
+		must(lb.PutService(datapath.ServiceKey{VIP: g.vip, Port: 80, Proto: 6}, datapath.Service{ID: g.id, TableSize: ringSize}))
+	}
+
 	// a real Maglev ring over 5 backends
 	for i := 0; i < 5; i++ {
 		id := uint32(idManyFirst + i)
@@ -97,7 +112,7 @@ func newBench(t testing.TB) *bench {
 	must(lb.PutRing(7, ring))
 	must(lb.PutService(datapath.ServiceKey{VIP: vipMany, Port: 80, Proto: 6}, datapath.Service{ID: 7, TableSize: 65537}))
 
-	for _, a := range []netip.Addr{vipWeb, vipAny, vipDrain, vipEmpty, vipMany, vip6} {
+	for _, a := range []netip.Addr{vipWeb, vipAny, vipDrain, vipEmpty, vipMany, vip6, vipGUE, vipGUE6} {
 		must(lb.PutVIPAddr(a, 1))
 	}
 	must(n.Do(func() error { return lb.PutTxPort(n.Port1.Index) })) // ifindex is resolved in the caller's netns
@@ -154,10 +169,20 @@ func (b *bench) drops(t testing.TB) map[string]uint64 {
 type expectEncap struct {
 	backend netip.Addr
 	dstMAC  []byte
-	vlan    uint16
+	vlan    uint16     // VLAN id of the tag the output carries ...
+	tagged  bool       // ... which it carries if vlan != 0 or tagged (VLAN id 0)
+	guePort uint16     // 0: IPIP
+	src     netip.Addr // outer source; zero: the node's address
 }
 
-func checkEncap(t *testing.T, in, out []byte, want expectEncap) {
+// encapOuter returns what checkEncap found: the outer source and, for GUE, the UDP
+// source port.
+type encapOuter struct {
+	src   netip.Addr
+	sport uint16
+}
+
+func checkEncap(t *testing.T, in, out []byte, want expectEncap) (got encapOuter) {
 	t.Helper()
 	p := dptest.Decode(out)
 	fail := func(format string, args ...any) {
@@ -173,83 +198,154 @@ func checkEncap(t *testing.T, in, out []byte, want expectEncap) {
 		fail("dst MAC %s, want %x (the backend's neighbour entry)", eth.DstMAC, want.dstMAC)
 	}
 	inL2 := 14
-	if want.vlan != 0 {
+	if in[12] == 0x81 && in[13] == 0 {
 		inL2 = 18
+	}
+	outL2 := 14
+	if want.vlan != 0 || want.tagged {
+		outL2 = 18
 		q, _ := p.Layer(layers.LayerTypeDot1Q).(*layers.Dot1Q)
 		if q == nil || q.VLANIdentifier != want.vlan {
 			fail("VLAN tag %v, want id %d", q, want.vlan)
 		}
 	}
-	// the inner IP packet as sent, without the Ethernet padding of short frames
-	inner := in[inL2:]
-	if in[inL2]>>4 == 4 {
-		inner = inner[:int(in[inL2+2])<<8|int(in[inL2+3])]
-	} else {
-		inner = inner[:40+(int(in[inL2+4])<<8|int(in[inL2+5]))]
+	inner := ipPacket(in[inL2:])
+	v4 := want.backend.Is4()
+	ipLen, udpLen := 20, 0
+	if !v4 {
+		ipLen = 40
 	}
-	outerLen := 20
-	if want.backend.Is6() {
-		outerLen = 40
+	if want.guePort != 0 {
+		udpLen = 8
 	}
-	if len(out) < 14+outerLen+len(inner) {
+	l3 := outL2
+	if len(out) < l3+ipLen+udpLen+len(inner) {
 		fail("output too short")
 		return
 	}
-	l3 := len(out) - (len(in) - inL2) - outerLen // the outer header starts here
-	gotInner := out[l3+outerLen : l3+outerLen+len(inner)]
-	if want.backend.Is4() {
+	hdr, udp := out[l3:l3+ipLen], out[l3+ipLen:l3+ipLen+udpLen]
+	gotInner := out[l3+ipLen+udpLen : l3+ipLen+udpLen+len(inner)]
+	if !bytes.Equal(gotInner, inner) {
+		fail("inner packet changed")
+	}
+	wantSrc := want.src
+	proto := layers.IPProtocolIPv4
+	if want.guePort != 0 {
+		proto = layers.IPProtocolUDP
+	}
+	if v4 {
+		if !wantSrc.IsValid() {
+			wantSrc = dptest.NodeAddr4
+		}
 		ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
 		if ip == nil {
 			fail("no outer IPv4")
 			return
 		}
-		inIP := dptest.Decode(in).Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		inTOS, inDF := inner[1], inner[6]&0x40 != 0 // raw: fuzzed inner headers may not decode
+		got.src, _ = netip.AddrFromSlice(ip.SrcIP)
 		switch {
-		case ip.Protocol != layers.IPProtocolIPv4:
-			fail("outer protocol %v, want IPIP (4)", ip.Protocol)
-		case !ip.SrcIP.Equal(dptest.NodeAddr4.AsSlice()):
-			fail("outer source %s, want node %s", ip.SrcIP, dptest.NodeAddr4)
+		case ip.Protocol != proto:
+			fail("outer protocol %v, want %v", ip.Protocol, proto)
+		case got.src != wantSrc:
+			fail("outer source %s, want %s", ip.SrcIP, wantSrc)
 		case !ip.DstIP.Equal(want.backend.AsSlice()):
 			fail("outer destination %s, want backend %s", ip.DstIP, want.backend)
 		case ip.TTL != 64:
 			fail("outer TTL %d, want 64", ip.TTL)
-		case int(ip.Length) != len(inner)+20:
-			fail("outer length %d, want %d", ip.Length, len(inner)+20)
-		case ip.TOS != inIP.TOS:
-			fail("outer TOS %d, want the inner %d", ip.TOS, inIP.TOS)
-		case (ip.Flags&layers.IPv4DontFragment != 0) != (inIP.Flags&layers.IPv4DontFragment != 0):
+		case int(ip.Length) != len(inner)+ipLen+udpLen:
+			fail("outer length %d, want %d", ip.Length, len(inner)+ipLen+udpLen)
+		case ip.TOS != inTOS:
+			fail("outer TOS %d, want the inner %d", ip.TOS, inTOS)
+		case (ip.Flags&layers.IPv4DontFragment != 0) != inDF:
 			fail("outer DF %v, want the inner's", ip.Flags)
-		case ip.IHL != 5:
-			fail("outer IHL %d", ip.IHL)
+		case ip.IHL != 5 || ip.FragOffset != 0 || ip.Flags&layers.IPv4MoreFragments != 0:
+			fail("outer IHL %d, fragment offset %d, flags %v", ip.IHL, ip.FragOffset, ip.Flags)
 		}
-		if !validIPv4Checksum(out[l3:]) {
+		if !validIPv4Checksum(hdr) {
 			fail("outer IPv4 checksum is wrong")
 		}
-		if !bytes.Equal(gotInner, inner) {
-			fail("inner packet changed")
+	} else {
+		if !wantSrc.IsValid() {
+			wantSrc = dptest.NodeAddr6
 		}
-		return
+		ip, _ := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
+		if ip == nil {
+			fail("no outer IPv6")
+			return
+		}
+		if want.guePort == 0 {
+			proto = layers.IPProtocolIPv6
+		}
+		got.src, _ = netip.AddrFromSlice(ip.SrcIP)
+		switch {
+		case ip.NextHeader != proto:
+			fail("outer next header %v, want %v", ip.NextHeader, proto)
+		case got.src != wantSrc:
+			fail("outer source %s, want %s", ip.SrcIP, wantSrc)
+		case !ip.DstIP.Equal(want.backend.AsSlice()):
+			fail("outer destination %s, want backend %s", ip.DstIP, want.backend)
+		case ip.HopLimit != 64:
+			fail("outer hop limit %d, want 64", ip.HopLimit)
+		case int(ip.Length) != len(inner)+udpLen:
+			fail("outer payload length %d, want %d", ip.Length, len(inner)+udpLen)
+		}
 	}
-	ip, _ := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
-	if ip == nil {
-		fail("no outer IPv6")
-		return
+	if want.guePort == 0 {
+		return got
 	}
+	got.sport = binary.BigEndian.Uint16(udp[0:])
 	switch {
-	case ip.NextHeader != layers.IPProtocolIPv6:
-		fail("outer next header %v, want IPv6 (41)", ip.NextHeader)
-	case !ip.SrcIP.Equal(dptest.NodeAddr6.AsSlice()):
-		fail("outer source %s, want node %s", ip.SrcIP, dptest.NodeAddr6)
-	case !ip.DstIP.Equal(want.backend.AsSlice()):
-		fail("outer destination %s, want backend %s", ip.DstIP, want.backend)
-	case ip.HopLimit != 64:
-		fail("outer hop limit %d, want 64", ip.HopLimit)
-	case int(ip.Length) != len(inner):
-		fail("outer payload length %d, want %d", ip.Length, len(inner))
+	case got.sport < 49152:
+		fail("GUE source port %d, want one of 49152..65535", got.sport)
+	case binary.BigEndian.Uint16(udp[2:]) != want.guePort:
+		fail("GUE destination port %d, want %d", binary.BigEndian.Uint16(udp[2:]), want.guePort)
+	case int(binary.BigEndian.Uint16(udp[4:])) != len(inner)+8:
+		fail("UDP length %d, want %d", binary.BigEndian.Uint16(udp[4:]), len(inner)+8)
+	case v4 && binary.BigEndian.Uint16(udp[6:]) != 0:
+		fail("UDP checksum %#x over IPv4, want 0 (none)", binary.BigEndian.Uint16(udp[6:]))
+	case !v4 && validUDP6Checksum(hdr, out[l3+ipLen:l3+ipLen+udpLen+len(inner)]) != validL4Checksum6(inner):
+		// derived from the inner checksum without reading the payload (encap.h): right
+		// exactly when the client's own checksum is
+		fail("UDP checksum over IPv6 valid: %v, the inner packet's: %v; want both or neither",
+			validUDP6Checksum(hdr, out[l3+ipLen:l3+ipLen+udpLen+len(inner)]), validL4Checksum6(inner))
 	}
-	if !bytes.Equal(gotInner, inner) {
-		fail("inner packet changed")
+	return got
+}
+
+// ipPacket cuts a frame's IP part (from l3 on) to the IP packet's own length, without
+// the Ethernet padding of short frames.
+func ipPacket(l3 []byte) []byte {
+	if l3[0]>>4 == 4 {
+		return l3[:int(l3[2])<<8|int(l3[3])]
 	}
+	return l3[:40+(int(l3[4])<<8|int(l3[5]))]
+}
+
+// validL4Checksum6 checks the TCP/UDP/ICMPv6 checksum of an IPv6 packet without
+// extension headers.
+func validL4Checksum6(pkt []byte) bool {
+	return onesSum(append(append([]byte{}, pkt[8:40]...), pkt[40:]...), uint32(len(pkt)-40), uint32(pkt[6])) == 0xffff
+}
+
+// validUDP6Checksum checks a UDP segment's checksum against the IPv6 header in front.
+func validUDP6Checksum(ip6, seg []byte) bool {
+	var sum uint32
+	add := func(b []byte) {
+		for i := 0; i+1 < len(b); i += 2 {
+			sum += uint32(b[i])<<8 | uint32(b[i+1])
+		}
+		if len(b)%2 == 1 {
+			sum += uint32(b[len(b)-1]) << 8
+		}
+	}
+	add(ip6[8:40])
+	sum += uint32(len(seg)) + 17
+	add(seg)
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return sum == 0xffff && (seg[6] != 0 || seg[7] != 0)
 }
 
 func validIPv4Checksum(h []byte) bool {
@@ -264,6 +360,21 @@ func validIPv4Checksum(h []byte) bool {
 }
 
 func cut(b []byte, n int) []byte { return append([]byte(nil), b[:n]...) }
+
+// ipv6Ext puts an 8-byte extension header of type nh (fragment: offset 0, more
+// fragments) between the IPv6 header and TCP.
+func ipv6Ext(p dptest.Packet, nh byte) []byte {
+	b := p.Bytes()
+	ext := []byte{b[14+6], 0, 0, 0, 0, 0, 0, 0}
+	if nh == 44 {
+		ext[3] = 1 // M flag
+		ext[7] = 1 // identification
+	}
+	out := append(append(append([]byte{}, b[:14+40]...), ext...), b[14+40:]...)
+	out[14+6] = nh
+	binary.BigEndian.PutUint16(out[14+4:], binary.BigEndian.Uint16(b[14+4:])+8)
+	return out
+}
 
 // tamper serializes a packet after f changed its layers (lengths are not fixed up when
 // fix is false, so f's own lengths stand).
@@ -290,17 +401,17 @@ func TestXDPPackets(t *testing.T) {
 		drop    string       // drop reason that must grow by exactly one
 		encap   *expectEncap // for TX / redirect
 	}{
-		{"TCP SYN to VIP", syn.Bytes(), dptest.XDPTX, "", &expectEncap{dptest.Backend4(1), dptest.NeighMAC(1), 0}},
+		{"TCP SYN to VIP", syn.Bytes(), dptest.XDPTX, "", &expectEncap{backend: dptest.Backend4(1), dstMAC: dptest.NeighMAC(1), vlan: 0}},
 		{"TCP established (ACK) to VIP", dptest.Packet{Src: c4, Dst: vipWeb, SPort: 40001, DPort: 80, Flags: dptest.ACK, Payload: []byte("GET / HTTP/1.1\r\n\r\n")}.Bytes(),
-			dptest.XDPTX, "", &expectEncap{dptest.Backend4(1), dptest.NeighMAC(1), 0}},
+			dptest.XDPTX, "", &expectEncap{backend: dptest.Backend4(1), dstMAC: dptest.NeighMAC(1), vlan: 0}},
 		{"UDP to VIP", dptest.Packet{Src: c4, Dst: vipWeb, SPort: 5353, DPort: 53, UDP: true, Payload: []byte("query")}.Bytes(),
-			dptest.XDPTX, "", &expectEncap{dptest.Backend4(2), dptest.NeighMAC(2), 0}},
+			dptest.XDPTX, "", &expectEncap{backend: dptest.Backend4(2), dstMAC: dptest.NeighMAC(2), vlan: 0}},
 		{"IPv6 TCP SYN to VIP", dptest.Packet{Src: c6, Dst: vip6, SPort: 40000, DPort: 80, Flags: dptest.SYN}.Bytes(),
-			dptest.XDPTX, "", &expectEncap{dptest.Backend6(3), dptest.NeighMAC(3), 0}},
+			dptest.XDPTX, "", &expectEncap{backend: dptest.Backend6(3), dstMAC: dptest.NeighMAC(3), vlan: 0}},
 		{"wildcard port service, other link (redirect)", dptest.Packet{Src: c4, Dst: vipAny, SPort: 40000, DPort: 8443, Flags: dptest.SYN}.Bytes(),
-			dptest.XDPRedirect, "", &expectEncap{dptest.Remote4(4), dptest.NeighMAC(4), 0}},
+			dptest.XDPRedirect, "", &expectEncap{backend: dptest.Remote4(4), dstMAC: dptest.NeighMAC(4), vlan: 0}},
 		{"VLAN-tagged SYN keeps its tag on XDP_TX", dptest.Packet{Src: c4, Dst: vipWeb, SPort: 40002, DPort: 80, Flags: dptest.SYN, VLAN: 42}.Bytes(),
-			dptest.XDPTX, "", &expectEncap{dptest.Backend4(1), dptest.NeighMAC(1), 42}},
+			dptest.XDPTX, "", &expectEncap{backend: dptest.Backend4(1), dstMAC: dptest.NeighMAC(1), vlan: 42}},
 		{"VLAN-tagged, redirected: tag dropped", dptest.Packet{Src: c4, Dst: vipAny, SPort: 40003, DPort: 22, Flags: dptest.SYN, VLAN: 42}.Bytes(),
 			dptest.XDPRedirect, "", nil},
 		{"non-VIP destination passes", dptest.Packet{Src: c4, Dst: netip.MustParseAddr("198.51.100.99"), SPort: 1, DPort: 80, Flags: dptest.SYN}.Bytes(),
@@ -338,7 +449,20 @@ func TestXDPPackets(t *testing.T) {
 		}), dptest.XDPDrop, "fragment", nil},
 		{"IPv4 with options to VIP is forwarded", tamper(syn, true, func(ls []gopacket.SerializableLayer) {
 			ipv4Layer(ls).Options = []layers.IPv4Option{{OptionType: 1}, {OptionType: 1}, {OptionType: 1}, {OptionType: 0}} // NOPs, EOL
-		}), dptest.XDPTX, "", &expectEncap{dptest.Backend4(1), dptest.NeighMAC(1), 0}},
+		}), dptest.XDPTX, "", &expectEncap{backend: dptest.Backend4(1), dstMAC: dptest.NeighMAC(1), vlan: 0}},
+		{"IPv4 last fragment (offset, no MF) to VIP dropped", tamper(syn, true, func(ls []gopacket.SerializableLayer) {
+			ipv4Layer(ls).FragOffset = 185
+		}), dptest.XDPDrop, "fragment", nil},
+		{"IPv4 first fragment of a UDP datagram to VIP dropped", tamper(dptest.Packet{Src: c4, Dst: vipWeb, SPort: 5353, DPort: 53, UDP: true, Payload: make([]byte, 64)}, true,
+			func(ls []gopacket.SerializableLayer) { ipv4Layer(ls).Flags = layers.IPv4MoreFragments }), dptest.XDPDrop, "fragment", nil},
+		{"IPv4 fragment to another address passes", tamper(dptest.Packet{Src: c4, Dst: netip.MustParseAddr("198.51.100.99"), SPort: 1, DPort: 80}, true,
+			func(ls []gopacket.SerializableLayer) { ipv4Layer(ls).Flags = layers.IPv4MoreFragments }), dptest.XDPPass, "", nil},
+		{"GRE to a VIP address passes", tamper(syn, true, func(ls []gopacket.SerializableLayer) {
+			ipv4Layer(ls).Protocol = layers.IPProtocolGRE
+		}), dptest.XDPPass, "", nil},
+		{"IPv6 fragment header to VIP dropped", ipv6Ext(dptest.Packet{Src: c6, Dst: vip6, SPort: 1, DPort: 80}, 44), dptest.XDPDrop, "fragment", nil},
+		{"IPv6 destination options to VIP dropped", ipv6Ext(dptest.Packet{Src: c6, Dst: vip6, SPort: 1, DPort: 80}, 60), dptest.XDPDrop, "ipv6_ext", nil},
+		{"IPv6 routing header to VIP dropped", ipv6Ext(dptest.Packet{Src: c6, Dst: vip6, SPort: 1, DPort: 80}, 43), dptest.XDPDrop, "ipv6_ext", nil},
 		{"IPv6 hop-by-hop header to VIP dropped", func() []byte {
 			p := dptest.Packet{Src: c6, Dst: vip6, SPort: 1, DPort: 80}.Bytes()
 			p[14+6] = 0 // next header: hop-by-hop

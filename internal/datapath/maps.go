@@ -26,14 +26,15 @@ type Service struct {
 	ID         uint32
 	TableSize  uint32
 	SourceHash bool // maglev-source
-	GUE        bool
-	GUEPort    uint16
 }
 
 // Flags of lb_vip (bpf/lib/types.h LB_VIP_F_*).
+const vipFlagSourceHash = 1 << 0
+
+// Encapsulations of lb_backend (bpf/lib/types.h enum lb_encap).
 const (
-	vipFlagSourceHash = 1 << 0
-	vipFlagGUE        = 1 << 1
+	encapIPIP = 0
+	encapGUE  = 1
 )
 
 // BackendState is the state the program honours on every packet.
@@ -58,11 +59,15 @@ func (s BackendState) String() string {
 	return "unused"
 }
 
-// Backend is one (service, backend) slot of lb_backends.
+// Backend is one (service, backend) slot of lb_backends. How packets reach the backend
+// (its service's forwarding) is kept here, not with the service: an established flow
+// reaches its backend without the service lookup.
 type Backend struct {
 	Addr      netip.Addr
 	ServiceID uint32
 	State     BackendState
+	GUE       bool   // GUE instead of IPIP
+	GUEPort   uint16 // UDP destination port of GUE packets
 }
 
 func vipKey(k ServiceKey) lbLbVipKey {
@@ -71,12 +76,9 @@ func vipKey(k ServiceKey) lbLbVipKey {
 
 // PutService adds or replaces a service's lb_vips entry.
 func (lb *LB) PutService(k ServiceKey, s Service) error {
-	v := lbLbVip{ServiceId: s.ID, TableSize: s.TableSize, GuePort: be16(s.GUEPort)}
+	v := lbLbVip{ServiceId: s.ID, TableSize: s.TableSize}
 	if s.SourceHash {
 		v.Flags |= vipFlagSourceHash
-	}
-	if s.GUE {
-		v.Flags |= vipFlagGUE
 	}
 	if err := lb.objs.LbVips.Put(vipKey(k), v); err != nil {
 		return fmt.Errorf("lb_vips put %v: %w", k, err)
@@ -149,7 +151,11 @@ func (lb *LB) DeleteRing(serviceID uint32) error {
 
 // PutBackend writes backend slot id.
 func (lb *LB) PutBackend(id uint32, b Backend) error {
-	v := lbLbBackend{Addr: addrWords(b.Addr), ServiceId: b.ServiceID, State: lbLbBackendState(b.State), Family: familyOf(b.Addr)}
+	v := lbLbBackend{Addr: addrWords(b.Addr), ServiceId: b.ServiceID, State: lbLbBackendState(b.State), Family: familyOf(b.Addr), Encap: encapIPIP}
+	if b.GUE {
+		v.Encap = encapGUE
+		v.GuePort = be16(b.GUEPort)
+	}
 	if err := lb.objs.LbBackends.Put(id, v); err != nil {
 		return fmt.Errorf("lb_backends put %d (%s): %w", id, b.Addr, err)
 	}

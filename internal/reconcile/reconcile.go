@@ -31,6 +31,7 @@ type Dataplane interface {
 	PutBackend(id uint32, b datapath.Backend) error
 	DeleteBackend(id uint32) error
 	ResetServiceCounters(id uint32) error
+	PutSettings(s datapath.Settings) error
 }
 
 // HealthFunc reports whether a backend of a service passes its health check.
@@ -42,6 +43,7 @@ func AlwaysUp(*config.Service, *config.Backend) bool { return true }
 // Reconciler remembers what it wrote so that Apply writes only differences.
 type Reconciler struct {
 	dp         Dataplane
+	settings   *datapath.Settings // nil until first written
 	services   map[string]*service
 	vipAddrs   map[netip.Addr]uint32
 	serviceIDs *idAllocator
@@ -60,6 +62,29 @@ type backend struct {
 	id    uint32
 	cfg   config.Backend
 	state datapath.BackendState
+	encap encap // as last written
+}
+
+// encap is how a backend's packets are encapsulated: its service's forwarding.
+type encap struct {
+	gue  bool
+	port uint16
+}
+
+func encapOf(s *config.Service) encap {
+	if s.Forwarding == config.GUE {
+		return encap{gue: true, port: s.GUEPort}
+	}
+	return encap{}
+}
+
+// SettingsOf is the part of the node's config the data plane reads on every packet.
+func SettingsOf(n *config.Node) datapath.Settings {
+	s := datapath.Settings{NewFlowRate: n.NewFlowRate}
+	if n.EntropySource {
+		s.Entropy4, s.Entropy6 = n.EntropyPrefix4, n.EntropyPrefix6
+	}
+	return s
 }
 
 func New(dp Dataplane) *Reconciler {
@@ -90,6 +115,12 @@ func MaglevKey(s *config.Service, b *config.Backend) string {
 // Apply makes the data plane match cfg and health. On a kernel error it restores the
 // previous state as far as the kernel lets it and returns the error.
 func (r *Reconciler) Apply(cfg *config.Config, healthy HealthFunc) error {
+	if s := SettingsOf(&cfg.Node); r.settings == nil || *r.settings != s {
+		if err := r.dp.PutSettings(s); err != nil {
+			return err
+		}
+		r.settings = &s
+	}
 	prev := r.desired()
 	if err := r.apply(cfg.Services, healthy); err != nil {
 		if rerr := r.apply(prev, healthy); rerr != nil {
@@ -178,10 +209,17 @@ func (r *Reconciler) applyService(cfg *config.Service, healthy HealthFunc) error
 		}
 	}
 
-	// 2. backends that come up are written before the ring names them ...
+	// 2. backends that come up are written before the ring names them (and those whose
+	// encapsulation changed, in their current state: a backend agent takes both) ...
+	enc := encapOf(&s.cfg)
 	for b, state := range target {
-		if state == datapath.BackendUp && b.state != state {
+		switch {
+		case state == datapath.BackendUp && b.state != state:
 			if err := r.putBackend(s, b, state); err != nil {
+				return err
+			}
+		case b.state != datapath.BackendUnused && b.encap != enc:
+			if err := r.putBackend(s, b, b.state); err != nil {
 				return err
 			}
 		}
@@ -224,16 +262,16 @@ func (r *Reconciler) applyService(cfg *config.Service, healthy HealthFunc) error
 		ID:         s.id,
 		TableSize:  s.cfg.TableSize,
 		SourceHash: s.cfg.Scheduler == config.MaglevSource,
-		GUE:        s.cfg.Forwarding == config.GUE,
-		GUEPort:    s.cfg.GUEPort,
 	})
 }
 
 func (r *Reconciler) putBackend(s *service, b *backend, state datapath.BackendState) error {
-	if err := r.dp.PutBackend(b.id, datapath.Backend{Addr: b.cfg.Address, ServiceID: s.id, State: state}); err != nil {
+	enc := encapOf(&s.cfg)
+	v := datapath.Backend{Addr: b.cfg.Address, ServiceID: s.id, State: state, GUE: enc.gue, GUEPort: enc.port}
+	if err := r.dp.PutBackend(b.id, v); err != nil {
 		return err
 	}
-	b.state = state
+	b.state, b.encap = state, enc
 	return nil
 }
 

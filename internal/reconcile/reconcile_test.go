@@ -19,6 +19,7 @@ type fakeDP struct {
 	vipAddrs map[netip.Addr]uint32
 	rings    map[uint32][]uint32
 	backends map[uint32]datapath.Backend
+	settings datapath.Settings
 	writes   int
 	failAt   int // the failAt-th write fails (0: never)
 }
@@ -119,6 +120,14 @@ func (f *fakeDP) DeleteBackend(id uint32) error {
 	return nil
 }
 func (f *fakeDP) ResetServiceCounters(uint32) error { return f.write() }
+
+func (f *fakeDP) PutSettings(s datapath.Settings) error {
+	if err := f.write(); err != nil {
+		return err
+	}
+	f.settings = s
+	return nil
+}
 
 func svc(name, vip string, port uint16, backends ...string) config.Service {
 	s := config.Service{Name: name, VIP: netip.MustParseAddr(vip), Port: port, Protocol: config.TCP,
@@ -314,5 +323,52 @@ func TestFailedApplyRestoresPreviousState(t *testing.T) {
 		if _, ok := r.services["new"]; ok {
 			t.Errorf("fail at write %d: the new service survived a failed apply", failAt)
 		}
+	}
+}
+
+// A service's forwarding reaches every one of its backend slots, and a change of it is
+// written to each backend in its current state; node settings are written once.
+func TestForwardingAndSettings(t *testing.T) {
+	f := newFake(t)
+	r := New(f)
+	web := svc("web", "198.51.100.10", 80, "10.0.1.1", "10.0.1.2")
+	web.Backends[1].Weight = 0 // draining: must stay draining through the change
+	cfg := cfgOf(web)
+	cfg.Node = config.Node{EntropySource: true, EntropyPrefix4: netip.MustParsePrefix("172.16.0.0/16"), NewFlowRate: 1000}
+	if err := r.Apply(cfg, AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	want := datapath.Settings{Entropy4: netip.MustParsePrefix("172.16.0.0/16"), NewFlowRate: 1000}
+	if f.settings != want {
+		t.Errorf("settings %+v, want %+v", f.settings, want)
+	}
+	for id, b := range f.backends {
+		if b.GUE {
+			t.Errorf("backend %d is GUE under forwarding: ipip", id)
+		}
+	}
+	cfg.Services[0].Forwarding, cfg.Services[0].GUEPort = config.GUE, 7000
+	n := f.writes
+	if err := r.Apply(cfg, AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	// two backends rewritten and the service entry; the settings did not change
+	if f.writes-n != 3 {
+		t.Errorf("switching to GUE made %d writes, want 3", f.writes-n)
+	}
+	states := map[datapath.BackendState]int{}
+	for id, b := range f.backends {
+		if !b.GUE || b.GUEPort != 7000 {
+			t.Errorf("backend %d: GUE %v port %d, want GUE to 7000", id, b.GUE, b.GUEPort)
+		}
+		states[b.State]++
+	}
+	if states[datapath.BackendUp] != 1 || states[datapath.BackendDraining] != 1 {
+		t.Errorf("backend states %v after the forwarding change, want one up, one draining", states)
+	}
+	// entropy off: the prefixes are not passed on even if the model holds them
+	cfg.Node.EntropySource = false
+	if s := SettingsOf(&cfg.Node); s.Entropy4.IsValid() || s.NewFlowRate != 1000 {
+		t.Errorf("settings without entropy: %+v", s)
 	}
 }
