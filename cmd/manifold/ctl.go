@@ -1,49 +1,147 @@
 package main
 
+// manifold ctl: the operator CLI, a client of the node's REST API (internal/api).
+// Tables for people by default, the API's JSON as is with -o json.
+
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
-	"sort"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/node"
+	"github.com/manifoldlb/manifold/internal/store"
 )
 
 const defaultAPI = "http://127.0.0.1:9100"
 
+const ctlUsage = `usage: manifold ctl [--api URL] [-o table|json] COMMAND
+  status                          the node: interfaces, BGP, services and backends, flow table, drops
+  services                        every service, one line each
+  backends SERVICE                the backends of a service: state, health, weight, traffic
+  drain SERVICE ADDRESS           weight 0: the backend keeps its flows, gets no new ones
+  undrain SERVICE ADDRESS         back to the weight it had before the drain
+  weight SERVICE ADDRESS WEIGHT   set a backend's weight (0..65535)
+  config                          the config the node runs (secrets redacted)
+--api defaults to $MANIFOLD_API, else ` + defaultAPI + `; the API token, when the node has
+one, is read from $MANIFOLD_API_TOKEN.`
+
+// ctlClient talks to one node's API.
+type ctlClient struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
 func ctl(args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("ctl", flag.ContinueOnError)
-	api := fs.String("api", envOr("MANIFOLD_API", defaultAPI), "node API base URL (env MANIFOLD_API)")
+	fs.SetOutput(io.Discard)
+	apiURL := fs.String("api", envOr("MANIFOLD_API", defaultAPI), "node API base URL (env MANIFOLD_API)")
 	output := fs.String("o", "table", "output: table | json")
-	if err := fs.Parse(args); err != nil {
+	// flags may come before or after the command and its arguments
+	var pos []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			return fmt.Errorf("%v\n%s", err, ctlUsage)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, rest = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	if *output != "table" && *output != "json" {
+		return fmt.Errorf("-o %s: accepted: table, json", *output)
+	}
+	if len(pos) == 0 {
+		return errors.New(ctlUsage)
+	}
+	c := &ctlClient{base: strings.TrimRight(*apiURL, "/"), token: os.Getenv("MANIFOLD_API_TOKEN"), http: &http.Client{Timeout: 10 * time.Second}}
+	cmd, params := pos[0], pos[1:]
+	need := map[string]int{"status": 0, "services": 0, "config": 0, "backends": 1, "drain": 2, "undrain": 2, "weight": 3}
+	n, ok := need[cmd]
+	if !ok {
+		return fmt.Errorf("unknown command %q\n%s", cmd, ctlUsage)
+	}
+	if len(params) != n {
+		return fmt.Errorf("%s takes %d argument(s), got %d\n%s", cmd, n, len(params), ctlUsage)
+	}
+	svcPath := func(name string) string { return "/api/v1/services/" + url.PathEscape(name) }
+
+	var raw []byte
+	var err error
+	switch cmd {
+	case "status":
+		raw, err = c.call("GET", "/api/v1/status", nil)
+	case "services":
+		raw, err = c.call("GET", "/api/v1/services", nil)
+	case "backends":
+		raw, err = c.call("GET", svcPath(params[0]), nil)
+	case "config":
+		raw, err = c.call("GET", "/api/v1/config", nil)
+	case "drain", "undrain":
+		raw, err = c.call("POST", svcPath(params[0])+"/backends/"+url.PathEscape(params[1])+"/"+cmd, nil)
+	case "weight":
+		wt, perr := strconv.ParseUint(params[2], 10, 32)
+		if perr != nil {
+			return fmt.Errorf("weight %q: must be a whole number 0..65535", params[2])
+		}
+		body, _ := json.Marshal(api.WeightRequest{Weight: uint32(wt)})
+		raw, err = c.call("POST", svcPath(params[0])+"/backends/"+url.PathEscape(params[1])+"/weight", body)
+	}
+	if err != nil {
 		return err
 	}
-	if fs.NArg() == 0 {
-		return errors.New("usage: manifold ctl [--api URL] [-o json] status")
+	if *output == "json" {
+		_, err := w.Write(raw)
+		return err
 	}
-	switch fs.Arg(0) {
+
+	switch cmd {
 	case "status":
 		var st node.Status
-		raw, err := getJSON(*api+"/api/v1/status", &st)
-		if err != nil {
-			return err
-		}
-		if *output == "json" {
-			_, err := w.Write(raw)
-			return err
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return badAnswer(err)
 		}
 		printStatus(w, &st)
-		return nil
-	default:
-		return fmt.Errorf("unknown ctl command %q (try: status)", fs.Arg(0))
+	case "services":
+		var ss []node.ServiceStatus
+		if err := json.Unmarshal(raw, &ss); err != nil {
+			return badAnswer(err)
+		}
+		printServices(w, ss)
+	case "backends":
+		var s node.ServiceStatus
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return badAnswer(err)
+		}
+		printBackends(w, &s)
+	case "config":
+		var cv api.ConfigView
+		if err := json.Unmarshal(raw, &cv); err != nil {
+			return badAnswer(err)
+		}
+		printConfig(w, &cv)
+	default: // drain, undrain, weight: the service as it is now
+		var s node.ServiceStatus
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return badAnswer(err)
+		}
+		return printBackendChange(w, &s, params[1])
 	}
+	return nil
+}
+
+func badAnswer(err error) error {
+	return fmt.Errorf("the node's answer is not what this manifold expects (another version?): %w", err)
 }
 
 func envOr(name, def string) string {
@@ -53,52 +151,52 @@ func envOr(name, def string) string {
 	return def
 }
 
-func getJSON(url string, v any) ([]byte, error) {
-	client := &http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get(url)
+// call sends one request and returns the body of a 2xx answer; any other answer
+// becomes an error that says what the API said.
+func (c *ctlClient) call(method, path string, body []byte) ([]byte, error) {
+	req, err := http.NewRequest(method, c.base+path, bytes.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the node API at %s (is `manifold run` running?): %w", url, err)
+		return nil, fmt.Errorf("--api %s: %w", c.base, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the node API at %s (is `manifold run` running there? --api or MANIFOLD_API name another node): %w", c.base, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s %s: %w", method, c.base+path, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s: %s", url, resp.Status, strings.TrimSpace(string(raw)))
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return raw, nil
 	}
-	return raw, json.Unmarshal(raw, v)
-}
-
-func printStatus(w io.Writer, st *node.Status) {
-	var ifaces []string
-	for _, i := range st.Interfaces {
-		ifaces = append(ifaces, fmt.Sprintf("%s (XDP %s)", i.Name, i.XDPMode))
+	var e api.Error
+	if json.Unmarshal(raw, &e) != nil || e.Message == "" {
+		return nil, fmt.Errorf("%s %s: %s: %s", method, c.base+path, resp.Status, strings.TrimSpace(string(raw)))
 	}
-	fmt.Fprintf(w, "Node %s   interfaces: %s   flow table: %d entries   reloads: %d (%d failed)\n\n",
-		st.Node, strings.Join(ifaces, ", "), st.FlowTableEntries, st.Reloads, st.ReloadFailures)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVICE\tVIP\tBACKEND\tSTATE\tWEIGHT\tPACKETS\tBYTES")
-	for _, s := range st.Services {
-		vip := fmt.Sprintf("%s:%d/%s", s.VIP, s.Port, s.Protocol)
-		if strings.Contains(s.VIP, ":") {
-			vip = fmt.Sprintf("[%s]:%d/%s", s.VIP, s.Port, s.Protocol)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", s.Name, vip, "(all)", "", "", s.Packets, s.Bytes)
-		for _, b := range s.Backends {
-			fmt.Fprintf(tw, "\t\t%s\t%s\t%d\t%d\t%d\n", b.Address, b.State, b.Weight, b.Packets, b.Bytes)
+	if len(e.Problems) == 0 {
+		e.Problems = []store.Problem{{Field: e.Field, Message: e.Message}}
+	}
+	var lines []string
+	for _, p := range e.Problems {
+		if p.Field != "" {
+			lines = append(lines, p.Field+": "+p.Message)
+		} else {
+			lines = append(lines, p.Message)
 		}
 	}
-	tw.Flush()
-	var reasons []string
-	for r, n := range st.Drops {
-		if n > 0 {
-			reasons = append(reasons, fmt.Sprintf("%s=%d", r, n))
-		}
+	msg := strings.Join(lines, "\n")
+	switch resp.StatusCode {
+	case http.StatusUnauthorized:
+		msg += " (set MANIFOLD_API_TOKEN)"
+	case http.StatusForbidden:
+		msg += " (check MANIFOLD_API_TOKEN)"
 	}
-	sort.Strings(reasons)
-	if len(reasons) == 0 {
-		reasons = []string{"none"}
-	}
-	fmt.Fprintf(w, "\nDrops: %s\n", strings.Join(reasons, " "))
+	return nil, fmt.Errorf("%s (%d)", msg, resp.StatusCode)
 }

@@ -3,7 +3,7 @@
 //	manifold run --config FILE        the LB node daemon (XDP data plane, health checks, API)
 //	manifold backend --config FILE    the backend agent (tc decapsulation, VIPs on lo)
 //	manifold validate --config FILE   check a file without touching the system
-//	manifold ctl [--api URL] status   operator CLI against a node's API
+//	manifold ctl [--api URL] COMMAND  operator CLI against a node's API (status, drain, …)
 //	manifold bench dataplane          per-packet cost of the data plane
 package main
 
@@ -29,7 +29,7 @@ Usage:
   manifold run --config FILE        run an LB node (foreground)
   manifold backend --config FILE    run the backend agent (foreground)
   manifold validate --config FILE   check a node or backend config file
-  manifold ctl [--api URL] status   show a running node
+  manifold ctl [--api URL] COMMAND  operate a running node (manifold ctl: the commands)
   manifold bench dataplane          measure the data plane (needs root)
   manifold version
 `

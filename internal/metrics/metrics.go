@@ -1,10 +1,15 @@
 // Package metrics exposes a node's state in the Prometheus text format (GET /metrics).
-// Values are read at scrape time from a Source — the BPF maps' per-CPU counters summed
-// and the reconciler's view — so a scrape costs nothing on the packet path.
+// Values are read at scrape time from a Source — the BPF maps' per-CPU counters summed,
+// the reconciler's view, the health checker and the BGP speaker — so a scrape costs
+// nothing on the packet path.
 package metrics
 
 import (
+	"fmt"
 	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -13,19 +18,58 @@ import (
 
 // Snapshot is what a scrape reports.
 type Snapshot struct {
+	Interfaces       []Interface
+	Services         []Service
 	Backends         []Backend
 	Drops            map[string]uint64 // by drop reason
 	FlowTableEntries int
+	FlowTableSize    uint32
+	HealthChecks     []HealthCheck
+	Peers            []Peer
 	Reloads          uint64
 	ReloadFailures   uint64
+	APIRequests      map[APIRequest]uint64
+}
+
+type Interface struct {
+	Name, XDPMode string
+}
+
+type Service struct {
+	Name      string
+	Announced bool // the VIP is announced over BGP by this node
 }
 
 type Backend struct {
 	Service string
 	Address string
 	Up      bool // in the Maglev ring: healthy and not draining
+	Weight  uint32
 	Packets uint64
 	Bytes   uint64
+}
+
+// HealthCheck is one health-check target: a backend address and a check (a target
+// shared by several services is checked, and counted, once).
+type HealthCheck struct {
+	Backend     string
+	Check       string // tcp://10.0.1.1:80, http://10.0.1.1:80/healthz
+	Up          bool
+	Checks      uint64
+	Failures    uint64
+	LastLatency float64 // seconds
+}
+
+type Peer struct {
+	Address         string
+	Up              bool
+	UpdatesSent     uint64
+	UpdatesReceived uint64
+}
+
+type APIRequest struct {
+	Method string
+	Code   int
 }
 
 // Source produces a Snapshot; the node implements it.
@@ -33,48 +77,109 @@ type Source interface {
 	MetricsSnapshot() Snapshot
 }
 
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
+}
+
 var (
-	packetsDesc = prometheus.NewDesc("manifold_packets_total",
-		"Packets forwarded to a backend of a service.", []string{"service", "backend"}, nil)
-	bytesDesc = prometheus.NewDesc("manifold_bytes_total",
-		"Bytes (of the clients' IP packets) forwarded to a backend of a service.", []string{"service", "backend"}, nil)
-	dropsDesc = prometheus.NewDesc("manifold_drops_total",
-		"Packets for a VIP dropped by the data plane, by reason.", []string{"reason"}, nil)
-	upDesc = prometheus.NewDesc("manifold_backend_up",
-		"1 when the backend takes new flows of the service (healthy, weight > 0), else 0.", []string{"service", "backend"}, nil)
-	flowsDesc = prometheus.NewDesc("manifold_flow_table_entries",
-		"Entries in the flow table.", nil, nil)
-	reloadsDesc = prometheus.NewDesc("manifold_config_reloads_total",
-		"Config reloads asked for (SIGHUP).", nil, nil)
-	reloadFailuresDesc = prometheus.NewDesc("manifold_config_reload_failures_total",
-		"Config reloads refused or failed; the previous config kept serving.", nil, nil)
+	xdpDesc = desc("manifold_xdp_attached",
+		"1 for every interface the XDP program is attached to, with the mode in use.", "interface", "mode")
+	packetsDesc = desc("manifold_packets_total",
+		"Packets forwarded to a backend of a service.", "service", "backend")
+	bytesDesc = desc("manifold_bytes_total",
+		"Bytes (of the clients' IP packets) forwarded to a backend of a service.", "service", "backend")
+	dropsDesc = desc("manifold_drops_total",
+		"Packets for a VIP dropped by the data plane, by reason.", "reason")
+	upDesc = desc("manifold_backend_up",
+		"1 when the backend takes new flows of the service (healthy, weight > 0), else 0.", "service", "backend")
+	weightDesc = desc("manifold_backend_weight",
+		"Weight of the backend in the service's Maglev table (0: draining).", "service", "backend")
+	announcedDesc = desc("manifold_vip_announced",
+		"1 while this node announces the service's VIP over BGP, else 0.", "service")
+	flowsDesc = desc("manifold_flow_table_entries",
+		"Entries in the flow table.")
+	flowSizeDesc = desc("manifold_flow_table_size",
+		"Capacity of the flow table (node.flow_table_size).")
+	checksDesc = desc("manifold_health_checks_total",
+		"Health checks run against a backend.", "backend", "check")
+	checkFailuresDesc = desc("manifold_health_check_failures_total",
+		"Health checks of a backend that failed.", "backend", "check")
+	checkUpDesc = desc("manifold_health_check_up",
+		"1 when the backend passes its health check (rise/fall applied), else 0.", "backend", "check")
+	checkLatencyDesc = desc("manifold_health_check_duration_seconds",
+		"Duration of the last health check of a backend.", "backend", "check")
+	peerUpDesc = desc("manifold_bgp_peer_up",
+		"1 while the BGP session with the peer is established, else 0.", "peer")
+	updatesSentDesc = desc("manifold_bgp_updates_sent_total",
+		"BGP UPDATE messages sent to the peer.", "peer")
+	updatesReceivedDesc = desc("manifold_bgp_updates_received_total",
+		"BGP UPDATE messages received from the peer.", "peer")
+	reloadsDesc = desc("manifold_config_reloads_total",
+		"Config reloads asked for (SIGHUP).")
+	reloadFailuresDesc = desc("manifold_config_reload_failures_total",
+		"Config reloads refused or failed; the previous config kept serving.")
+	apiDesc = desc("manifold_api_requests_total",
+		"REST API requests answered, by method and status code.", "method", "code")
 )
 
 type collector struct{ src Source }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{packetsDesc, bytesDesc, dropsDesc, upDesc, flowsDesc, reloadsDesc, reloadFailuresDesc} {
+	for _, d := range []*prometheus.Desc{xdpDesc, packetsDesc, bytesDesc, dropsDesc, upDesc, weightDesc, announcedDesc,
+		flowsDesc, flowSizeDesc, checksDesc, checkFailuresDesc, checkUpDesc, checkLatencyDesc, peerUpDesc,
+		updatesSentDesc, updatesReceivedDesc, reloadsDesc, reloadFailuresDesc, apiDesc} {
 		ch <- d
 	}
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.src.MetricsSnapshot()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, i := range s.Interfaces {
+		gauge(xdpDesc, 1, i.Name, i.XDPMode)
+	}
+	for _, sv := range s.Services {
+		gauge(announcedDesc, bit(sv.Announced), sv.Name)
+	}
 	for _, b := range s.Backends {
-		ch <- prometheus.MustNewConstMetric(packetsDesc, prometheus.CounterValue, float64(b.Packets), b.Service, b.Address)
-		ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(b.Bytes), b.Service, b.Address)
-		up := 0.0
-		if b.Up {
-			up = 1
-		}
-		ch <- prometheus.MustNewConstMetric(upDesc, prometheus.GaugeValue, up, b.Service, b.Address)
+		counter(packetsDesc, b.Packets, b.Service, b.Address)
+		counter(bytesDesc, b.Bytes, b.Service, b.Address)
+		gauge(upDesc, bit(b.Up), b.Service, b.Address)
+		gauge(weightDesc, float64(b.Weight), b.Service, b.Address)
 	}
 	for reason, n := range s.Drops {
-		ch <- prometheus.MustNewConstMetric(dropsDesc, prometheus.CounterValue, float64(n), reason)
+		counter(dropsDesc, n, reason)
 	}
-	ch <- prometheus.MustNewConstMetric(flowsDesc, prometheus.GaugeValue, float64(s.FlowTableEntries))
-	ch <- prometheus.MustNewConstMetric(reloadsDesc, prometheus.CounterValue, float64(s.Reloads))
-	ch <- prometheus.MustNewConstMetric(reloadFailuresDesc, prometheus.CounterValue, float64(s.ReloadFailures))
+	gauge(flowsDesc, float64(s.FlowTableEntries))
+	gauge(flowSizeDesc, float64(s.FlowTableSize))
+	for _, h := range s.HealthChecks {
+		counter(checksDesc, h.Checks, h.Backend, h.Check)
+		counter(checkFailuresDesc, h.Failures, h.Backend, h.Check)
+		gauge(checkUpDesc, bit(h.Up), h.Backend, h.Check)
+		gauge(checkLatencyDesc, h.LastLatency, h.Backend, h.Check)
+	}
+	for _, p := range s.Peers {
+		gauge(peerUpDesc, bit(p.Up), p.Address)
+		counter(updatesSentDesc, p.UpdatesSent, p.Address)
+		counter(updatesReceivedDesc, p.UpdatesReceived, p.Address)
+	}
+	counter(reloadsDesc, s.Reloads)
+	counter(reloadFailuresDesc, s.ReloadFailures)
+	for r, n := range s.APIRequests {
+		counter(apiDesc, n, r.Method, strconv.Itoa(r.Code))
+	}
+}
+
+func bit(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Handler serves the node's metrics, plus the Go runtime's and the process's.
@@ -82,4 +187,16 @@ func Handler(src Source) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{src}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// Promtool runs `promtool check metrics` (the binary at path) on a scrape and returns
+// its complaints as an error. Tests use it on a unit scrape and on a live node's.
+func Promtool(path, scrape string) error {
+	cmd := exec.Command(path, "check", "metrics")
+	cmd.Stdin = strings.NewReader(scrape)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+	return nil
 }

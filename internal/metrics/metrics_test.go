@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -42,29 +43,53 @@ func scrape(t *testing.T, src Source) (string, map[string]float64) {
 	return body, values
 }
 
+// full is a snapshot with something in every field.
+var full = fixed{
+	Interfaces: []Interface{{Name: "eth0", XDPMode: "native"}},
+	Services:   []Service{{Name: "web", Announced: true}, {Name: "dns", Announced: false}},
+	Backends: []Backend{
+		{Service: "web", Address: "10.0.1.1", Up: true, Weight: 3, Packets: 10, Bytes: 600},
+		{Service: "web", Address: "10.0.1.2", Up: false, Weight: 0, Packets: 3, Bytes: 180},
+	},
+	Drops:            map[string]uint64{"truncated": 2, "no_backend": 0},
+	FlowTableEntries: 7,
+	FlowTableSize:    262144,
+	HealthChecks: []HealthCheck{
+		{Backend: "10.0.1.1", Check: "tcp://10.0.1.1:80", Up: true, Checks: 40, Failures: 1, LastLatency: 0.0004},
+	},
+	Peers:          []Peer{{Address: "10.0.0.1", Up: true, UpdatesSent: 4, UpdatesReceived: 1}},
+	Reloads:        4,
+	ReloadFailures: 1,
+	APIRequests:    map[APIRequest]uint64{{"GET", 200}: 9, {"POST", 409}: 1},
+}
+
 func TestMetricsReportTheSnapshot(t *testing.T) {
-	src := fixed{
-		Backends: []Backend{
-			{Service: "web", Address: "10.0.1.1", Up: true, Packets: 10, Bytes: 600},
-			{Service: "web", Address: "10.0.1.2", Up: false, Packets: 3, Bytes: 180},
-		},
-		Drops:            map[string]uint64{"truncated": 2, "no_backend": 0},
-		FlowTableEntries: 7,
-		Reloads:          4,
-		ReloadFailures:   1,
-	}
-	_, v := scrape(t, src)
+	_, v := scrape(t, full)
 	want := map[string]float64{
-		"manifold_packets_total,backend=10.0.1.1,service=web": 10,
-		"manifold_bytes_total,backend=10.0.1.1,service=web":   600,
-		"manifold_packets_total,backend=10.0.1.2,service=web": 3,
-		"manifold_backend_up,backend=10.0.1.1,service=web":    1,
-		"manifold_backend_up,backend=10.0.1.2,service=web":    0,
-		"manifold_drops_total,reason=truncated":               2,
-		"manifold_drops_total,reason=no_backend":              0,
-		"manifold_flow_table_entries":                         7,
-		"manifold_config_reloads_total":                       4,
-		"manifold_config_reload_failures_total":               1,
+		"manifold_xdp_attached,interface=eth0,mode=native":                                1,
+		"manifold_packets_total,backend=10.0.1.1,service=web":                             10,
+		"manifold_bytes_total,backend=10.0.1.1,service=web":                               600,
+		"manifold_packets_total,backend=10.0.1.2,service=web":                             3,
+		"manifold_backend_up,backend=10.0.1.1,service=web":                                1,
+		"manifold_backend_up,backend=10.0.1.2,service=web":                                0,
+		"manifold_backend_weight,backend=10.0.1.1,service=web":                            3,
+		"manifold_vip_announced,service=web":                                              1,
+		"manifold_vip_announced,service=dns":                                              0,
+		"manifold_drops_total,reason=truncated":                                           2,
+		"manifold_drops_total,reason=no_backend":                                          0,
+		"manifold_flow_table_entries":                                                     7,
+		"manifold_flow_table_size":                                                        262144,
+		"manifold_health_checks_total,backend=10.0.1.1,check=tcp://10.0.1.1:80":           40,
+		"manifold_health_check_failures_total,backend=10.0.1.1,check=tcp://10.0.1.1:80":   1,
+		"manifold_health_check_up,backend=10.0.1.1,check=tcp://10.0.1.1:80":               1,
+		"manifold_health_check_duration_seconds,backend=10.0.1.1,check=tcp://10.0.1.1:80": 0.0004,
+		"manifold_bgp_peer_up,peer=10.0.0.1":                                              1,
+		"manifold_bgp_updates_sent_total,peer=10.0.0.1":                                   4,
+		"manifold_bgp_updates_received_total,peer=10.0.0.1":                               1,
+		"manifold_config_reloads_total":                                                   4,
+		"manifold_config_reload_failures_total":                                           1,
+		"manifold_api_requests_total,code=200,method=GET":                                 9,
+		"manifold_api_requests_total,code=409,method=POST":                                1,
 	}
 	for k, w := range want {
 		if got, ok := v[k]; !ok || got != w {
@@ -73,9 +98,21 @@ func TestMetricsReportTheSnapshot(t *testing.T) {
 	}
 }
 
+// promtool itself (Debian package prometheus) accepts the whole scrape.
+func TestPromtoolCheckMetrics(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool is not installed (apt-get install prometheus)")
+	}
+	body, _ := scrape(t, full)
+	if err := Promtool(promtool, body); err != nil {
+		t.Error(err)
+	}
+}
+
 // The same rules promtool check metrics applies.
 func TestMetricsPassLint(t *testing.T) {
-	body, _ := scrape(t, fixed{Backends: []Backend{{Service: "web", Address: "10.0.1.1", Up: true}}, Drops: map[string]uint64{"truncated": 1}})
+	body, _ := scrape(t, full)
 	problems, err := promlint.New(strings.NewReader(body)).Lint()
 	if err != nil {
 		t.Fatal(err)

@@ -2,50 +2,77 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/metrics"
 )
 
-// serveAPI starts the read-only status API and /metrics on node.api and returns its
-// stopper.
+// serveAPI starts the REST API and /metrics on node.api, and the rate sampler the
+// status needs, and returns their stopper.
 func (n *Node) serveAPI() (func(), error) {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/v1/status", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, n.status.read(n.lb))
-	})
-	mux.HandleFunc("GET /api/v1/services", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, n.status.read(n.lb).Services)
-	})
-	mux.Handle("GET /metrics", metrics.Handler(n))
+	token, err := apiToken(&n.cfg.Node)
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", n.cfg.Node.API)
 	if err != nil {
 		return nil, fmt.Errorf("node.api: listen on %s: %w", n.cfg.Node.API, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	loopback := ln.Addr().(*net.TCPAddr).IP.IsLoopback()
+	if token == "" && !loopback {
+		n.log.Warn("the API listens beyond loopback without a token: whoever reaches it can change the node (set node.api_token_file)", "address", ln.Addr().String())
+	}
+
+	// set before anything reads the board
+	n.status.flowTableSize = n.cfg.Node.FlowTableSize
+	n.status.checker = n.checker
+	n.status.rates = newRateMeter()
+	n.status.api = &api.Server{Node: n, Store: n.store, Token: token, OpenReads: loopback, Log: n.log}
+	n.status.api.Metrics = metrics.Handler(n)
+
+	stopRates := make(chan struct{})
+	// owned by Run: stopped by the returned func before Run returns
+	go n.status.rates.run(n.status, n.lb, stopRates)
+
+	srv := &http.Server{Handler: n.status.api.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute}
 	// owned by Run: stopped by the returned func before Run returns
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("API server stopped", "err", err)
 		}
 	}()
-	n.log.Info("API listening", "address", ln.Addr().String())
+	n.log.Info("API listening", "address", ln.Addr().String(), "token", token != "", "open_reads", loopback || token == "")
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
+		close(stopRates)
 	}, nil
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
+// apiToken is node.api_token, or the contents of node.api_token_file.
+func apiToken(n *config.Node) (string, error) {
+	if n.APITokenFile == "" {
+		return n.APIToken, nil
+	}
+	b, err := os.ReadFile(n.APITokenFile)
+	if err != nil {
+		return "", fmt.Errorf("node.api_token_file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return "", fmt.Errorf("node.api_token_file: %s is empty", n.APITokenFile)
+	}
+	if strings.ContainsAny(token, " \t\r\n") {
+		return "", fmt.Errorf("node.api_token_file: %s holds more than one word; the token is one word", n.APITokenFile)
+	}
+	return token, nil
 }

@@ -24,10 +24,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/bgp"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/datapath"
 	"github.com/manifoldlb/manifold/internal/health"
 	"github.com/manifoldlb/manifold/internal/reconcile"
+	"github.com/manifoldlb/manifold/internal/store"
 )
 
 // neighbourRefresh is how often next hops of backends are re-checked (routes change).
@@ -44,6 +46,13 @@ type Node struct {
 	neigh   *neighbours
 	modes   map[string]string // interface → XDP mode in use
 	status  *statusBoard
+	store   *store.Store // the config file: what cfg was read from, and where API writes go
+	// speaker announces the VIPs (nil without a bgp section); attached and stopping
+	// are what it needs to know besides health; announce is its last decision.
+	speaker  bgp.Speaker
+	attached bool
+	stopping bool
+	announce map[string]announceState // by service name
 	// requests carries work that must run on the run loop (API writes): the loop is
 	// the only goroutine that touches the reconciler and the current config.
 	requests chan func()
@@ -52,10 +61,11 @@ type Node struct {
 // Run runs the daemon until ctx is done. Errors before the data plane is attached
 // are returned; later ones are logged and the node keeps serving.
 func Run(ctx context.Context, path string, log *slog.Logger) error {
-	cfg, err := config.Load(path)
+	st, err := store.Open(path)
 	if err != nil {
 		return err
 	}
+	cfg := st.Config()
 	if err := preflight(cfg); err != nil {
 		return err
 	}
@@ -77,6 +87,7 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 		neigh:    newNeighbours(log),
 		modes:    map[string]string{},
 		status:   newStatusBoard(),
+		store:    st,
 		requests: make(chan func()),
 	}
 	defer n.close()
@@ -97,6 +108,10 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 		}
 		n.modes[iface] = mode
 		log.Info("XDP attached", "interface", iface, "mode", mode)
+	}
+	n.attached = true
+	if err := n.startSpeaker(); err != nil {
+		return err
 	}
 	n.publish()
 
@@ -119,6 +134,7 @@ func (n *Node) loop(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			n.stopAnnouncing()
 			n.log.Info("stopping: detaching XDP", "interfaces", strings.Join(n.cfg.Node.Interfaces, ","))
 			return nil
 		case <-hup:
@@ -141,26 +157,28 @@ func (n *Node) loop(ctx context.Context) error {
 // reload applies the config file again; a file with any problem changes nothing.
 func (n *Node) reload() {
 	n.status.reloads.Add(1)
-	cfg, err := config.Load(n.path)
+	ch, err := n.store.Reread()
+	var cfg *config.Config
+	if err == nil {
+		cfg = ch.Config
+	}
 	if err == nil && !reflect.DeepEqual(cfg.Node, n.cfg.Node) {
 		err = errors.New("node: the node section changed; it takes effect only on restart (services were not reloaded either)")
+	}
+	if err == nil && !reflect.DeepEqual(cfg.BGP, n.cfg.BGP) {
+		err = errors.New("bgp: the bgp section changed; it takes effect only on restart (services were not reloaded either)")
 	}
 	if err != nil {
 		n.status.reloadFailures.Add(1)
 		n.log.Error("reload rejected, old config keeps serving", "config", n.path, "err", oneLine(err))
 		return
 	}
-	n.checker.Set(targets(cfg))
-	if err := n.rec.Apply(cfg, n.healthy); err != nil {
+	if err := n.commit(ch); err != nil {
 		n.status.reloadFailures.Add(1)
-		n.checker.Set(targets(n.cfg))
 		n.log.Error("reload failed in the kernel, previous state restored", "err", err)
 		return
 	}
-	n.cfg = cfg
-	n.neigh.ensure(backendAddrs(cfg))
-	n.publish()
-	n.log.Info("config reloaded", "config", n.path, "services", len(cfg.Services))
+	n.log.Info("config reloaded", "config", n.path, "services", len(cfg.Services), "revision", ch.Revision())
 }
 
 // do runs fn on the run loop and waits for it; it fails when the node is stopping.
@@ -183,6 +201,9 @@ func (n *Node) healthy(s *config.Service, b *config.Backend) bool {
 }
 
 func (n *Node) close() {
+	if n.speaker != nil { // a failed start: withdraw without draining
+		n.speaker.Close()
+	}
 	n.checker.Close()
 	if err := n.lb.Close(); err != nil {
 		n.log.Error("detach", "err", err)

@@ -1,0 +1,225 @@
+package main
+
+// The tables of manifold ctl. ctl_test.go checks them against golden files.
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/node"
+)
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+func printStatus(w io.Writer, st *node.Status) {
+	var ifaces []string
+	for _, i := range st.Interfaces {
+		ifaces = append(ifaces, fmt.Sprintf("%s (XDP %s)", i.Name, i.XDPMode))
+	}
+	tw := table(w)
+	fmt.Fprintf(tw, "Node\t%s\n", st.Node)
+	fmt.Fprintf(tw, "Interfaces\t%s\n", strings.Join(ifaces, ", "))
+	fmt.Fprintf(tw, "Config\t%s\n", configLine(&st.Config))
+	fmt.Fprintf(tw, "Reloads\t%d (%d failed)\n", st.Reloads, st.ReloadFailures)
+	fmt.Fprintf(tw, "Flow table\t%d of %d entries (%s)\n", st.FlowTableEntries, st.FlowTableSize, percent(uint64(st.FlowTableEntries), uint64(st.FlowTableSize)))
+	if st.BGP == nil {
+		fmt.Fprintf(tw, "BGP\toff (no bgp section: routing is left to the operator)\n")
+	} else {
+		fmt.Fprintf(tw, "BGP\tAS %d, router id %s\n", st.BGP.ASN, st.BGP.RouterID)
+	}
+	tw.Flush()
+
+	if st.BGP != nil && len(st.BGP.Peers) > 0 {
+		fmt.Fprintln(w)
+		tw = table(w)
+		fmt.Fprintln(tw, "PEER\tAS\tSTATE\tUP SINCE\tUPDATES SENT\tRECEIVED")
+		for _, p := range st.BGP.Peers {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\n", p.Address, p.ASN, p.State, or(p.UpSince, "-"), p.UpdatesSent, p.UpdatesReceived)
+		}
+		tw.Flush()
+	}
+
+	fmt.Fprintln(w)
+	tw = table(w)
+	fmt.Fprintln(tw, "SERVICE\tVIP\tANNOUNCED\tBACKEND\tSTATE\tHEALTH\tWEIGHT\tPKT/S\tBYTES/S\tPACKETS\tBYTES")
+	for _, s := range st.Services {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\t\t\t%s\t%s\t%d\t%d\n", s.Name, vipPort(&s), announced(&s), upCount(&s),
+			rate(s.PacketsPerSecond), byteRate(s.BytesPerSecond), s.Packets, s.Bytes)
+		for _, b := range s.Backends {
+			fmt.Fprintf(tw, "\t\t\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\n", b.Address, b.State, healthWord(&b.Health), b.Weight,
+				rate(b.PacketsPerSecond), byteRate(b.BytesPerSecond), b.Packets, b.Bytes)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nDrops: %s\n", drops(st.Drops))
+}
+
+func printServices(w io.Writer, ss []node.ServiceStatus) {
+	tw := table(w)
+	fmt.Fprintln(tw, "NAME\tVIP\tFORWARDING\tSCHEDULER\tBACKENDS\tANNOUNCED\tPKT/S\tBYTES/S\tPACKETS\tBYTES")
+	for _, s := range ss {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", s.Name, vipPort(&s), s.Forwarding, s.Scheduler, upCount(&s),
+			announced(&s), rate(s.PacketsPerSecond), byteRate(s.BytesPerSecond), s.Packets, s.Bytes)
+	}
+	tw.Flush()
+}
+
+func printBackends(w io.Writer, s *node.ServiceStatus) {
+	h := s.Spec.Health
+	check := "none (every backend counts as healthy)"
+	if h.Kind != "none" {
+		check = fmt.Sprintf("%s every %s, timeout %s, rise %d, fall %d", h.Kind, h.Interval, h.Timeout, h.Rise, h.Fall)
+	}
+	fmt.Fprintf(w, "Service %s  %s  %s, %s\nHealth check: %s\nAnnounced: %s", s.Name, vipPort(s), s.Forwarding, s.Scheduler, check, announced(s))
+	if s.Reason != "" {
+		fmt.Fprintf(w, " (%s)", s.Reason)
+	}
+	fmt.Fprint(w, "\n\n")
+	tw := table(w)
+	fmt.Fprintln(tw, "ADDRESS\tSTATE\tWEIGHT\tHEALTH\tCHECKS\tFAILED\tLATENCY\tPKT/S\tBYTES/S\tPACKETS\tBYTES")
+	var failing []string
+	for _, b := range s.Backends {
+		latency := "-"
+		if b.Health.Check != "none" && b.Health.Checks > 0 {
+			latency = fmt.Sprintf("%.1fms", b.Health.LatencySeconds*1000)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%d\t%d\n", b.Address, b.State, b.Weight, healthWord(&b.Health),
+			b.Health.Checks, b.Health.Failures, latency, rate(b.PacketsPerSecond), byteRate(b.BytesPerSecond), b.Packets, b.Bytes)
+		if b.Health.LastError != "" {
+			failing = append(failing, fmt.Sprintf("  %s: %s", b.Address, b.Health.LastError))
+		}
+	}
+	tw.Flush()
+	if len(failing) > 0 {
+		fmt.Fprintf(w, "\nLast check failed:\n%s\n", strings.Join(failing, "\n"))
+	}
+}
+
+func printConfig(w io.Writer, c *api.ConfigView) {
+	fmt.Fprintf(w, "# %s\n", configLine(&c.ConfigInfo))
+	if !c.InSync {
+		fmt.Fprintln(w, "# The file on disk has edits the node has not loaded: send SIGHUP to apply them\n# (API writes are refused until then). Below is what the node runs.")
+	}
+	fmt.Fprint(w, c.YAML)
+}
+
+// printBackendChange shows a backend after drain, undrain or weight.
+func printBackendChange(w io.Writer, s *node.ServiceStatus, addr string) error {
+	want, err := netip.ParseAddr(addr)
+	if err != nil {
+		return err
+	}
+	for _, b := range s.Backends {
+		if a, err := netip.ParseAddr(b.Address); err == nil && a == want {
+			fmt.Fprintf(w, "service %s: backend %s is %s, weight %d\n", s.Name, b.Address, b.State, b.Weight)
+			return nil
+		}
+	}
+	return fmt.Errorf("service %s has no backend %s any more", s.Name, addr)
+}
+
+func configLine(c *api.ConfigInfo) string {
+	sync := "in sync with the file on disk"
+	if !c.InSync {
+		sync = "the file on disk has edits not loaded yet (SIGHUP applies them)"
+	}
+	rev := c.Revision
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	return fmt.Sprintf("%s, revision %s, %s", c.File, rev, sync)
+}
+
+func vipPort(s *node.ServiceStatus) string {
+	a, err := netip.ParseAddr(s.VIP)
+	if err != nil {
+		return fmt.Sprintf("%s:%d/%s", s.VIP, s.Port, s.Protocol)
+	}
+	return netip.AddrPortFrom(a, s.Port).String() + "/" + s.Protocol
+}
+
+// announced is the ANNOUNCED column; why is in `manifold ctl backends SERVICE`.
+func announced(s *node.ServiceStatus) string {
+	if s.Announced {
+		return "yes"
+	}
+	return "no"
+}
+
+func upCount(s *node.ServiceStatus) string {
+	up := 0
+	for _, b := range s.Backends {
+		if b.State == "up" {
+			up++
+		}
+	}
+	return fmt.Sprintf("%d/%d up", up, len(s.Backends))
+}
+
+func healthWord(h *node.BackendHealth) string {
+	switch {
+	case h.Check == "none":
+		return "-"
+	case h.Up:
+		return "up"
+	case h.Checks == 0:
+		return "pending"
+	}
+	return "down"
+}
+
+func drops(d map[string]uint64) string {
+	var reasons []string
+	for r, n := range d {
+		if n > 0 {
+			reasons = append(reasons, fmt.Sprintf("%s=%d", r, n))
+		}
+	}
+	sort.Strings(reasons)
+	if len(reasons) == 0 {
+		return "none"
+	}
+	return strings.Join(reasons, " ")
+}
+
+func rate(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.1fM", v/1e6)
+	case v >= 1e4:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func byteRate(v float64) string {
+	units := []string{"B", "kB", "MB", "GB"}
+	i := 0
+	for v >= 1000 && i < len(units)-1 {
+		v /= 1000
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%.0f B", v)
+	}
+	return fmt.Sprintf("%.1f %s", v, units[i])
+}
+
+func percent(n, of uint64) string {
+	if of == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(of))
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,374 @@
+// Package api is the node's REST API: JSON over HTTP on node.api, described by the
+// OpenAPI 3 document beside it (openapi.json, served at /api/v1/openapi.json).
+//
+//	request ─► auth (bearer token for writes; for reads too off loopback)
+//	        ─► read:  Node snapshot ─► JSON
+//	        ─► write: Node.Change(edit) ── on the node's run loop ──► store edit (validate)
+//	                                        ─► Commit (file, fsync) ─► data plane ─► JSON
+//
+// Every error is an Error body with the field at fault; a refused write changes
+// nothing. Handlers hold no state of their own but request counts.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/manifoldlb/manifold/internal/store"
+)
+
+// OpenAPI is the API's OpenAPI 3 document.
+//
+//go:embed openapi.json
+var OpenAPI []byte
+
+// maxBody bounds a request body: a service with thousands of backends fits.
+const maxBody = 1 << 20
+
+// Node is what the API needs of the daemon.
+type Node interface {
+	// Status, Services and Service are the node's current state, as JSON values
+	// (node.Status, []node.ServiceStatus, node.ServiceStatus).
+	Status() any
+	Services() any
+	Service(name string) (any, bool)
+	// Change runs edit on the node's run loop. When edit returns a change, the node
+	// commits it (persisted) and applies it to the data plane, reverting the file
+	// when the kernel refuses; on any error nothing changed. It fails with the
+	// context's error when the node is stopping.
+	Change(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error
+}
+
+// Server serves the API.
+type Server struct {
+	Node    Node
+	Store   *store.Store // the config file: GET /api/v1/config
+	Metrics http.Handler // GET /metrics
+	// Token, when set, is required as "Authorization: Bearer TOKEN" by writes, and by
+	// reads too unless OpenReads (the API listens on loopback only).
+	Token     string
+	OpenReads bool
+	Log       *slog.Logger
+
+	mu       sync.Mutex
+	requests map[RequestKey]uint64
+}
+
+// RequestKey counts requests, for manifold_api_requests_total.
+type RequestKey struct {
+	Method string
+	Code   int
+}
+
+// Error is the body of every error response.
+type Error struct {
+	Status  int    `json:"status"`
+	Field   string `json:"field,omitempty"` // of the first problem
+	Message string `json:"message"`         // of the first problem
+	// Problems lists every problem (a service body may have several), the first one
+	// included.
+	Problems []store.Problem `json:"problems"`
+}
+
+// ConfigView is the body of GET /api/v1/config.
+type ConfigView struct {
+	ConfigInfo
+	YAML string `json:"yaml"` // the file as the node runs it, secrets redacted
+}
+
+// ConfigInfo identifies the config file the node runs.
+type ConfigInfo struct {
+	File     string `json:"file"`
+	Revision string `json:"revision"` // SHA-256 of the file's contents
+	// InSync is false when the file on disk was edited and not reloaded (SIGHUP):
+	// API writes are refused until it is.
+	InSync bool `json:"in_sync"`
+}
+
+// Info describes the config file the node runs.
+func Info(s *store.Store) ConfigInfo {
+	return ConfigInfo{File: s.Path(), Revision: s.Revision(), InSync: s.InSync()}
+}
+
+// WeightRequest is the body of POST …/weight.
+type WeightRequest struct {
+	Weight uint32 `json:"weight"`
+}
+
+// Handler returns the API's HTTP handler.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	read := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.guard(false, h)) }
+	write := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.guard(true, h)) }
+
+	read("GET /api/v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(OpenAPI)
+	})
+	read("GET /api/v1/status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.Node.Status())
+	})
+	read("GET /api/v1/services", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.Node.Services())
+	})
+	read("GET /api/v1/services/{name}", func(w http.ResponseWriter, r *http.Request) {
+		s.writeService(w, http.StatusOK, r.PathValue("name"))
+	})
+	read("GET /api/v1/config", func(w http.ResponseWriter, r *http.Request) {
+		y, err := s.Store.Redacted()
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, store.Problem{Message: err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, ConfigView{ConfigInfo: Info(s.Store), YAML: string(y)})
+	})
+	if s.Metrics != nil {
+		read("GET /metrics", s.Metrics.ServeHTTP)
+	}
+
+	write("PUT /api/v1/services/{name}", func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		body, ok := readBody(w, r)
+		if !ok {
+			return
+		}
+		var created bool
+		err := s.Node.Change(r.Context(), func(st *store.Store) (*store.Change, error) {
+			ch, err := st.PutService(name, body)
+			created = err == nil && ch.Created
+			return ch, err
+		})
+		if s.fail(w, r, err) {
+			return
+		}
+		code := http.StatusOK
+		if created {
+			code = http.StatusCreated
+		}
+		s.writeService(w, code, name)
+	})
+	write("DELETE /api/v1/services/{name}", func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		err := s.Node.Change(r.Context(), func(st *store.Store) (*store.Change, error) { return st.DeleteService(name) })
+		if !s.fail(w, r, err) {
+			w.WriteHeader(http.StatusNoContent)
+		}
+	})
+	backendAction := func(action string, edit func(st *store.Store, service, backend string, body []byte) (*store.Change, error)) {
+		write("POST /api/v1/services/{name}/backends/{address}/"+action, func(w http.ResponseWriter, r *http.Request) {
+			name, addr := r.PathValue("name"), r.PathValue("address")
+			body, ok := readBody(w, r)
+			if !ok {
+				return
+			}
+			err := s.Node.Change(r.Context(), func(st *store.Store) (*store.Change, error) { return edit(st, name, addr, body) })
+			if !s.fail(w, r, err) {
+				s.writeService(w, http.StatusOK, name)
+			}
+		})
+	}
+	backendAction("drain", func(st *store.Store, svc, be string, _ []byte) (*store.Change, error) { return st.Drain(svc, be) })
+	backendAction("undrain", func(st *store.Store, svc, be string, _ []byte) (*store.Change, error) { return st.Undrain(svc, be) })
+	backendAction("weight", func(st *store.Store, svc, be string, body []byte) (*store.Change, error) {
+		return st.SetWeight(svc, be, body)
+	})
+
+	return s.observe(jsonErrors(mux))
+}
+
+// guard enforces the token: 401 when none is given, 403 when it is wrong.
+func (s *Server) guard(write bool, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.Token == "" || (!write && s.OpenReads) {
+			h(w, r)
+			return
+		}
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || token == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="manifold"`)
+			writeError(w, http.StatusUnauthorized, store.Problem{Field: "Authorization", Message: "this request needs the API token: Authorization: Bearer TOKEN"})
+			return
+		}
+		if subtle.ConstantTimeCompare([]byte(token), []byte(s.Token)) != 1 {
+			writeError(w, http.StatusForbidden, store.Problem{Field: "Authorization", Message: "wrong API token"})
+			return
+		}
+		h(w, r)
+	})
+}
+
+// readBody reads a request body of at most maxBody bytes; an empty body reads as {}.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, store.Problem{Message: fmt.Sprintf("the body is larger than %d bytes", maxBody)})
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, store.Problem{Message: "cannot read the body: " + err.Error()})
+		return nil, false
+	case len(strings.TrimSpace(string(b))) == 0:
+		return []byte("{}"), true
+	}
+	return b, true
+}
+
+// fail writes the response of a failed change and reports whether there was one.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) bool {
+	if err == nil {
+		return false
+	}
+	var se *store.Error
+	switch {
+	case errors.As(err, &se):
+		code := map[store.Kind]int{
+			store.Invalid:  http.StatusBadRequest,
+			store.NotFound: http.StatusNotFound,
+			store.Conflict: http.StatusConflict,
+		}[se.Kind]
+		if code == 0 {
+			code = http.StatusInternalServerError
+		}
+		writeError(w, code, se.Problems...)
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusServiceUnavailable, store.Problem{Message: "the node is stopping; nothing was changed"})
+	default:
+		writeError(w, http.StatusInternalServerError, store.Problem{Message: err.Error()})
+	}
+	if note, ok := r.Context().Value(noteKey{}).(*note); ok {
+		note.err = err.Error()
+	}
+	return true
+}
+
+func (s *Server) writeService(w http.ResponseWriter, code int, name string) {
+	svc, ok := s.Node.Service(name)
+	if !ok {
+		writeError(w, http.StatusNotFound, store.Problem{Field: "name", Message: fmt.Sprintf("no service %q", name)})
+		return
+	}
+	writeJSON(w, code, svc)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, problems ...store.Problem) {
+	if len(problems) == 0 {
+		problems = []store.Problem{{Message: http.StatusText(code)}}
+	}
+	writeJSON(w, code, Error{Status: code, Field: problems[0].Field, Message: problems[0].Message, Problems: problems})
+}
+
+// jsonErrors answers requests no route takes (404, 405) with an Error body too.
+func jsonErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		// the mux's own answer says which (404 or 405, with Allow)
+		rec := &recorder{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		msg := fmt.Sprintf("no such endpoint: %s %s (see /api/v1/openapi.json)", r.Method, r.URL.Path)
+		if allow := rec.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+			msg = fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow)
+		}
+		writeError(w, rec.code, store.Problem{Message: msg})
+	})
+}
+
+// observe counts requests and logs each one on one line: writes at info (refused ones
+// at warn, with why), reads at debug, server errors at error. Neither headers nor bodies are logged (they may carry
+// the token).
+func (s *Server) observe(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		n := &note{}
+		h.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), noteKey{}, n)))
+		s.mu.Lock()
+		if s.requests == nil {
+			s.requests = map[RequestKey]uint64{}
+		}
+		s.requests[RequestKey{r.Method, sw.code}]++
+		s.mu.Unlock()
+		level := slog.LevelDebug
+		switch {
+		case sw.code >= 500:
+			level = slog.LevelError
+		case r.Method == http.MethodGet || r.Method == http.MethodHead:
+		case sw.code >= 400:
+			level = slog.LevelWarn
+		default:
+			level = slog.LevelInfo
+		}
+		attrs := []any{"method", r.Method, "path", r.URL.Path, "status", sw.code,
+			"duration", time.Since(start).Round(time.Microsecond), "remote", r.RemoteAddr}
+		if n.err != "" {
+			attrs = append(attrs, "err", n.err)
+		}
+		s.Log.Log(r.Context(), level, "API request", attrs...)
+	})
+}
+
+// Requests returns how many requests were answered, by method and status code.
+func (s *Server) Requests() map[RequestKey]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[RequestKey]uint64, len(s.requests))
+	for k, v := range s.requests {
+		out[k] = v
+	}
+	return out
+}
+
+// note carries what a handler wants in the request's log line.
+type note struct{ err string }
+
+type noteKey struct{}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Flush lets /metrics stream through the wrapper.
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// recorder keeps the status and headers of a response and drops its body.
+type recorder struct {
+	header http.Header
+	code   int
+}
+
+func (r *recorder) Header() http.Header         { return r.header }
+func (r *recorder) Write(b []byte) (int, error) { return len(b), nil }
+func (r *recorder) WriteHeader(code int)        { r.code = code }

@@ -1,0 +1,55 @@
+package api
+
+import (
+	"github.com/manifoldlb/manifold/internal/config"
+)
+
+// ServiceSpec is a service as the API shows it: every field of the config file's
+// service, defaults filled in. PUT /api/v1/services/{name} accepts it back as is (the
+// body of a PUT is read by the config parser, with the file's field names), so
+// `GET … | jq .spec | PUT` is a faithful round trip; spec_test.go keeps it so when
+// config.Service grows a field.
+type ServiceSpec struct {
+	Name       string        `json:"name" yaml:"name"`
+	VIP        string        `json:"vip" yaml:"vip"`
+	Port       uint16        `json:"port" yaml:"port"`
+	Protocol   string        `json:"protocol" yaml:"protocol"`
+	Forwarding string        `json:"forwarding" yaml:"forwarding"`
+	GUEPort    uint16        `json:"gue_port" yaml:"gue_port"`
+	Scheduler  string        `json:"scheduler" yaml:"scheduler"`
+	TableSize  uint32        `json:"table_size" yaml:"table_size"`
+	Backends   []BackendSpec `json:"backends" yaml:"backends"`
+	Health     HealthSpec    `json:"health" yaml:"health"`
+}
+
+type BackendSpec struct {
+	Address string `json:"address" yaml:"address"`
+	Weight  uint32 `json:"weight" yaml:"weight"`
+}
+
+type HealthSpec struct {
+	Kind     string `json:"kind" yaml:"kind"`
+	Port     uint16 `json:"port,omitempty" yaml:"port,omitempty"` // 0: a service of every port without a check
+	Path     string `json:"path,omitempty" yaml:"path,omitempty"` // http only
+	Interval string `json:"interval" yaml:"interval"`
+	Timeout  string `json:"timeout" yaml:"timeout"`
+	Rise     int    `json:"rise" yaml:"rise"`
+	Fall     int    `json:"fall" yaml:"fall"`
+}
+
+// SpecOf is the API's view of a service of the config.
+func SpecOf(s *config.Service) ServiceSpec {
+	out := ServiceSpec{
+		Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Protocol: string(s.Protocol),
+		Forwarding: string(s.Forwarding), GUEPort: s.GUEPort, Scheduler: string(s.Scheduler), TableSize: s.TableSize,
+		Backends: make([]BackendSpec, 0, len(s.Backends)),
+		Health: HealthSpec{
+			Kind: string(s.Health.Kind), Port: s.Health.Port, Path: s.Health.Path,
+			Interval: s.Health.Interval.String(), Timeout: s.Health.Timeout.String(), Rise: s.Health.Rise, Fall: s.Health.Fall,
+		},
+	}
+	for _, b := range s.Backends {
+		out.Backends = append(out.Backends, BackendSpec{Address: b.Address.String(), Weight: b.Weight})
+	}
+	return out
+}

@@ -1,0 +1,526 @@
+// Package store keeps a node's desired state durable. The store is the node's config
+// file itself — there is no second copy to disagree with it:
+//
+//	API write ─► edit the file's YAML tree ─► config.Parse (the one validation) ─► Change
+//	                                                                 │
+//	node run loop: Commit (atomic write: tmp, fsync, rename, fsync dir) ─► apply to kernel
+//	                                                  (kernel refuses: Revert the file)
+//	SIGHUP ─► Reread ─► Change (nothing to write) ─► apply ─► Commit
+//
+// An API write is persisted before it takes effect, so a crash at any moment leaves the
+// file either as it was or with the whole change, and a restart applies exactly that.
+// Edits keep everything they do not touch: comments, order, fields. The file as the
+// node runs it is the effective config; an API write is refused (Conflict) while the
+// file on disk has edits the node has not loaded (SIGHUP applies them), so neither the
+// operator's edit nor the API's change is ever silently dropped.
+package store
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/manifoldlb/manifold/internal/config"
+)
+
+// Store is a node's config file. Edits (PutService, …) prepare a Change without
+// touching anything; Commit makes it durable. Edits and Commit/Revert must come from one
+// goroutine (the node's run loop); Config, Revision and Redacted are safe from any.
+type Store struct {
+	path string
+
+	mu   sync.Mutex // guards data and cfg
+	data []byte     // the file as the node runs it
+	cfg  *config.Config
+}
+
+// Open reads and validates the config file.
+func Open(path string) (*Store, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Parse(path, data)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{path: path, data: data, cfg: cfg}, nil
+}
+
+// Path is the config file's path, as given.
+func (s *Store) Path() string { return s.path }
+
+// Config is the config the node runs.
+func (s *Store) Config() *config.Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg
+}
+
+// Revision identifies the contents of the file the node runs: the SHA-256 of its bytes.
+func (s *Store) Revision() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return revision(s.data)
+}
+
+func revision(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// InSync reports whether the file on disk is the one the node runs (false: edited and
+// not reloaded yet, or unreadable).
+func (s *Store) InSync() bool {
+	s.mu.Lock()
+	cur := s.data
+	s.mu.Unlock()
+	disk, err := os.ReadFile(s.path)
+	return err == nil && bytes.Equal(disk, cur)
+}
+
+// Kind says what went wrong with an edit.
+type Kind int
+
+const (
+	Invalid  Kind = iota + 1 // the request is wrong
+	NotFound                 // no such service or backend
+	Conflict                 // the request clashes with the current state
+	Failed                   // the file could not be read or written, or the change not applied
+)
+
+// Problem is one thing wrong with a request; Field is relative to the request body or
+// names a path parameter ("name", "address"), "" when it is not about one field.
+type Problem struct {
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+}
+
+// Error is why an edit was refused; nothing was changed.
+type Error struct {
+	Kind     Kind
+	Problems []Problem
+}
+
+func (e *Error) Error() string {
+	s := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		s[i] = p.Message
+		if p.Field != "" {
+			s[i] = p.Field + ": " + p.Message
+		}
+	}
+	return strings.Join(s, "; ")
+}
+
+func fail(kind Kind, field, format string, args ...any) *Error {
+	return &Error{Kind: kind, Problems: []Problem{{Field: field, Message: fmt.Sprintf(format, args...)}}}
+}
+
+// Change is a validated new version of the config file, not yet in effect.
+type Change struct {
+	Config  *config.Config // the config after the change
+	Created bool           // PutService added a service
+	Summary string         // what changed, for the log: "service web: backend 10.0.1.1 drained"
+
+	data, prev []byte
+	prevCfg    *config.Config
+	write      bool // an edit, to be written; a reload adopts what is on disk already
+}
+
+// Revision identifies the file's contents after the change (see Store.Revision).
+func (ch *Change) Revision() string { return revision(ch.data) }
+
+// Reread reads the file again (SIGHUP). On a problem it returns config.Errors.
+func (s *Store) Reread() (*Change, error) {
+	data, err := os.ReadFile(s.path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Parse(s.path, data)
+	if err != nil {
+		return nil, err
+	}
+	prev, prevCfg := s.current()
+	return &Change{Config: cfg, data: data, prev: prev, prevCfg: prevCfg}, nil
+}
+
+// Commit makes a change the store's state, writing the file first for an edit. On an
+// error nothing changed.
+func (s *Store) Commit(ch *Change) error {
+	if ch.write && !bytes.Equal(ch.data, ch.prev) {
+		disk, err := os.ReadFile(s.path)
+		if err != nil {
+			return fail(Failed, "", "cannot read the config file: %v", err)
+		}
+		if !bytes.Equal(disk, ch.prev) {
+			return changedOnDisk(s.path)
+		}
+		if err := writeAtomic(s.path, ch.data); err != nil {
+			return fail(Failed, "", "cannot write the config file: %v", err)
+		}
+	}
+	s.set(ch.data, ch.Config)
+	return nil
+}
+
+// Revert undoes a committed change (the kernel refused it): the file and the state
+// are what they were before.
+func (s *Store) Revert(ch *Change) error {
+	if ch.write && !bytes.Equal(ch.data, ch.prev) {
+		if err := writeAtomic(s.path, ch.prev); err != nil {
+			return fmt.Errorf("restore the config file: %w", err)
+		}
+	}
+	s.set(ch.prev, ch.prevCfg)
+	return nil
+}
+
+func (s *Store) current() ([]byte, *config.Config) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.data, s.cfg
+}
+
+func (s *Store) set(data []byte, cfg *config.Config) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.data, s.cfg = data, cfg
+}
+
+func changedOnDisk(path string) *Error {
+	return fail(Conflict, "", "the config file %s was edited since the node loaded it: apply the edit (SIGHUP) or undo it before changing the config through the API", path)
+}
+
+// edit is an edit in progress: the document tree of the file as the node runs it.
+type edit struct {
+	s    *Store
+	doc  *yaml.Node
+	data []byte
+	cfg  *config.Config
+}
+
+// begin starts an edit. It refuses when the file on disk is not the one the node
+// runs: writing the node's version back would throw the operator's edit away.
+func (s *Store) begin() (*edit, error) {
+	data, cfg := s.current()
+	disk, err := os.ReadFile(s.path)
+	if err != nil {
+		return nil, fail(Failed, "", "cannot read the config file: %v", err)
+	}
+	if !bytes.Equal(disk, data) {
+		return nil, changedOnDisk(s.path)
+	}
+	doc, err := parseTree(data)
+	if err != nil {
+		return nil, fail(Failed, "", "cannot edit the config file: %v", err)
+	}
+	return &edit{s: s, doc: doc, data: data, cfg: cfg}, nil
+}
+
+// unchanged is the change of an edit that turned out to change nothing.
+func (e *edit) unchanged() *Change {
+	return &Change{Config: e.cfg, data: e.data, prev: e.data, prevCfg: e.cfg, write: true}
+}
+
+// finish renders the edited tree and parses it back with config.Parse. The result must
+// be what want makes of it: the current config with only the intended change (want may
+// take a changed value, a weight, from the result); anything else (a YAML construct the
+// editor got wrong) refuses the edit rather than write it. Problems of
+// the parse are reported with fields relative to prefix (the service or backend the
+// request is about).
+func (e *edit) finish(prefix string, want func(got *config.Config) *config.Config) (*Change, error) {
+	data, err := render(e.doc)
+	if err != nil {
+		return nil, fail(Failed, "", "cannot render the config file: %v", err)
+	}
+	cfg, err := config.Parse(e.s.path, data)
+	if err != nil {
+		return nil, invalid(err, prefix)
+	}
+	if !reflect.DeepEqual(cfg, want(cfg)) {
+		return nil, fail(Failed, "", "the edit would change more of the config file than asked (a construct the API cannot edit); nothing was changed: edit the file and send SIGHUP instead")
+	}
+	return &Change{Config: cfg, data: data, prev: e.data, prevCfg: e.cfg, write: true}, nil
+}
+
+// invalid turns the errors of config.Parse into problems relative to prefix: for a
+// service body, "services[0].backends[1].weight" becomes "backends[1].weight".
+func invalid(err error, prefix string) *Error {
+	var errs config.Errors
+	if !errors.As(err, &errs) {
+		return fail(Invalid, "", "%v", err)
+	}
+	out := &Error{Kind: Invalid}
+	for _, ce := range errs {
+		field := ce.Field
+		switch {
+		case field == prefix:
+			field = ""
+		case strings.HasPrefix(field, prefix+"."):
+			field = strings.TrimPrefix(field, prefix+".")
+		}
+		msg := strings.ReplaceAll(ce.Msg, prefix+".", "")
+		out.Problems = append(out.Problems, Problem{Field: field, Message: msg})
+	}
+	return out
+}
+
+// body parses a JSON request body that must be an object.
+func body(data []byte, what string) (*yaml.Node, error) {
+	n, err := jsonToNode(data)
+	if err != nil {
+		return nil, fail(Invalid, "", "%v", err)
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, fail(Invalid, "", "the body must be a JSON object (%s)", what)
+	}
+	return n, nil
+}
+
+// PutService creates or replaces the service name with the JSON body spec (the fields
+// of a service in the config file; name may be left out). Left-out fields take their
+// defaults, as in the file.
+func (s *Store) PutService(name string, spec []byte) (*Change, error) {
+	item, err := body(spec, "a service")
+	if err != nil {
+		return nil, err
+	}
+	switch n := get(item, "name"); {
+	case n == nil: // name first, as an operator writes it
+		item.Content = append([]*yaml.Node{strNode("name"), strNode(name)}, item.Content...)
+	case n.ShortTag() == "!!null":
+		set(item, "name", strNode(name))
+	case n.Kind != yaml.ScalarNode || n.Value != name:
+		return nil, fail(Invalid, "name", "must be the name in the URL (%q) or left out", name)
+	}
+	e, err := s.begin()
+	if err != nil {
+		return nil, err
+	}
+	svc, err := e.parseService(item)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range e.cfg.Services {
+		if o.Name != name && o.VIP == svc.VIP && o.Port == svc.Port && o.Protocol == svc.Protocol {
+			return nil, fail(Conflict, "vip", "%s port %d/%s is served by service %q already", svc.VIP, svc.Port, svc.Protocol, o.Name)
+		}
+	}
+	list := services(e.doc)
+	want := &config.Config{Node: e.cfg.Node, BGP: e.cfg.BGP, Services: slices.Clone(e.cfg.Services)}
+	i := findService(list, name)
+	if i < 0 {
+		i = len(list.Content)
+		list.Content = append(list.Content, item)
+		want.Services = append(want.Services, *svc)
+	} else {
+		list.Content[i] = item
+		want.Services[slices.IndexFunc(want.Services, func(o config.Service) bool { return o.Name == name })] = *svc
+	}
+	ch, err := e.finish(fmt.Sprintf("services[%d]", i), func(*config.Config) *config.Config { return want })
+	if err != nil {
+		return nil, err
+	}
+	ch.Created = !slices.ContainsFunc(e.cfg.Services, func(o config.Service) bool { return o.Name == name })
+	ch.Summary = fmt.Sprintf("service %s replaced", name)
+	if ch.Created {
+		ch.Summary = fmt.Sprintf("service %s created", name)
+	}
+	return ch, nil
+}
+
+// parseService validates a service node on its own, next to the file's node and bgp
+// sections (a VIP's family needs a node address of that family), so that its problems
+// come with fields relative to the service.
+func (e *edit) parseService(item *yaml.Node) (*config.Service, error) {
+	root := *e.doc.Content[0]
+	root.Content = slices.Clone(root.Content)
+	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{&root}}
+	set(&root, "services", &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: []*yaml.Node{item}})
+	data, err := render(doc)
+	if err != nil {
+		return nil, fail(Invalid, "", "cannot render the service: %v", err)
+	}
+	cfg, err := config.Parse(e.s.path, data)
+	if err != nil {
+		return nil, invalid(err, "services[0]")
+	}
+	return &cfg.Services[0], nil
+}
+
+// DeleteService removes the service name.
+func (s *Store) DeleteService(name string) (*Change, error) {
+	e, err := s.begin()
+	if err != nil {
+		return nil, err
+	}
+	list := services(e.doc)
+	i := findService(list, name)
+	if i < 0 {
+		return nil, fail(NotFound, "name", "no service %q", name)
+	}
+	list.Content = slices.Delete(list.Content, i, i+1)
+	want := &config.Config{Node: e.cfg.Node, BGP: e.cfg.BGP}
+	for _, o := range e.cfg.Services {
+		if o.Name != name {
+			want.Services = append(want.Services, o)
+		}
+	}
+	ch, err := e.finish("services", func(*config.Config) *config.Config { return want })
+	if err != nil {
+		return nil, err
+	}
+	ch.Summary = fmt.Sprintf("service %s deleted", name)
+	return ch, nil
+}
+
+// drainMark is the comment a drain leaves on the weight it sets to 0, so that undrain
+// can restore the weight the backend had, after a restart too.
+var drainMark = regexp.MustCompile(`manifold: drained; undrain restores weight (\d+)`)
+
+// SetWeight sets the weight of a backend from the JSON body {"weight": N}.
+func (s *Store) SetWeight(service, backend string, spec []byte) (*Change, error) {
+	m, err := body(spec, `{"weight": N}`)
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if k := m.Content[i].Value; k != "weight" {
+			return nil, fail(Invalid, k, "unknown field (accepted: weight)")
+		}
+	}
+	w := get(m, "weight")
+	if w == nil || w.ShortTag() == "!!null" {
+		return nil, fail(Invalid, "weight", "required")
+	}
+	return s.editBackend(service, backend, "weight set", func(b *yaml.Node, _ uint32) bool {
+		set(b, "weight", w)
+		return true
+	})
+}
+
+// Drain sets a backend's weight to 0: it keeps its flows and gets no new ones. The
+// weight it had is kept in a comment in the file, for Undrain.
+func (s *Store) Drain(service, backend string) (*Change, error) {
+	return s.editBackend(service, backend, "drained", func(b *yaml.Node, weight uint32) bool {
+		if weight == 0 {
+			return false
+		}
+		w := intNode(0)
+		w.LineComment = fmt.Sprintf("# manifold: drained; undrain restores weight %d", weight)
+		set(b, "weight", w)
+		return true
+	})
+}
+
+// Undrain gives a drained backend (weight 0) the weight it had before Drain, or 1
+// when that is not known (the weight was set to 0 otherwise).
+func (s *Store) Undrain(service, backend string) (*Change, error) {
+	return s.editBackend(service, backend, "undrained", func(b *yaml.Node, weight uint32) bool {
+		if weight != 0 {
+			return false
+		}
+		restore := uint32(config.DefaultWeight)
+		if old := get(b, "weight"); old != nil {
+			if m := drainMark.FindStringSubmatch(old.LineComment); m != nil {
+				if w, err := strconv.ParseUint(m[1], 10, 32); err == nil && w > 0 {
+					restore = uint32(w)
+				}
+			}
+		}
+		set(b, "weight", intNode(restore))
+		return true
+	})
+}
+
+// editBackend runs fn on the backend's mapping; fn gets the backend's current weight
+// and reports whether it changed anything. Only the backend's weight may change. what
+// says what was done, for the change's summary.
+func (s *Store) editBackend(service, backend, what string, fn func(b *yaml.Node, weight uint32) bool) (*Change, error) {
+	addr, err := netip.ParseAddr(backend)
+	if err != nil {
+		return nil, fail(Invalid, "address", "%q is not an IPv4 or IPv6 address", backend)
+	}
+	e, err := s.begin()
+	if err != nil {
+		return nil, err
+	}
+	si := slices.IndexFunc(e.cfg.Services, func(o config.Service) bool { return o.Name == service })
+	if si < 0 {
+		return nil, fail(NotFound, "name", "no service %q", service)
+	}
+	bi := slices.IndexFunc(e.cfg.Services[si].Backends, func(b config.Backend) bool { return b.Address == addr })
+	if bi < 0 {
+		return nil, fail(NotFound, "address", "service %q has no backend %s", service, addr)
+	}
+	list := services(e.doc)
+	node, ni := findBackend(list.Content[findService(list, service)], addr)
+	if node == nil {
+		return nil, fail(Failed, "", "backend %s of service %q not found in the config file", addr, service)
+	}
+	old := e.cfg.Services[si].Backends[bi].Weight
+	if !fn(node, old) {
+		ch := e.unchanged()
+		ch.Summary = fmt.Sprintf("service %s: backend %s %s already (weight %d)", service, addr, what, old)
+		return ch, nil
+	}
+	prefix := fmt.Sprintf("services[%d].backends[%d]", findService(list, service), ni)
+	ch, err := e.finish(prefix, func(got *config.Config) *config.Config {
+		// the weight is the one thing that may change
+		want := &config.Config{Node: e.cfg.Node, BGP: e.cfg.BGP, Services: slices.Clone(e.cfg.Services)}
+		svc := &want.Services[si]
+		svc.Backends = slices.Clone(svc.Backends)
+		if si < len(got.Services) && bi < len(got.Services[si].Backends) {
+			svc.Backends[bi].Weight = got.Services[si].Backends[bi].Weight
+		}
+		return want
+	})
+	if err != nil {
+		return nil, err
+	}
+	ch.Summary = fmt.Sprintf("service %s: backend %s %s (weight %d → %d)", service, addr, what, old, ch.Config.Services[si].Backends[bi].Weight)
+	return ch, nil
+}
+
+// secretKey matches the keys whose values Redacted hides: node.api_token, BGP peer
+// passwords, and whatever secret a later field holds under such a name (not
+// node.api_token_file: a path is no secret).
+var secretKey = regexp.MustCompile(`(?i)(token|password|secret)$`)
+
+// Redacted returns the config file as the node runs it, with every secret replaced by
+// "<redacted>": what `manifold ctl config` shows.
+func (s *Store) Redacted() ([]byte, error) {
+	data, _ := s.current()
+	doc, err := parseTree(data)
+	if err != nil {
+		return nil, err
+	}
+	redact(doc)
+	return render(doc)
+}
+
+func redact(n *yaml.Node) {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if v := n.Content[i+1]; v.Kind == yaml.ScalarNode && v.Value != "" && v.ShortTag() != "!!null" && secretKey.MatchString(n.Content[i].Value) {
+				n.Content[i+1] = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "<redacted>", LineComment: v.LineComment}
+			}
+		}
+	}
+	for _, c := range n.Content {
+		redact(c)
+	}
+}
