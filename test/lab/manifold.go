@@ -16,7 +16,24 @@ type NodeConfig struct {
 	XDPMode           string // native unless set
 	Address, Address6 netip.Addr
 	API               string // 127.0.0.1:9100 unless set; each node has its own namespace
+	BGP               *BGP   // nil: no bgp section
 	Services          []Service
+}
+
+// BGP is the bgp section of a NodeConfig.
+type BGP struct {
+	ASN       uint32
+	RouterID  netip.Addr
+	DrainTime time.Duration // 0 keeps the default
+	Peers     []BGPPeer
+}
+
+type BGPPeer struct {
+	Address  netip.Addr
+	ASN      uint32
+	Port     uint16        // 0 keeps the default (179)
+	HoldTime time.Duration // 0 keeps the default
+	Password string
 }
 
 // Service is one service of a NodeConfig.
@@ -32,6 +49,7 @@ type Service struct {
 type Health struct {
 	Kind              string // tcp | http
 	Port              uint16
+	Path              string // http only; "" keeps the default
 	Interval, Timeout time.Duration
 	Rise, Fall        int
 }
@@ -44,15 +62,39 @@ func (c NodeConfig) YAML() []byte {
 	if c.Address6.IsValid() {
 		fmt.Fprintf(&b, "  address6: %s\n", c.Address6)
 	}
-	fmt.Fprintf(&b, "  api: %s\nservices:\n", or(c.API, "127.0.0.1:9100"))
+	fmt.Fprintf(&b, "  api: %s\n", or(c.API, "127.0.0.1:9100"))
+	if g := c.BGP; g != nil {
+		fmt.Fprintf(&b, "bgp:\n  asn: %d\n  router_id: %s\n", g.ASN, g.RouterID)
+		if g.DrainTime > 0 {
+			fmt.Fprintf(&b, "  drain_time: %s\n", g.DrainTime)
+		}
+		b.WriteString("  peers:\n")
+		for _, p := range g.Peers {
+			fmt.Fprintf(&b, "    - address: %s\n      asn: %d\n", p.Address, p.ASN)
+			if p.Port != 0 {
+				fmt.Fprintf(&b, "      port: %d\n", p.Port)
+			}
+			if p.HoldTime != 0 {
+				fmt.Fprintf(&b, "      hold_time: %s\n", p.HoldTime)
+			}
+			if p.Password != "" {
+				fmt.Fprintf(&b, "      password: %q\n", p.Password)
+			}
+		}
+	}
+	b.WriteString("services:\n")
 	for _, s := range c.Services {
 		fmt.Fprintf(&b, "  - name: %s\n    vip: %s\n    port: %d\n    protocol: tcp\n    backends:\n", s.Name, s.VIP, s.Port)
 		for _, be := range s.Backends {
 			fmt.Fprintf(&b, "      - address: %s\n", be)
 		}
 		if h := s.Health; h != nil {
-			fmt.Fprintf(&b, "    health: {kind: %s, port: %d, interval: %s, timeout: %s, rise: %d, fall: %d}\n",
+			fmt.Fprintf(&b, "    health: {kind: %s, port: %d, interval: %s, timeout: %s, rise: %d, fall: %d",
 				h.Kind, h.Port, h.Interval, h.Timeout, h.Rise, h.Fall)
+			if h.Path != "" {
+				fmt.Fprintf(&b, ", path: %q", h.Path)
+			}
+			b.WriteString("}\n")
 		}
 	}
 	return []byte(b.String())

@@ -1,0 +1,213 @@
+package lab
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The lab's router speaks BGP with a real BIRD 2 (Debian bird2): one eBGP session per
+// LB node, routes from all of them merged into one multipath kernel route per VIP,
+// and the kernel hashing flows over its next hops by their 5-tuple.
+
+// RouterASN is the router's AS; LB nodes peer with it from their own AS.
+const RouterASN = 65000
+
+// RouterPeer is one BGP neighbour of the router.
+type RouterPeer struct {
+	Name     string     // protocol name, e.g. the node's role
+	Address  netip.Addr // the node's address
+	ASN      uint32
+	Password string // TCP MD5; "" for none
+}
+
+// RouterOptions shape the router's BGP.
+type RouterOptions struct {
+	// HoldTime of every session (BIRD's minimum is 3 s); 0 keeps BIRD's 240 s.
+	HoldTime time.Duration
+}
+
+// Bird is BIRD running in the router namespace.
+type Bird struct {
+	*Process
+	Socket string
+	router *Host
+}
+
+// BirdInstalled reports whether BIRD 2 is on PATH.
+func BirdInstalled() bool {
+	_, err := exec.LookPath("bird")
+	return err == nil
+}
+
+// BirdConfig renders the router's BIRD configuration.
+func BirdConfig(peers []RouterPeer, o RouterOptions) string {
+	var b strings.Builder
+	b.WriteString(`# manifold lab router: eBGP with every LB node, ECMP into the kernel
+log stderr all;
+router id 10.255.255.1;
+
+protocol device { scan time 1; }
+
+# "merge paths" installs the equal-cost routes of several BGP neighbours as one
+# multipath route: that is what spreads the VIP over the LB nodes.
+protocol kernel kernel4 {
+	ipv4 { import none; export all; };
+	merge paths on;
+}
+protocol kernel kernel6 {
+	ipv6 { import none; export all; };
+	merge paths on;
+}
+
+template bgp lbnode {
+	local as ` + fmt.Sprint(RouterASN) + `;
+	connect retry time 1;
+	error wait time 1, 4;
+`)
+	if o.HoldTime > 0 {
+		fmt.Fprintf(&b, "\thold time %d;\n\tkeepalive time %d;\n", int(o.HoldTime/time.Second), max(1, int(o.HoldTime/time.Second)/3))
+	}
+	b.WriteString(`	ipv4 { import all; export none; };
+	ipv6 { import all; export none; };
+}
+`)
+	for _, p := range peers {
+		fmt.Fprintf(&b, "\nprotocol bgp %s from lbnode {\n\tneighbor %s as %d;\n", p.Name, p.Address, p.ASN)
+		if p.Password != "" {
+			fmt.Fprintf(&b, "\tpassword %q;\n", p.Password)
+		}
+		b.WriteString("}\n")
+	}
+	return b.String()
+}
+
+// StartBird runs BIRD in the router namespace with L4 ECMP hashing switched on, and
+// returns once it answers on its control socket.
+func (l *Lab) StartBird(peers []RouterPeer, o RouterOptions) (*Bird, error) {
+	// hash flows on the 5-tuple (policy 1), not just the addresses: one client's
+	// connections then spread over the nodes
+	if err := l.Router.Sysctl(map[string]string{
+		"net.ipv4.fib_multipath_hash_policy": "1",
+		"net.ipv6.fib_multipath_hash_policy": "1",
+	}); err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(l.Dir, "bird.conf")
+	if err := writeFileAtomic(conf, []byte(BirdConfig(peers, o))); err != nil {
+		return nil, err
+	}
+	b := &Bird{Socket: filepath.Join(l.Dir, "bird.ctl"), router: l.Router}
+	p, err := l.Start(l.Router, "bird", "bird", "-f", "-c", conf, "-s", b.Socket, "-P", filepath.Join(l.Dir, "bird.pid"))
+	if err != nil {
+		return nil, err
+	}
+	b.Process = p
+	if err := p.WaitReady(10*time.Second, func() error { _, err := b.Show("status"); return err }); err != nil {
+		return b, fmt.Errorf("bird: %w", err)
+	}
+	return b, nil
+}
+
+// Show runs `birdc show ARGS` and returns its output.
+func (b *Bird) Show(args ...string) (string, error) {
+	out, err := exec.Command("birdc", append([]string{"-s", b.Socket, "show"}, args...)...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("birdc show %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// NextHops returns the next hops of the router's kernel route to vip (Lab.NextHops).
+func (b *Bird) NextHops(vip netip.Addr) ([]netip.Addr, error) { return nextHops(b.router, vip) }
+
+// WaitNextHops waits for the router's route to vip to have exactly the next hops want
+// (Lab.WaitNextHops).
+func (b *Bird) WaitNextHops(vip netip.Addr, want []netip.Addr, timeout time.Duration) (time.Duration, error) {
+	return waitNextHops(b.router, vip, want, timeout)
+}
+
+// NextHops returns the gateways of the router's kernel route to vip (a /32 or /128),
+// sorted; none when there is no route. The kernel's route is what forwards, whichever
+// routing daemon put it there.
+func (l *Lab) NextHops(vip netip.Addr) ([]netip.Addr, error) { return nextHops(l.Router, vip) }
+
+// WaitNextHops waits up to timeout until the router's route to vip has exactly the
+// next hops want (none: no route), and returns how long that took.
+func (l *Lab) WaitNextHops(vip netip.Addr, want []netip.Addr, timeout time.Duration) (time.Duration, error) {
+	return waitNextHops(l.Router, vip, want, timeout)
+}
+
+func nextHops(router *Host, vip netip.Addr) ([]netip.Addr, error) {
+	family := "-4"
+	if vip.Is6() {
+		family = "-6"
+	}
+	out, err := router.Output("ip", "-j", family, "route", "show", "exact", netip.PrefixFrom(vip, vip.BitLen()).String())
+	if err != nil {
+		return nil, err
+	}
+	var routes []struct {
+		Gateway  string `json:"gateway"`
+		Nexthops []struct {
+			Gateway string `json:"gateway"`
+		} `json:"nexthops"`
+	}
+	if strings.TrimSpace(out) == "" {
+		return nil, nil
+	}
+	if err := json.Unmarshal([]byte(out), &routes); err != nil {
+		return nil, fmt.Errorf("ip route: %w: %s", err, out)
+	}
+	var gws []netip.Addr
+	add := func(s string) error {
+		if s == "" {
+			return nil
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return err
+		}
+		gws = append(gws, a)
+		return nil
+	}
+	for _, r := range routes {
+		if err := add(r.Gateway); err != nil {
+			return nil, err
+		}
+		for _, nh := range r.Nexthops {
+			if err := add(nh.Gateway); err != nil {
+				return nil, err
+			}
+		}
+	}
+	slices.SortFunc(gws, netip.Addr.Compare)
+	return gws, nil
+}
+
+func waitNextHops(router *Host, vip netip.Addr, want []netip.Addr, timeout time.Duration) (time.Duration, error) {
+	want = slices.Clone(want)
+	slices.SortFunc(want, netip.Addr.Compare)
+	start := time.Now()
+	var got []netip.Addr
+	var err error
+	for {
+		got, err = nextHops(router, vip)
+		if err == nil && slices.Equal(got, want) {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > timeout {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("route to %s: next hops %v after %s, want %v", vip, got, timeout, want)
+}
