@@ -6,7 +6,7 @@
 
 #include "encap.h"
 #include "flow.h"
-#include "icmp.h"
+#include "mtu.h"
 #include "stats.h"
 
 #define LB_AF_INET 2
@@ -132,7 +132,7 @@ static __always_inline int transmit(struct xdp_md *ctx, const struct lb_packet *
 
 /* Sends a packet to the backend chosen for it: route, encapsulate, transmit, count.
  * A packet that would not fit the route's MTU once encapsulated is answered with
- * "fragmentation needed" / "packet too big" instead (icmp.h). */
+ * "fragmentation needed" / "packet too big" instead (mtu.h). */
 static __always_inline int forward(struct xdp_md *ctx, struct lb_packet *pkt,
 				   const struct lb_choice *c)
 {
