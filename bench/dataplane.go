@@ -8,6 +8,8 @@ import (
 	"slices"
 
 	"github.com/cilium/ebpf"
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
 
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/datapath"
@@ -33,8 +35,8 @@ type Sample struct {
 	// Mean resolves finer than the median: the kernel's timer ticks in steps (10 ns
 	// here), and the mean of many samples taken at random phases falls between them.
 	Mean float64 `json:"mean_ns"`
-	P90     float64 `json:"p90_ns"`
-	Max     float64 `json:"max_ns"`
+	P90  float64 `json:"p90_ns"`
+	Max  float64 `json:"max_ns"`
 	// Ratio is Median over the median of the trivial XDP_TX program; MeanRatio the same
 	// of the means.
 	Ratio     float64 `json:"ratio_to_xdp_tx"`
@@ -66,13 +68,20 @@ type dpCase struct {
 var (
 	benchVIP4 = netip.MustParseAddr("198.51.100.10")
 	benchVIP6 = netip.MustParseAddr("2001:db8:100::10")
+	// the same services with forwarding: gue
+	benchGUE4 = netip.MustParseAddr("198.51.100.11")
+	benchGUE6 = netip.MustParseAddr("2001:db8:100::11")
 )
 
 // benchConfig: a TCP, a UDP and an IPv6 service with 10 backends each on a full-size
-// Maglev table, as a node would run them.
+// Maglev table, as a node would run them, and TCP services forwarding with GUE.
 func benchConfig() *config.Config {
 	svc := func(name string, vip netip.Addr, port uint16, proto config.Protocol, backend func(int) netip.Addr) config.Service {
-		s := config.Service{Name: name, VIP: vip, Port: port, Protocol: proto, Forwarding: config.IPIP,
+		fwd := config.IPIP
+		if vip == benchGUE4 || vip == benchGUE6 {
+			fwd = config.GUE
+		}
+		s := config.Service{Name: name, VIP: vip, Port: port, Protocol: proto, Forwarding: fwd, GUEPort: config.DefaultGUEPort,
 			Scheduler: config.Maglev, TableSize: 65537}
 		for i := 1; i <= 10; i++ {
 			s.Backends = append(s.Backends, config.Backend{Address: backend(i), Weight: 1})
@@ -83,6 +92,8 @@ func benchConfig() *config.Config {
 		svc("tcp4", benchVIP4, 80, config.TCP, dptest.Backend4),
 		svc("udp4", benchVIP4, 53, config.UDP, dptest.Backend4),
 		svc("tcp6", benchVIP6, 80, config.TCP, dptest.Backend6),
+		svc("gue4", benchGUE4, 80, config.TCP, dptest.Backend4),
+		svc("gue6", benchGUE6, 80, config.TCP, dptest.Backend6),
 	}}
 }
 
@@ -117,6 +128,12 @@ func Dataplane(w io.Writer, calls int) ([]Sample, error) {
 	udp4 := dptest.Packet{Src: dptest.Client4, Dst: benchVIP4, SPort: 40000, DPort: 53, UDP: true, Payload: make([]byte, 18)}.Bytes()
 	est6 := dptest.Packet{Src: dptest.Client6, Dst: benchVIP6, SPort: 40000, DPort: 80, Flags: dptest.ACK}.Bytes()
 	other := dptest.Packet{Src: dptest.Client4, Dst: netip.MustParseAddr("192.0.2.99"), SPort: 40000, DPort: 80, Flags: dptest.ACK, Payload: make([]byte, 6)}.Bytes()
+	gue4 := dptest.Packet{Src: dptest.Client4, Dst: benchGUE4, SPort: 40000, DPort: 80, Flags: dptest.ACK, Payload: make([]byte, 6)}.Bytes()
+	gue6 := dptest.Packet{Src: dptest.Client6, Dst: benchGUE6, SPort: 40000, DPort: 80, Flags: dptest.ACK}.Bytes()
+	echo := icmpPacket(dptest.Client4, benchVIP4, 8, 0, 1, make([]byte, 18))
+	fragNeeded := icmpPacket(netip.MustParseAddr("192.0.2.1"), benchVIP4, 3, 4, 1400,
+		quote(dptest.Packet{Src: benchVIP4, Dst: dptest.Client4, SPort: 80, DPort: 40000, Flags: dptest.ACK, Payload: make([]byte, 1360)}, 48))
+	tooBig := dptest.Packet{Src: dptest.Client4, Dst: benchVIP4, SPort: 40000, DPort: 80, Flags: dptest.ACK, DF: true, Payload: make([]byte, 1460)}.Bytes()
 
 	cases := []dpCase{
 		{"xdp_tx reference (swap MACs)", ref.ReferenceTx, [][]byte{est4}, 0},
@@ -126,13 +143,18 @@ func Dataplane(w io.Writer, calls int) ([]Sample, error) {
 		{"UDP established", lb.Program(), [][]byte{udp4}, 2.3},
 		{"IPv6 TCP established", lb.Program(), [][]byte{est6}, 2.3},
 		{"non-VIP pass-through", lb.Program(), [][]byte{other}, 1.3},
+		{"GUE TCP established", lb.Program(), [][]byte{gue4}, 0},
+		{"GUE IPv6 TCP established", lb.Program(), [][]byte{gue6}, 0},
+		{"ICMP echo to VIP (answered)", lb.Program(), [][]byte{echo}, 0},
+		{"ICMP frag-needed to backend", lb.Program(), [][]byte{fragNeeded}, 0},
+		{"too big: frag-needed to client", lb.Program(), [][]byte{tooBig}, 0},
 	}
 	times := make([][]uint32, len(cases))
 	verdicts := make([]uint32, len(cases))
 	const rounds = 20
 	err = n.Do(func() error {
-		// warm the flow table for the established cases
-		for _, c := range cases[3:6] {
+		// warm the flow table (and the FIB cache) for the established cases
+		for _, c := range cases[2:] {
 			if _, _, err := dptest.TimedXDP(c.prog, n.Port0.Index, c.packets[0], 1); err != nil {
 				return err
 			}
@@ -170,6 +192,18 @@ func Dataplane(w io.Writer, calls int) ([]Sample, error) {
 	WriteDataplaneTable(w, out)
 	return out, nil
 }
+
+// icmpPacket builds an ICMP message from `from` to `to`: type, code, the 4 bytes after
+// the checksum, and payload.
+func icmpPacket(from, to netip.Addr, typ, code uint8, rest uint32, payload []byte) []byte {
+	eth := &layers.Ethernet{SrcMAC: dptest.RouterMAC, DstMAC: dptest.ClientMAC, EthernetType: layers.EthernetTypeIPv4}
+	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: from.AsSlice(), DstIP: to.AsSlice()}
+	icmp := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(typ, code), Id: uint16(rest >> 16), Seq: uint16(rest)}
+	return dptest.Serialize(eth, ip, icmp, gopacket.Payload(payload))
+}
+
+// quote is the first n bytes of p's IP packet, as an ICMP error carries it.
+func quote(p dptest.Packet, n int) []byte { return p.Bytes()[14 : 14+n] }
 
 func verdictName(v uint32) string {
 	switch v {

@@ -1,0 +1,145 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"time"
+
+	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/datapath"
+	"github.com/manifoldlb/manifold/internal/datapath/dptest"
+	"github.com/manifoldlb/manifold/internal/reconcile"
+)
+
+// FloodResult is the share of established flows that kept their backend through a
+// flood of spoofed SYNs.
+type FloodResult struct {
+	Name        string  `json:"name"`
+	NewFlowRate uint32  `json:"new_flow_rate"` // 0: unbounded
+	TableSize   uint32  `json:"flow_table_size"`
+	Flows       int     `json:"established_flows"`
+	SYNs        int     `json:"syns"`
+	Seconds     float64 `json:"flood_seconds"` // how long the flood took here
+	Kept        float64 `json:"kept_share"`
+	NotInserted uint64  `json:"flows_not_inserted"`
+}
+
+// Flood measures, with the node's default flow table and new-flow rate, a looser rate,
+// and no bound, how many of `flows` established flows keep their backend while `syns` spoofed
+// SYNs go through the program. Before the flood every backend the flows are on is
+// drained and as many new ones take the ring, so a flow that loses its flow-table entry
+// moves; the established flows send nothing during the flood (the worst case: an
+// active flow refreshes its LRU entry). Everything runs on one CPU, whose LRU list the
+// flood fills.
+func Flood(w io.Writer, flows, syns int) ([]FloodResult, error) {
+	var out []FloodResult
+	for _, rate := range []uint32{config.DefaultNewFlowRate, 4 * config.DefaultNewFlowRate, 0} {
+		name := fmt.Sprintf("bound %d/s", rate)
+		if rate == 0 {
+			name = "unbounded"
+		}
+		r, err := flood(name, flows, syns, rate)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	fmt.Fprintf(w, "%-16s %8s %7s %8s %8s %8s %14s\n", "new flows", "table", "flows", "SYNs", "flood s", "kept", "not inserted")
+	for _, r := range out {
+		fmt.Fprintf(w, "%-16s %8d %7d %8d %8.1f %7.1f%% %14d\n", r.Name, r.TableSize, r.Flows, r.SYNs, r.Seconds, 100*r.Kept, r.NotInserted)
+	}
+	return out, nil
+}
+
+func flood(name string, flows, syns int, rate uint32) (FloodResult, error) {
+	res := FloodResult{Name: name, NewFlowRate: rate, TableSize: config.DefaultFlowTableSize, Flows: flows, SYNs: syns}
+	n, err := dptest.NewNet()
+	if err != nil {
+		return res, fmt.Errorf("bench namespace (needs root): %w", err)
+	}
+	defer n.Close()
+	lb, err := datapath.LoadLB(datapath.Options{NodeAddr4: dptest.NodeAddr4, NodeAddr6: dptest.NodeAddr6, FlowTableSize: res.TableSize})
+	if err != nil {
+		return res, err
+	}
+	defer lb.Close()
+	svc := config.Service{Name: "web", VIP: benchVIP4, Port: 80, Protocol: config.TCP, Forwarding: config.IPIP,
+		Scheduler: config.Maglev, TableSize: 65537}
+	for i := 1; i <= 10; i++ {
+		svc.Backends = append(svc.Backends, config.Backend{Address: dptest.Backend4(i), Weight: 1})
+	}
+	cfg := &config.Config{Services: []config.Service{svc}} // no bound while flows are established
+	rec := reconcile.New(lb)
+	if err := rec.Apply(cfg, reconcile.AlwaysUp); err != nil {
+		return res, err
+	}
+	est := make([][]byte, flows)
+	first := make([]netip.Addr, flows)
+	err = n.Do(func() error {
+		restore, err := dptest.PinCPU(0)
+		if err != nil {
+			return err
+		}
+		defer restore()
+		send := func(pkt []byte) (netip.Addr, error) {
+			v, out, err := dptest.RunXDP(lb.Program(), n.Port0.Index, pkt)
+			if err != nil {
+				return netip.Addr{}, err
+			}
+			if v != dptest.XDPTX || len(out) < 34 {
+				return netip.Addr{}, fmt.Errorf("verdict %d for an established flow", v)
+			}
+			return netip.AddrFrom4([4]byte(out[30:34])), nil // outer destination
+		}
+		for i := range est {
+			p := dptest.Packet{Src: netip.AddrFrom4([4]byte{192, 0, byte(2 + i>>16), byte(i >> 8)}), Dst: benchVIP4,
+				SPort: uint16(1024 + i%60000), DPort: 80, Flags: dptest.SYN}
+			if first[i], err = send(p.Bytes()); err != nil {
+				return err
+			}
+			p.Flags = dptest.ACK
+			est[i] = p.Bytes()
+		}
+		// drain every backend, ten new ones take the ring; then the bound applies
+		next := svc
+		next.Backends = nil
+		for i := 1; i <= 20; i++ {
+			b := config.Backend{Address: dptest.Backend4(i), Weight: 1}
+			if i <= 10 {
+				b.Weight = 0
+			}
+			next.Backends = append(next.Backends, b)
+		}
+		cfg := &config.Config{Node: config.Node{NewFlowRate: rate}, Services: []config.Service{next}}
+		if err := rec.Apply(cfg, reconcile.AlwaysUp); err != nil {
+			return err
+		}
+		start := time.Now()
+		if _, err := dptest.FloodSYNs(lb.Program(), n.Port0.Index, benchVIP4, 80, syns, 7); err != nil {
+			return err
+		}
+		res.Seconds = time.Since(start).Seconds()
+		kept := 0
+		for i, pkt := range est {
+			got, err := send(pkt)
+			if err != nil {
+				return err
+			}
+			if got == first[i] {
+				kept++
+			}
+		}
+		res.Kept = float64(kept) / float64(flows)
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	ev, err := lb.Events()
+	if err != nil {
+		return res, err
+	}
+	res.NotInserted = ev["flow_not_inserted"]
+	return res, nil
+}
