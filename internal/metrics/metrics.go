@@ -22,6 +22,7 @@ type Snapshot struct {
 	Services         []Service
 	Backends         []Backend
 	Drops            map[string]uint64 // by drop reason
+	Events           map[string]uint64 // data-plane events that are not drops, by name
 	FlowTableEntries int
 	FlowTableSize    uint32
 	HealthChecks     []HealthCheck
@@ -90,6 +91,8 @@ var (
 		"Bytes (of the clients' IP packets) forwarded to a backend of a service.", "service", "backend")
 	dropsDesc = desc("manifold_drops_total",
 		"Packets for a VIP dropped by the data plane, by reason.", "reason")
+	eventsDesc = desc("manifold_events_total",
+		"Data-plane events that are not drops: flow_not_inserted (new-flow bound), icmp_echo_reply, icmp_to_backend, icmp_too_big_sent.", "event")
 	upDesc = desc("manifold_backend_up",
 		"1 when the backend takes new flows of the service (healthy, weight > 0), else 0.", "service", "backend")
 	weightDesc = desc("manifold_backend_weight",
@@ -125,7 +128,7 @@ var (
 type collector struct{ src Source }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{xdpDesc, packetsDesc, bytesDesc, dropsDesc, upDesc, weightDesc, announcedDesc,
+	for _, d := range []*prometheus.Desc{xdpDesc, packetsDesc, bytesDesc, dropsDesc, eventsDesc, upDesc, weightDesc, announcedDesc,
 		flowsDesc, flowSizeDesc, checksDesc, checkFailuresDesc, checkUpDesc, checkLatencyDesc, peerUpDesc,
 		updatesSentDesc, updatesReceivedDesc, reloadsDesc, reloadFailuresDesc, apiDesc} {
 		ch <- d
@@ -154,6 +157,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for reason, n := range s.Drops {
 		counter(dropsDesc, n, reason)
+	}
+	for event, n := range s.Events {
+		counter(eventsDesc, n, event)
 	}
 	gauge(flowsDesc, float64(s.FlowTableEntries))
 	gauge(flowSizeDesc, float64(s.FlowTableSize))

@@ -52,6 +52,7 @@ var full = fixed{
 		{Service: "web", Address: "10.0.1.2", Up: false, Weight: 0, Packets: 3, Bytes: 180},
 	},
 	Drops:            map[string]uint64{"truncated": 2, "no_backend": 0},
+	Events:           map[string]uint64{"flow_not_inserted": 7},
 	FlowTableEntries: 7,
 	FlowTableSize:    262144,
 	HealthChecks: []HealthCheck{
@@ -77,6 +78,7 @@ func TestMetricsReportTheSnapshot(t *testing.T) {
 		"manifold_vip_announced,service=dns":                                              0,
 		"manifold_drops_total,reason=truncated":                                           2,
 		"manifold_drops_total,reason=no_backend":                                          0,
+		"manifold_events_total,event=flow_not_inserted":                                   7,
 		"manifold_flow_table_entries":                                                     7,
 		"manifold_flow_table_size":                                                        262144,
 		"manifold_health_checks_total,backend=10.0.1.1,check=tcp://10.0.1.1:80":           40,

@@ -179,7 +179,11 @@ func (b *statusBoard) read(lb *datapath.LB) Status {
 // MetricsSnapshot is the node's metrics.Source.
 func (n *Node) MetricsSnapshot() metrics.Snapshot {
 	st := n.status.read(n.lb)
-	out := metrics.Snapshot{Drops: st.Drops, FlowTableEntries: st.FlowTableEntries, FlowTableSize: st.FlowTableSize,
+	events, err := n.lb.Events()
+	if err != nil {
+		n.log.Warn("reading data-plane events", "err", err)
+	}
+	out := metrics.Snapshot{Drops: st.Drops, Events: events, FlowTableEntries: st.FlowTableEntries, FlowTableSize: st.FlowTableSize,
 		Reloads: st.Reloads, ReloadFailures: st.ReloadFailures, APIRequests: map[metrics.APIRequest]uint64{}}
 	for _, i := range st.Interfaces {
 		out.Interfaces = append(out.Interfaces, metrics.Interface{Name: i.Name, XDPMode: i.XDPMode})
