@@ -4,7 +4,7 @@
 GO      ?= go
 BIN     := bin/manifold
 # Debian packages the build, the tests and the demo use.
-DEB_PKGS := clang llvm libbpf-dev bpftool iproute2 ethtool nginx curl bird2 frr tshark python3-scapy prometheus
+DEB_PKGS := clang llvm libbpf-dev bpftool iproute2 ethtool nginx curl bird2 frr tcpdump python3-scapy prometheus
 # Tests that need root (BPF, namespaces) skip with a reason without it.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
@@ -52,8 +52,11 @@ lab: deps build
 demo: deps build
 	$(GO) run ./test/lab/demo
 
+# bench: the data plane against trivial XDP programs, then the control plane in the
+# active-active lab (announce, withdraw, failover times). Numbers, not pass/fail.
 bench: deps build
 	./$(BIN) bench dataplane --json bench/results/latest.json
+	$(GO) run ./test/lab/cpbench -manifold $(BIN) -json bench/results/controlplane.json
 
 clean:
 	rm -rf bin

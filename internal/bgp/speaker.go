@@ -8,9 +8,11 @@
 // IPv4 session can carry IPv6 VIPs too. Routes the peers send are refused: a load
 // balancer node needs none of them and must not grow a RIB from its upstream.
 //
-// Sessions are opened actively (the speaker does not listen on port 179) and retried
-// every [ConnectRetry] while a peer is down or refuses them; the node keeps
-// forwarding whatever the sessions do.
+// Sessions are opened actively and retried every [ConnectRetry] while a peer is down
+// or refuses them; the node keeps forwarding whatever the sessions do. The speaker also
+// accepts sessions from its configured peers (on [Config.ListenPort], 179 for a node),
+// because GoBGP waits 1.5–2 s before its first connection attempt, while a router that
+// retries its own side brings the session up as soon as the node listens.
 package bgp
 
 import (
@@ -18,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -55,8 +58,9 @@ type Config struct {
 	// family. A zero one means the node announces no VIP of that family.
 	NextHop4, NextHop6 netip.Addr
 	Peers              []Peer
-	// ListenPort is the TCP port to accept sessions on; 0 does not listen (the
-	// speaker always connects actively).
+	// ListenPort is the TCP port to accept sessions from the peers on; 0 does not
+	// listen. When the port is taken (another BGP daemon on the host), the speaker
+	// says so and connects actively only.
 	ListenPort int
 }
 
@@ -111,7 +115,12 @@ func Start(cfg Config, log *slog.Logger) (*GoBGP, error) {
 
 	listen := int32(-1) // GoBGP: -1 = do not listen
 	if cfg.ListenPort > 0 {
-		listen = int32(cfg.ListenPort)
+		if ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(cfg.ListenPort))); err != nil {
+			log.Warn("BGP: not accepting sessions, connecting actively only", "port", cfg.ListenPort, "err", err)
+		} else {
+			ln.Close()
+			listen = int32(cfg.ListenPort)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &GoBGP{cfg: cfg, log: log, srv: srv, cancel: cancel, announced: map[netip.Addr]bool{}, peerLogs: map[netip.Addr]*peerLog{}}

@@ -23,6 +23,9 @@ const (
 	reasonNoBGP       = "no bgp section: routing is left to the operator"
 )
 
+// bgpPort is where the node accepts sessions from its peers (it also connects to them).
+const bgpPort = 179
+
 // startSpeaker starts the BGP speaker of a config with a bgp section (nil without).
 func (n *Node) startSpeaker() error {
 	b := n.cfg.BGP
@@ -32,6 +35,7 @@ func (n *Node) startSpeaker() error {
 	sc := bgp.Config{
 		ASN: b.ASN, RouterID: b.RouterID,
 		NextHop4: n.cfg.Node.SourceFor(false), NextHop6: n.cfg.Node.SourceFor(true),
+		ListenPort: bgpPort,
 	}
 	for _, p := range b.Peers {
 		sc.Peers = append(sc.Peers, bgp.Peer{Address: p.Address, ASN: p.ASN, Port: p.Port,

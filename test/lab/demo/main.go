@@ -1,12 +1,11 @@
-// Command demo shows manifold at work on one machine (`make demo`, as root, after
-// `make build`): it builds a small network out of namespaces, puts one manifold node
-// in front of three nginx backends, sends requests to the VIP, removes a backend live,
-// and tears everything down again — also on Ctrl-C or on failure.
+// Command demo shows manifold's active-active deployment on one machine (`make demo`,
+// as root, after `make build`): three manifold nodes announce the VIPs over BGP to a
+// router running BIRD, which spreads client connections over all of them (ECMP). Then
+// a node leaves gracefully and a backend fails, and no request fails with them. It
+// tears everything down again — also on Ctrl-C or on failure.
 //
-//	client ── router ── lb1 (manifold run, XDP)
-//	             ├───── be1 ┐
-//	             ├───── be2 ├ nginx + manifold backend, replying straight to the client
-//	             └───── be3 ┘
+//	client ── router (BIRD, ECMP) ──┬── lb1 lb2 lb3   manifold run, eBGP (MD5) → router
+//	                                └── be1 … be4      nginx + manifold backend
 package main
 
 import (
@@ -19,17 +18,37 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/manifoldlb/manifold/test/lab"
 )
 
 const prefix = "mfdemo"
 
-var vip = netip.MustParseAddr("198.51.100.10")
+// The lab: sized and tuned so that every transition shows within seconds.
+const (
+	nodes     = 3
+	backends  = 4
+	holdTime  = 3 * time.Second // BIRD's minimum
+	drainTime = time.Second
+	password  = "mfdemo-md5-key"
+)
+
+var health = &lab.Health{Kind: "http", Port: 80, Path: "/", Interval: 500 * time.Millisecond, Timeout: 300 * time.Millisecond, Rise: 2, Fall: 2}
+
+// removalBound is how soon every node stops sending to a dead backend: fall failed
+// checks, plus up to one interval before the first of them.
+var removalBound = health.Interval*time.Duration(health.Fall) + health.Interval
+
+var webVIPs = []netip.Addr{lab.WebVIP4, lab.WebVIP6}
 
 func main() {
 	manifold := flag.String("manifold", "bin/manifold", "the manifold binary (make build)")
@@ -50,14 +69,11 @@ func main() {
 	fmt.Println("Done.")
 }
 
-// demo is one run: the lab and what runs in it.
+// demo is one run: the topology and the binary its nodes run.
 type demo struct {
-	lab      *lab.Lab
+	ctx      context.Context
+	a        *lab.ActiveActive
 	manifold string
-	client   *lab.Host
-	node     *lab.Host
-	backends []*lab.Host
-	daemon   *lab.Node
 }
 
 func run(ctx context.Context, manifold string, requests int) (err error) {
@@ -69,32 +85,26 @@ func run(ctx context.Context, manifold string, requests int) (err error) {
 		return err
 	}
 
-	fmt.Println("manifold demo — an XDP load balancer with direct server return, in network namespaces")
+	fmt.Println("manifold demo — active-active XDP load balancing: BGP, ECMP and direct server return, in network namespaces")
 
-	step(1, "Build the lab", "a router joins the client, one manifold node and three backends, each in its own namespace.")
-	l, err := lab.New(lab.Spec{
-		Prefix: prefix,
-		Dir:    dir,
-		Hosts: []lab.HostSpec{
-			{Role: "client", Kind: lab.Client},
-			{Role: "lb1", Kind: lab.LBNode},
-			{Role: "be1", Kind: lab.Backend},
-			{Role: "be2", Kind: lab.Backend},
-			{Role: "be3", Kind: lab.Backend},
-		},
+	step(1, "Build the lab", "a router joins a client, three manifold nodes and four backends, each in its own namespace.")
+	a, err := lab.NewActiveActive(lab.ActiveActiveSpec{
+		Prefix: prefix, Dir: dir, Manifold: manifold,
+		Nodes: nodes, Backends: backends, Health: health,
+		HoldTime: holdTime, DrainTime: drainTime, Password: password,
 	})
 	if err != nil {
 		os.RemoveAll(dir)
 		return err
 	}
-	d := &demo{lab: l, manifold: manifold, client: l.Host("client"), node: l.Host("lb1"), backends: l.HostsOf(lab.Backend)}
+	d := &demo{ctx: ctx, a: a, manifold: manifold}
 	defer func() {
 		if err != nil && ctx.Err() == nil {
 			d.saveState(dir)
 		}
 		fmt.Println()
 		fmt.Println("Tearing down: stopping every process and deleting the mfdemo-* namespaces.")
-		if cerr := l.Close(); cerr != nil {
+		if cerr := a.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("teardown: %w", cerr))
 		}
 		if err == nil || ctx.Err() != nil {
@@ -102,77 +112,146 @@ func run(ctx context.Context, manifold string, requests int) (err error) {
 		}
 	}()
 	tw := table()
-	fmt.Fprintln(tw, "  namespace\trole\tIPv4 address\t")
-	for _, h := range l.Hosts {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", h.NS, h.Kind, h.Addr4)
+	fmt.Fprintln(tw, "  namespace\trole\tIPv4\tIPv6\truns\t")
+	fmt.Fprintf(tw, "  %s\t%s\t\t\tBIRD 2, AS %d\t\n", a.Router.NS, a.Router.Kind, lab.RouterASN)
+	for _, h := range a.Hosts {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t\n", h.NS, h.Kind, h.Addr4, h.Addr6, runs(h.Kind))
 	}
 	tw.Flush()
 
-	step(2, "Start the backends", "nginx answers with its name; `manifold backend` decapsulates IPIP and puts the VIP on lo.")
-	for _, be := range d.backends {
-		if _, err := l.StartNginx(be); err != nil {
+	step(2, "Start the backends, BIRD and the three nodes",
+		"each node attaches XDP, health-checks the backends and announces the VIPs over BGP once one is healthy.")
+	for _, be := range a.Backends {
+		fmt.Printf("  %s ready: nginx on :80, the VIPs on lo for direct return\n", be.Role)
+	}
+	fmt.Printf("  BIRD ready on the router: one eBGP session per node, TCP MD5, hold time %s\n", holdTime)
+	for _, n := range a.Nodes {
+		if err := a.StartNode(n.Role); err != nil {
 			return err
 		}
-		if _, err := l.StartBackendAgent(manifold, be, vip); err != nil {
-			return err
-		}
-		fmt.Printf("  %s ready: nginx on :80, VIP %s on lo\n", be.Role, vip)
+		fmt.Printf("  %s started: XDP on eth0, AS %d, peer %s\n", n.Role, lab.NodeASN, n.Gateway4)
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-
-	step(3, "Start manifold on lb1", "its XDP program picks a backend per connection (Maglev) and forwards the packets in IPIP.")
-	if d.daemon, err = l.StartNode(manifold, d.node, d.config(d.backends)); err != nil {
-		return err
-	}
-	if err := l.RouteVIP(vip, d.node); err != nil {
-		return err
-	}
-	fmt.Printf("  XDP attached to %s:eth0; the router sends %s to lb1\n", d.node.NS, vip)
-	if err := d.waitFor(ctx, "every backend to answer through the VIP", func(seen map[string]int, _ string) bool {
-		return len(seen) == len(d.backends)
-	}); err != nil {
-		return err
-	}
-
-	step(4, fmt.Sprintf("Send %d requests", requests), "each on a new connection from the client; replies come straight from the backends.")
-	counts, err := d.send(ctx, requests)
+	all := roles(a.Nodes)
+	took, err := d.waitRoutes(webVIPs, 5*time.Second, all...)
 	if err != nil {
 		return err
 	}
-	d.printTable(counts, requests, d.backends)
-
-	step(5, "Ask the node", "`manifold ctl status` reads the node's counters through its REST API.")
-	d.printStatus()
-
-	removed := d.backends[len(d.backends)-1]
-	kept := d.backends[:len(d.backends)-1]
-	step(6, "Remove "+removed.Role+" live", "rewrite the config without it and send SIGHUP: the node swaps its backend set atomically.")
-	if err := d.daemon.Reload(d.config(kept)); err != nil {
+	if _, err := d.waitRoutes([]netip.Addr{lab.PartialVIP4, lab.PartialVIP6}, 5*time.Second, "lb1", "lb2"); err != nil {
 		return err
 	}
-	streak := 0
-	if err := d.waitFor(ctx, "the new backend set to take effect", func(_ map[string]int, last string) bool {
-		if last == removed.Role {
-			streak = 0
-		} else {
-			streak++
-		}
-		return streak >= 30
-	}); err != nil {
+	fmt.Printf("  every node announces the web VIPs: the router has all three %s after the last one started\n", took.Round(time.Millisecond))
+
+	step(3, "Look at the router", "BIRD merges the equal BGP routes into one multipath route; the kernel hashes each flow's 5-tuple onto a next hop.")
+	if err := d.showRoutes(lab.WebVIP4, lab.WebVIP6); err != nil {
 		return err
 	}
-	counts, err = d.send(ctx, requests)
+	protocols, err := a.Bird.Show("protocols")
 	if err != nil {
 		return err
 	}
-	d.printTable(counts, requests, d.backends)
-	if n := counts[removed.Role]; n > 0 {
-		return fmt.Errorf("%d requests still reached %s after the reload", n, removed.Role)
+	fmt.Printf("\n  $ birdc show protocols\n%s", indent(protocols))
+
+	step(4, fmt.Sprintf("Send %d requests to %s", requests, lab.WebVIP4),
+		"each on a new connection, so from a new port: the router spreads them over the nodes, each node over the backends.")
+	perBackend, perNode, err := d.spread(lab.WebVIP4, requests)
+	if err != nil {
+		return err
 	}
-	fmt.Printf("  %s gets nothing any more; its share went to the others.\n", removed.Role)
-	d.printStatus()
+	d.printNodes(perNode)
+	printBackends(perBackend, requests, a.Backends)
+
+	step(5, "Ask lb1", "`manifold ctl status` reads the node's state through its REST API.")
+	d.printStatus("lb1")
+
+	if err := d.gracefulLeave("lb3"); err != nil {
+		return err
+	}
+	return d.backendFails("be2", requests)
+}
+
+// gracefulLeave stops a node with SIGTERM under load and shows that the router moves
+// the traffic away before the node stops forwarding.
+func (d *demo) gracefulLeave(role string) error {
+	step(6, "Stop "+role+" with SIGTERM",
+		fmt.Sprintf("it withdraws the VIPs, keeps forwarding for bgp.drain_time (%s) while the router moves its flows, then detaches.", drainTime))
+	node := d.a.Running[role]
+	rest := slices.DeleteFunc(slices.Clone(roles(d.a.Nodes)), func(r string) bool { return r == role })
+	load := startLoad(d.a.Client, webVIPs)
+	start := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- d.a.StopNode(role, syscall.SIGTERM) }()
+	shrunk, routeErr := d.waitRoutes(webVIPs, drainTime+time.Second, rest...)
+	stopErr := <-stopped
+	exited := time.Since(start)
+	time.Sleep(300 * time.Millisecond) // and traffic after the detach
+	sent, failed, firstErr := load.finish()
+	if err := errors.Join(routeErr, stopErr); err != nil {
+		return err
+	}
+	fmt.Printf("  the router has %d next hops %s after the signal; %s exited after %s\n",
+		len(rest), shrunk.Round(time.Millisecond), role, exited.Round(time.Millisecond))
+	fmt.Printf("  %s: %s\n", role, lastLogLine(node.Log(), `msg="VIP withdrawn"`, "vip="+lab.WebVIP4.String()))
+	if err := d.showRoutes(lab.WebVIP4); err != nil {
+		return err
+	}
+	fmt.Printf("\n  %d requests sent meanwhile on new connections, %d failed\n", sent, failed)
+	if failed > 0 {
+		return fmt.Errorf("%d of %d requests failed while %s drained (first: %w)", failed, sent, role, firstErr)
+	}
+	return nil
+}
+
+// backendFails stops a backend's web server, shows the nodes marking it down and the
+// traffic going to the others, then brings it back.
+func (d *demo) backendFails(role string, requests int) error {
+	step(7, "Fail "+role,
+		fmt.Sprintf("stop its nginx: the health checks mark it down on every node within interval × fall + interval = %s.", removalBound))
+	be := d.a.Host(role)
+	running := d.runningNodes()
+	if err := d.a.StopNginx(role); err != nil {
+		return err
+	}
+	down, err := d.waitBackend(running, be.Addr4, "down", removalBound+2*time.Second)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("  %s down on %s %s after its server stopped\n", role, strings.Join(running, ", "), down.Round(time.Millisecond))
+	for _, n := range running {
+		line := lastLogLine(d.a.Running[n].Log(), `msg="backend health changed"`, "backend="+be.Addr4.String(), "up=false")
+		fmt.Printf("  %s: %s\n", n, line)
+	}
+	fmt.Println()
+	if err := d.printBackendStates(running); err != nil {
+		return err
+	}
+
+	perBackend, _, err := d.spread(lab.WebVIP4, requests)
+	if err != nil {
+		return err
+	}
+	alive := slices.DeleteFunc(slices.Clone(d.a.Backends), func(h *lab.Host) bool { return h == be })
+	printBackends(perBackend, requests, alive)
+	if n := perBackend[role]; n > 0 {
+		return fmt.Errorf("%d requests reached %s after it was marked down", n, role)
+	}
+	fmt.Printf("  %s gets nothing; its share went to the others.\n", role)
+
+	if err := d.a.StartNginx(role); err != nil {
+		return err
+	}
+	up, err := d.waitBackend(running, be.Addr4, "up", 5*time.Second)
+	if err != nil {
+		return err
+	}
+	perBackend, _, err = d.spread(lab.WebVIP4, requests/3)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\n  nginx restarted: %s up again on every node after %s (rise %d); it answered %d of %d new requests\n",
+		role, up.Round(time.Millisecond), health.Rise, perBackend[role], requests/3)
+	if perBackend[role] == 0 {
+		return fmt.Errorf("%s got no request after it recovered", role)
+	}
 	return nil
 }
 
@@ -189,7 +268,7 @@ func preflight(manifold *string) error {
 		return fmt.Errorf("%s not found: run `make build` first", *manifold)
 	}
 	*manifold = abs
-	for _, tool := range []string{"nginx", "ethtool", "ip"} {
+	for _, tool := range []string{"nginx", "ethtool", "ip", "bird", "birdc", "curl"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s is not installed (`make deps` installs it)", tool)
 		}
@@ -197,89 +276,240 @@ func preflight(manifold *string) error {
 	return nil
 }
 
-func (d *demo) config(backends []*lab.Host) lab.NodeConfig {
-	s := lab.Service{Name: "web", VIP: vip, Port: 80}
-	for _, be := range backends {
-		s.Backends = append(s.Backends, be.Addr4)
+// waitRoutes waits until the router routes every vip over exactly the given nodes, and
+// returns how long the slowest took.
+func (d *demo) waitRoutes(vips []netip.Addr, timeout time.Duration, nodes ...string) (time.Duration, error) {
+	start := time.Now()
+	for _, vip := range vips {
+		if _, err := d.a.Bird.WaitNextHops(vip, d.a.NodeAddrs(vip, nodes...), timeout-time.Since(start)); err != nil {
+			return 0, err
+		}
 	}
-	return lab.NodeConfig{Name: d.node.Role, Address: d.node.Addr4, Address6: d.node.Addr6, Services: []lab.Service{s}}
+	return time.Since(start), nil
 }
 
-// send makes n requests, each on a new connection, and counts the answers per backend.
-func (d *demo) send(ctx context.Context, n int) (map[string]int, error) {
-	counts := map[string]int{}
-	for i := range n {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+// showRoutes prints the router's kernel routes to the vips.
+func (d *demo) showRoutes(vips ...netip.Addr) error {
+	for _, vip := range vips {
+		argv := []string{"route", "show", vip.String()}
+		if vip.Is6() {
+			argv = append([]string{"-6"}, argv...)
 		}
-		body, err := lab.HTTPGet(d.client.NS, lab.URL(vip, 80), 0)
+		out, err := d.a.Router.Output("ip", argv...)
 		if err != nil {
-			return nil, fmt.Errorf("request %d of %d: %w", i+1, n, err)
-		}
-		counts[strings.TrimSpace(body)]++
-	}
-	return counts, nil
-}
-
-// waitFor sends requests until done says so, for at most 20 seconds.
-func (d *demo) waitFor(ctx context.Context, what string, done func(seen map[string]int, last string) bool) error {
-	seen := map[string]int{}
-	var lastErr error
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
-		if err := ctx.Err(); err != nil {
 			return err
 		}
-		body, err := lab.HTTPGet(d.client.NS, lab.URL(vip, 80), 0)
-		if err != nil {
-			lastErr = err
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		last := strings.TrimSpace(body)
-		seen[last]++
-		if done(seen, last) {
-			return nil
-		}
+		fmt.Printf("\n  $ ip %s   (in %s)\n%s", strings.Join(argv, " "), d.a.Router.NS, indent(out))
 	}
-	return fmt.Errorf("gave up waiting for %s (answers so far: %v, last error: %v)", what, seen, lastErr)
+	return nil
 }
 
-func (d *demo) printTable(counts map[string]int, total int, backends []*lab.Host) {
+// spread sends n requests to vip, each on a new connection, and returns the answers
+// per backend and the packets each running node forwarded meanwhile.
+func (d *demo) spread(vip netip.Addr, n int) (perBackend map[string]int, perNode map[string]uint64, err error) {
+	before := map[string]uint64{}
+	for _, role := range d.runningNodes() {
+		if before[role], err = d.forwarded(role); err != nil {
+			return nil, nil, err
+		}
+	}
+	perBackend = map[string]int{}
+	for i := range n {
+		if err := d.ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		body, err := lab.HTTPGet(d.a.Client.NS, lab.URL(vip, 80), 0)
+		if err != nil {
+			return nil, nil, fmt.Errorf("request %d of %d: %w", i+1, n, err)
+		}
+		perBackend[strings.TrimSpace(body)]++
+	}
+	perNode = map[string]uint64{}
+	for role, b := range before {
+		after, err := d.forwarded(role)
+		if err != nil {
+			return nil, nil, err
+		}
+		perNode[role] = after - b
+	}
+	return perBackend, perNode, nil
+}
+
+// forwarded is the number of packets a node has forwarded to backends, from its
+// Prometheus metrics.
+func (d *demo) forwarded(role string) (uint64, error) {
+	out, err := d.a.Host(role).Output("curl", "-sf", "--max-time", "2", "http://127.0.0.1:9100/metrics")
+	if err != nil {
+		return 0, err
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(out))
+	if err != nil {
+		return 0, fmt.Errorf("%s /metrics: %w", role, err)
+	}
+	var n uint64
+	if f, ok := families["manifold_packets_total"]; ok {
+		for _, m := range f.Metric {
+			n += uint64(m.GetCounter().GetValue())
+		}
+	}
+	return n, nil
+}
+
+// waitBackend waits until every node gives the backend at addr the state want in
+// the IPv4 web service, and returns how long that took.
+func (d *demo) waitBackend(nodes []string, addr netip.Addr, want string, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	err := lab.Eventually(timeout, 20*time.Millisecond, func() error {
+		for _, role := range nodes {
+			st, err := d.a.Status(role)
+			if err != nil {
+				return err
+			}
+			got, err := st.BackendState("web-v4", addr)
+			if err != nil {
+				return err
+			}
+			if got != want {
+				return fmt.Errorf("%s: %s is %s, want %s", role, addr, got, want)
+			}
+		}
+		return nil
+	})
+	return time.Since(start), err
+}
+
+// printBackendStates prints, for every node, the state it gives each backend of the
+// IPv4 web service.
+func (d *demo) printBackendStates(nodes []string) error {
+	tw := table()
+	fmt.Fprint(tw, "  web-v4 on\t")
+	for _, be := range d.a.Backends {
+		fmt.Fprintf(tw, "%s\t", be.Role)
+	}
+	fmt.Fprintln(tw)
+	for _, role := range nodes {
+		st, err := d.a.Status(role)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "  %s\t", role)
+		for _, be := range d.a.Backends {
+			state, err := st.BackendState("web-v4", be.Addr4)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(tw, "%s\t", state)
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
+}
+
+func (d *demo) printNodes(perNode map[string]uint64) {
+	var total uint64
+	for _, n := range perNode {
+		total += n
+	}
+	fmt.Println()
+	tw := table()
+	fmt.Fprintln(tw, "  node\taddress\tpackets\tshare\t")
+	for _, h := range d.a.Nodes {
+		n, ok := perNode[h.Role]
+		if !ok {
+			continue
+		}
+		share := 100 * float64(n) / float64(max(total, 1))
+		fmt.Fprintf(tw, "  %s\t%s\t%7d\t%5.1f%%\t%s\n", h.Role, h.Addr4, n, share, bar(share))
+	}
+	tw.Flush()
+}
+
+func printBackends(perBackend map[string]int, total int, backends []*lab.Host) {
 	fmt.Println()
 	tw := table()
 	fmt.Fprintln(tw, "  backend\taddress\trequests\tshare\t")
 	for _, be := range backends {
-		n := counts[be.Role]
+		n := perBackend[be.Role]
 		share := 100 * float64(n) / float64(total)
-		fmt.Fprintf(tw, "  %s\t%s\t%8d\t%5.1f%%\t%s\n", be.Role, be.Addr4, n, share, strings.Repeat("█", int(share/2.5+0.5)))
+		fmt.Fprintf(tw, "  %s\t%s\t%8d\t%5.1f%%\t%s\n", be.Role, be.Addr4, n, share, bar(share))
 	}
-	for name, n := range counts {
-		if d.lab.Host(name) == nil || d.lab.Host(name).Kind != lab.Backend {
-			fmt.Fprintf(tw, "  %q\t(unexpected answer)\t%d\t\t\n", name, n)
+	for name, n := range perBackend {
+		if !slices.ContainsFunc(backends, func(h *lab.Host) bool { return h.Role == name }) {
+			fmt.Fprintf(tw, "  %q\t(unexpected answer)\t%8d\t\t\n", name, n)
 		}
 	}
 	tw.Flush()
 }
 
-func (d *demo) printStatus() {
-	out, err := d.node.Output(d.manifold, "ctl", "--api", "http://127.0.0.1:9100", "status")
+func (d *demo) printStatus(role string) {
+	out, err := d.a.Host(role).Output(d.manifold, "ctl", "status")
 	if err != nil {
 		first, _, _ := strings.Cut(strings.TrimSpace(err.Error()), "\n")
 		fmt.Printf("  (manifold ctl status is not available: %s)\n", first)
 		return
 	}
-	fmt.Println()
-	for line := range strings.Lines(out) {
-		if strings.TrimSpace(line) == "" {
-			fmt.Println()
-		} else {
-			fmt.Print("  ", line)
-		}
-	}
+	fmt.Printf("\n%s", indent(out))
 }
 
-// saveState keeps what is needed to understand a failure: the state of every
-// namespace and every process log, in a file that outlives the lab.
+// runningNodes lists the nodes started and not stopped, in lab order.
+func (d *demo) runningNodes() []string {
+	var out []string
+	for _, h := range d.a.Nodes {
+		if d.a.Running[h.Role] != nil {
+			out = append(out, h.Role)
+		}
+	}
+	return out
+}
+
+// loadLoop sends requests on new connections, to each VIP in turn, until finished;
+// it counts them and their failures.
+type loadLoop struct {
+	stop     chan struct{}
+	done     sync.WaitGroup
+	mu       sync.Mutex
+	sent     int
+	failed   int
+	firstErr error
+}
+
+func startLoad(client *lab.Host, vips []netip.Addr) *loadLoop {
+	l := &loadLoop{stop: make(chan struct{})}
+	l.done.Add(1)
+	// owned by the loop: finish stops it and waits for it
+	go func() {
+		defer l.done.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			_, err := lab.HTTPGet(client.NS, lab.URL(vips[i%len(vips)], 80), 0)
+			l.mu.Lock()
+			l.sent++
+			if err != nil {
+				l.failed++
+				if l.firstErr == nil {
+					l.firstErr = err
+				}
+			}
+			l.mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return l
+}
+
+func (l *loadLoop) finish() (sent, failed int, firstErr error) {
+	close(l.stop)
+	l.done.Wait()
+	return l.sent, l.failed, l.firstErr
+}
+
+// saveState keeps what is needed to understand a failure: the router's view, the
+// state of every namespace and every process log, in a file that outlives the lab.
 func (d *demo) saveState(dir string) {
 	path := filepath.Join(os.TempDir(), fmt.Sprintf("mfdemo-failure-%s.log", time.Now().Format("20060102-150405")))
 	f, err := os.Create(path)
@@ -288,11 +518,50 @@ func (d *demo) saveState(dir string) {
 		return
 	}
 	defer f.Close()
-	d.lab.WriteState(f)
-	fmt.Fprintf(os.Stderr, "\nThe state of the lab and every process log are in %s (configs in %s).\n", path, dir)
-	if d.daemon != nil {
-		fmt.Fprintf(os.Stderr, "Last lines of manifold's log:\n%s\n", lastLines(d.daemon.Log(), 15))
+	fmt.Fprintf(f, "===== router: next hops of every VIP =====\n%s", d.a.Describe())
+	if out, err := d.a.Bird.Show("protocols", "all"); err == nil {
+		fmt.Fprintf(f, "\n===== birdc show protocols all =====\n%s", out)
 	}
+	d.a.WriteState(f)
+	fmt.Fprintf(os.Stderr, "\nThe state of the lab and every process log are in %s (configs in %s).\n", path, dir)
+	for _, role := range d.runningNodes() {
+		fmt.Fprintf(os.Stderr, "Last lines of %s's log:\n%s\n", role, indent(lastLines(d.a.Running[role].Log(), 10)))
+	}
+}
+
+// lastLogLine returns the last line of a node's log holding every one of the
+// substrings, without the timestamp and level that open it.
+func lastLogLine(log string, substrings ...string) string {
+	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+	for _, line := range slices.Backward(lines) {
+		if !slices.ContainsFunc(substrings, func(s string) bool { return !strings.Contains(line, s) }) {
+			if _, msg, ok := strings.Cut(line, " msg="); ok {
+				return "msg=" + msg
+			}
+			return line
+		}
+	}
+	return "(no log line with " + strings.Join(substrings, " ") + ")"
+}
+
+func runs(k lab.Kind) string {
+	switch k {
+	case lab.Client:
+		return "the demo's requests"
+	case lab.LBNode:
+		return fmt.Sprintf("manifold run, AS %d", lab.NodeASN)
+	case lab.Backend:
+		return "nginx + manifold backend"
+	}
+	return ""
+}
+
+func roles(hosts []*lab.Host) []string {
+	var out []string
+	for _, h := range hosts {
+		out = append(out, h.Role)
+	}
+	return out
 }
 
 func step(n int, title, explanation string) {
@@ -303,10 +572,27 @@ func table() *tabwriter.Writer {
 	return tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 }
 
+// bar draws a percentage, one block per 2.5 %.
+func bar(percent float64) string {
+	return strings.Repeat("█", int(percent/2.5+0.5))
+}
+
+func indent(s string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		if strings.TrimSpace(line) == "" {
+			b.WriteString("\n")
+		} else {
+			b.WriteString("  " + strings.TrimRight(line, "\n") + "\n")
+		}
+	}
+	return b.String()
+}
+
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	return "  " + strings.Join(lines, "\n  ")
+	return strings.Join(lines, "\n")
 }
