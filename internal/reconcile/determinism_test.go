@@ -21,7 +21,9 @@ func TestTablesIdenticalAcrossNodes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to load BPF programs")
 	}
-	be := func(s string, w uint32) config.Backend { return config.Backend{Address: netip.MustParseAddr(s), Weight: w} }
+	be := func(s string, w uint32) config.Backend {
+		return config.Backend{Address: netip.MustParseAddr(s), Weight: w}
+	}
 	svc := func(name, vip string, port uint16, bes ...config.Backend) config.Service {
 		return config.Service{Name: name, VIP: netip.MustParseAddr(vip), Port: port, Protocol: config.TCP,
 			Forwarding: config.IPIP, Scheduler: config.Maglev, TableSize: 1021, Backends: bes,
