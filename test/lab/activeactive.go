@@ -214,6 +214,18 @@ func (a *ActiveActive) NodeAddrs(vip netip.Addr, roles ...string) []netip.Addr {
 	return out
 }
 
+// WaitRoutes waits until the router routes every vip over exactly the given nodes (none:
+// no route), and returns how long that took.
+func (a *ActiveActive) WaitRoutes(vips []netip.Addr, timeout time.Duration, nodes ...string) (time.Duration, error) {
+	start := time.Now()
+	for _, vip := range vips {
+		if _, err := a.WaitNextHops(vip, a.NodeAddrs(vip, nodes...), timeout-time.Since(start)); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start), nil
+}
+
 // NodeStatus is the part of a node's GET /api/v1/status the lab reads.
 type NodeStatus struct {
 	BGP *struct {

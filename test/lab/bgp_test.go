@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -80,15 +78,11 @@ var (
 // waitRoutes waits until every vip has exactly the given nodes as next hops.
 func waitRoutes(t *testing.T, a *ActiveActive, vips []netip.Addr, timeout time.Duration, nodes ...string) time.Duration {
 	t.Helper()
-	var slowest time.Duration
-	start := time.Now()
-	for _, vip := range vips {
-		if _, err := a.WaitNextHops(vip, a.NodeAddrs(vip, nodes...), timeout-time.Since(start)); err != nil {
-			t.Fatal(err)
-		}
-		slowest = time.Since(start)
+	took, err := a.WaitRoutes(vips, timeout, nodes...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return slowest
+	return took
 }
 
 // spread sends n requests to vip from fresh source ports; it fails the test on any
@@ -169,50 +163,6 @@ func exercise(t *testing.T, conns []*conn, when string) {
 	t.Logf("%s: all %d long-lived connections answered by their backend", when, len(conns))
 }
 
-// loadLoop sends new requests to the web VIPs until stop is closed and counts them.
-type loadLoop struct {
-	sent, failed atomic.Int64
-	mu           sync.Mutex
-	firstErr     error
-	stop         chan struct{}
-	done         sync.WaitGroup
-}
-
-func startLoad(a *ActiveActive) *loadLoop {
-	l := &loadLoop{stop: make(chan struct{})}
-	for _, vip := range webVIPs {
-		l.done.Add(1)
-		go func() {
-			defer l.done.Done()
-			for {
-				select {
-				case <-l.stop:
-					return
-				default:
-				}
-				_, err := HTTPGet(a.Client.NS, URL(vip, 80), 0)
-				l.sent.Add(1)
-				if err != nil {
-					l.failed.Add(1)
-					l.mu.Lock()
-					if l.firstErr == nil {
-						l.firstErr = err
-					}
-					l.mu.Unlock()
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}()
-	}
-	return l
-}
-
-func (l *loadLoop) finish() (sent, failed int64, firstErr error) {
-	close(l.stop)
-	l.done.Wait()
-	return l.sent.Load(), l.failed.Load(), l.firstErr
-}
-
 // TestActiveActive runs the life of an active-active deployment on one lab: announce,
 // spread, a peer that refuses, graceful and abrupt node loss with long-lived
 // connections, backend failure and recovery, a service with every backend down.
@@ -289,7 +239,7 @@ func TestActiveActive(t *testing.T) {
 		conns = append(conns, openConns(t, a, vip, 100)...)
 	}
 	t.Run("sigterm drains", func(t *testing.T) {
-		load := startLoad(a)
+		load := StartLoad(a.Client.NS, webVIPs)
 		start := time.Now()
 		if err := a.StopNode("lb3", syscall.SIGTERM); err != nil {
 			t.Fatal(err)
@@ -297,7 +247,7 @@ func TestActiveActive(t *testing.T) {
 		exited := time.Since(start)
 		waitRoutes(t, a, webVIPs, time.Second, "lb1", "lb2")
 		time.Sleep(300 * time.Millisecond) // traffic after the detach
-		sent, failed, firstErr := load.finish()
+		sent, failed, firstErr := load.Finish()
 		t.Logf("SIGTERM: lb3 exited after %s; %d new requests meanwhile, %d failed", exited.Round(time.Millisecond), sent, failed)
 		if failed > 0 {
 			t.Errorf("%d of %d new requests failed while lb3 drained (first: %v)", failed, sent, firstErr)
@@ -350,9 +300,6 @@ func TestActiveActive(t *testing.T) {
 		waitRoutes(t, a, webVIPs, holdTime+time.Second, "lb1", "lb2")
 		gone := time.Since(start)
 		t.Logf("frozen lb3 gone from the routes after %s (hold time %s)", gone.Round(time.Millisecond), holdTime)
-		if gone < holdTime-time.Second {
-			t.Errorf("lb3 withdrawn after %s: sooner than the hold time %s allows for a silent node", gone, holdTime)
-		}
 		if err := n.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}

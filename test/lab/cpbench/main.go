@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -90,7 +89,7 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int) (err error)
 	if rounds < 1 {
 		return fmt.Errorf("-rounds %d: at least 1", rounds)
 	}
-	if err := preflight(&manifold); err != nil {
+	if err := lab.Preflight("cpbench", &manifold, "nginx", "ethtool", "ip", "bird", "birdc", "curl"); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "mfcpb-")
@@ -429,27 +428,6 @@ func loggedAt(n *lab.Node, since time.Time, msg, field string) (time.Time, error
 
 func latest(times []time.Time) time.Time {
 	return slices.MaxFunc(times, time.Time.Compare)
-}
-
-// preflight checks what the benchmark needs before it touches anything.
-func preflight(manifold *string) error {
-	if os.Geteuid() != 0 {
-		return errors.New("cpbench needs root (network namespaces, BPF)")
-	}
-	abs, err := filepath.Abs(*manifold)
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(abs); err != nil {
-		return fmt.Errorf("%s not found: run `make build` first", *manifold)
-	}
-	*manifold = abs
-	for _, tool := range []string{"nginx", "ethtool", "ip", "bird", "birdc", "curl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("%s is not installed (`make deps` installs it)", tool)
-		}
-	}
-	return nil
 }
 
 // saveState writes the router's view, the state of every namespace and every process

@@ -15,12 +15,10 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -77,7 +75,7 @@ type demo struct {
 }
 
 func run(ctx context.Context, manifold string, requests int) (err error) {
-	if err := preflight(&manifold); err != nil {
+	if err := lab.Preflight("the demo", &manifold, "nginx", "ethtool", "ip", "bird", "birdc", "curl"); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "mfdemo-")
@@ -132,11 +130,11 @@ func run(ctx context.Context, manifold string, requests int) (err error) {
 		fmt.Printf("  %s started: XDP on eth0, AS %d, peer %s\n", n.Role, lab.NodeASN, n.Gateway4)
 	}
 	all := roles(a.Nodes)
-	took, err := d.waitRoutes(webVIPs, 5*time.Second, all...)
+	took, err := d.a.WaitRoutes(webVIPs, 5*time.Second, all...)
 	if err != nil {
 		return err
 	}
-	if _, err := d.waitRoutes([]netip.Addr{lab.PartialVIP4, lab.PartialVIP6}, 5*time.Second, "lb1", "lb2"); err != nil {
+	if _, err := d.a.WaitRoutes([]netip.Addr{lab.PartialVIP4, lab.PartialVIP6}, 5*time.Second, "lb1", "lb2"); err != nil {
 		return err
 	}
 	fmt.Printf("  every node announces the web VIPs: the router has all three %s after the last one started\n", took.Round(time.Millisecond))
@@ -176,15 +174,15 @@ func (d *demo) gracefulLeave(role string) error {
 		fmt.Sprintf("it withdraws the VIPs, keeps forwarding for bgp.drain_time (%s) while the router moves its flows, then detaches.", drainTime))
 	node := d.a.Running[role]
 	rest := slices.DeleteFunc(slices.Clone(roles(d.a.Nodes)), func(r string) bool { return r == role })
-	load := startLoad(d.a.Client, webVIPs)
+	load := lab.StartLoad(d.a.Client.NS, webVIPs)
 	start := time.Now()
 	stopped := make(chan error, 1)
 	go func() { stopped <- d.a.StopNode(role, syscall.SIGTERM) }()
-	shrunk, routeErr := d.waitRoutes(webVIPs, drainTime+time.Second, rest...)
+	shrunk, routeErr := d.a.WaitRoutes(webVIPs, drainTime+time.Second, rest...)
 	stopErr := <-stopped
 	exited := time.Since(start)
 	time.Sleep(300 * time.Millisecond) // and traffic after the detach
-	sent, failed, firstErr := load.finish()
+	sent, failed, firstErr := load.Finish()
 	if err := errors.Join(routeErr, stopErr); err != nil {
 		return err
 	}
@@ -253,39 +251,6 @@ func (d *demo) backendFails(role string, requests int) error {
 		return fmt.Errorf("%s got no request after it recovered", role)
 	}
 	return nil
-}
-
-// preflight checks what the demo needs before it touches anything.
-func preflight(manifold *string) error {
-	if os.Geteuid() != 0 {
-		return errors.New("the demo needs root (network namespaces, BPF)")
-	}
-	abs, err := filepath.Abs(*manifold)
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(abs); err != nil {
-		return fmt.Errorf("%s not found: run `make build` first", *manifold)
-	}
-	*manifold = abs
-	for _, tool := range []string{"nginx", "ethtool", "ip", "bird", "birdc", "curl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("%s is not installed (`make deps` installs it)", tool)
-		}
-	}
-	return nil
-}
-
-// waitRoutes waits until the router routes every vip over exactly the given nodes, and
-// returns how long the slowest took.
-func (d *demo) waitRoutes(vips []netip.Addr, timeout time.Duration, nodes ...string) (time.Duration, error) {
-	start := time.Now()
-	for _, vip := range vips {
-		if _, err := d.a.Bird.WaitNextHops(vip, d.a.NodeAddrs(vip, nodes...), timeout-time.Since(start)); err != nil {
-			return 0, err
-		}
-	}
-	return time.Since(start), nil
 }
 
 // showRoutes prints the router's kernel routes to the vips.
@@ -461,51 +426,6 @@ func (d *demo) runningNodes() []string {
 		}
 	}
 	return out
-}
-
-// loadLoop sends requests on new connections, to each VIP in turn, until finished;
-// it counts them and their failures.
-type loadLoop struct {
-	stop     chan struct{}
-	done     sync.WaitGroup
-	mu       sync.Mutex
-	sent     int
-	failed   int
-	firstErr error
-}
-
-func startLoad(client *lab.Host, vips []netip.Addr) *loadLoop {
-	l := &loadLoop{stop: make(chan struct{})}
-	l.done.Add(1)
-	// owned by the loop: finish stops it and waits for it
-	go func() {
-		defer l.done.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-l.stop:
-				return
-			default:
-			}
-			_, err := lab.HTTPGet(client.NS, lab.URL(vips[i%len(vips)], 80), 0)
-			l.mu.Lock()
-			l.sent++
-			if err != nil {
-				l.failed++
-				if l.firstErr == nil {
-					l.firstErr = err
-				}
-			}
-			l.mu.Unlock()
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
-	return l
-}
-
-func (l *loadLoop) finish() (sent, failed int, firstErr error) {
-	close(l.stop)
-	l.done.Wait()
-	return l.sent, l.failed, l.firstErr
 }
 
 // saveState keeps what is needed to understand a failure: the router's view, the
