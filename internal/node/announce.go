@@ -3,7 +3,6 @@ package node
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/bgp"
@@ -35,11 +34,7 @@ func (n *Node) startSpeaker() error {
 	sc := bgp.Config{
 		ASN: b.ASN, RouterID: b.RouterID,
 		NextHop4: n.cfg.Node.SourceFor(false), NextHop6: n.cfg.Node.SourceFor(true),
-		ListenPort: bgpPort,
-	}
-	for _, p := range b.Peers {
-		sc.Peers = append(sc.Peers, bgp.Peer{Address: p.Address, ASN: p.ASN, Port: p.Port,
-			HoldTime: p.HoldTime, Password: p.Password, EBGPMultihop: p.EBGPMultihop})
+		Peers: b.Peers, ListenPort: bgpPort,
 	}
 	s, err := bgp.Start(sc, n.log)
 	if err != nil {
@@ -80,7 +75,7 @@ func (n *Node) wantedAnnouncements() map[string]announceState {
 }
 
 // syncAnnouncements brings the speaker in line with wantedAnnouncements. It runs on
-// the loop after every change (config, health, API, stop). Only VIPs of configured
+// the loop after every change (config, health, API, stop), through settle. Only VIPs of configured
 // services are ever announced; a VIP of a removed service is withdrawn.
 func (n *Node) syncAnnouncements() {
 	want := n.wantedAnnouncements()
@@ -98,8 +93,12 @@ func (n *Node) syncAnnouncements() {
 			reasons[s.VIP] = st.Reason
 		}
 	}
+	announced := map[netip.Addr]bool{}
+	for _, vip := range n.speaker.Announced() {
+		announced[vip] = true
+	}
 	for vip, services := range vips {
-		if slices.Contains(n.speaker.Announced(), vip) {
+		if announced[vip] {
 			continue
 		}
 		if err := n.speaker.Announce(vip); err != nil {
@@ -108,7 +107,7 @@ func (n *Node) syncAnnouncements() {
 		}
 		n.log.Info("VIP announced", "vip", vip, "services", services, "reason", want[services[0]].Reason)
 	}
-	for _, vip := range n.speaker.Announced() {
+	for vip := range announced {
 		if _, keep := vips[vip]; keep {
 			continue
 		}
@@ -131,8 +130,7 @@ func (n *Node) stopAnnouncing() {
 		return
 	}
 	n.stopping = true
-	n.syncAnnouncements()
-	n.publish()
+	n.settle()
 	if d := n.cfg.BGP.DrainTime; d > 0 {
 		n.log.Info("draining: VIPs withdrawn, still forwarding", "drain_time", d)
 		time.Sleep(d)

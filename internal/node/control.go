@@ -68,6 +68,6 @@ func (n *Node) commit(ch *store.Change) error {
 	}
 	n.cfg = ch.Config
 	n.neigh.ensure(backendAddrs(n.cfg))
-	n.publish()
+	n.settle()
 	return nil
 }

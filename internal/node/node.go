@@ -113,7 +113,7 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	if err := n.startSpeaker(); err != nil {
 		return err
 	}
-	n.publish()
+	n.settle()
 
 	stopAPI, err := n.serveAPI()
 	if err != nil {
@@ -146,7 +146,7 @@ func (n *Node) loop(ctx context.Context) error {
 			if err := n.rec.Apply(n.cfg, n.healthy); err != nil {
 				n.log.Error("applying health change failed", "err", err)
 			}
-			n.publish()
+			n.settle()
 		case <-refresh.C:
 			n.neigh.ensure(backendAddrs(n.cfg))
 			n.publish()
@@ -181,6 +181,13 @@ func (n *Node) reload() {
 	n.log.Info("config reloaded", "config", n.path, "services", len(cfg.Services), "revision", ch.Revision())
 }
 
+// settle brings what follows from the config and the backends' health in line after
+// a change: the VIPs announced, then the status the API serves.
+func (n *Node) settle() {
+	n.syncAnnouncements()
+	n.publish()
+}
+
 // do runs fn on the run loop and waits for it; it fails when the node is stopping.
 func (n *Node) do(ctx context.Context, fn func()) error {
 	done := make(chan struct{})
@@ -201,7 +208,7 @@ func (n *Node) healthy(s *config.Service, b *config.Backend) bool {
 }
 
 func (n *Node) close() {
-	if n.speaker != nil { // a failed start: withdraw without draining
+	if n.speaker != nil { // after stopAnnouncing a no-op; after a failed start, withdraws at once
 		n.speaker.Close()
 	}
 	n.checker.Close()

@@ -117,7 +117,6 @@ func newStatusBoard() *statusBoard { return &statusBoard{} }
 
 // publish is called by the run loop after every change.
 func (n *Node) publish() {
-	n.syncAnnouncements()
 	b := n.status
 	b.mu.Lock()
 	defer b.mu.Unlock()
