@@ -27,6 +27,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/config"
 	api "github.com/osrg/gobgp/v4/api"
 	"github.com/osrg/gobgp/v4/pkg/apiutil"
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
@@ -57,20 +58,11 @@ type Config struct {
 	// NextHop4 and NextHop6 are the node's addresses, the next hops of VIPs of their
 	// family. A zero one means the node announces no VIP of that family.
 	NextHop4, NextHop6 netip.Addr
-	Peers              []Peer
+	Peers              []config.Peer
 	// ListenPort is the TCP port to accept sessions from the peers on; 0 does not
 	// listen. When the port is taken (another BGP daemon on the host), the speaker
 	// says so and connects actively only.
 	ListenPort int
-}
-
-type Peer struct {
-	Address      netip.Addr
-	ASN          uint32
-	Port         uint16
-	HoldTime     time.Duration // 0: no keepalives (RFC 4271)
-	Password     string        // TCP MD5 key
-	EBGPMultihop uint8
 }
 
 // PeerState is a peer as the speaker sees it now.
@@ -184,7 +176,7 @@ func sessionKind(local, peer uint32) string {
 	return "ebgp"
 }
 
-func (s *GoBGP) peerConfig(p Peer) *api.Peer {
+func (s *GoBGP) peerConfig(p config.Peer) *api.Peer {
 	hold := uint64(p.HoldTime / time.Second)
 	peer := &api.Peer{
 		Conf: &api.PeerConf{

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/config"
 	api "github.com/osrg/gobgp/v4/api"
 	"github.com/osrg/gobgp/v4/pkg/apiutil"
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
@@ -117,7 +118,7 @@ func startSpeaker(t *testing.T, r *router, asn, peerASN uint32, password string)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := Start(Config{
 		ASN: asn, RouterID: nodeV4, NextHop4: nodeV4, NextHop6: nodeV6,
-		Peers: []Peer{{Address: netip.MustParseAddr("127.0.0.1"), ASN: peerASN, Port: uint16(r.port), HoldTime: 3 * time.Second, Password: password}},
+		Peers: []config.Peer{{Address: netip.MustParseAddr("127.0.0.1"), ASN: peerASN, Port: uint16(r.port), HoldTime: 3 * time.Second, Password: password}},
 	}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +208,7 @@ func TestAnnounceWithdrawBothFamilies(t *testing.T) {
 func TestAnnounceWithoutNextHopOfTheFamily(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	s, err := Start(Config{ASN: 65001, RouterID: nodeV4, NextHop4: nodeV4,
-		Peers: []Peer{{Address: netip.MustParseAddr("127.0.0.1"), ASN: 65000, Port: uint16(freePort(t))}}}, log)
+		Peers: []config.Peer{{Address: netip.MustParseAddr("127.0.0.1"), ASN: 65000, Port: uint16(freePort(t))}}}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +227,7 @@ func TestPeerDownIsRetried(t *testing.T) {
 	port := freePort(t)
 	log := slog.New(slog.DiscardHandler)
 	s, err := Start(Config{ASN: 65001, RouterID: nodeV4, NextHop4: nodeV4,
-		Peers: []Peer{{Address: netip.MustParseAddr("127.0.0.1"), ASN: 65000, Port: uint16(port), HoldTime: 3 * time.Second}}}, log)
+		Peers: []config.Peer{{Address: netip.MustParseAddr("127.0.0.1"), ASN: 65000, Port: uint16(port), HoldTime: 3 * time.Second}}}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
