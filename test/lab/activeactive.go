@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/node"
 )
 
 // The active-active topology: a router running BIRD with one eBGP session per LB node,
@@ -226,42 +228,22 @@ func (a *ActiveActive) WaitRoutes(vips []netip.Addr, timeout time.Duration, node
 	return time.Since(start), nil
 }
 
-// NodeStatus is the part of a node's GET /api/v1/status the lab reads.
-type NodeStatus struct {
-	BGP *struct {
-		Peers []struct {
-			Address string `json:"address"`
-			State   string `json:"state"`
-			Up      bool   `json:"up"`
-		} `json:"peers"`
-	} `json:"bgp"`
-	Services []struct {
-		Name      string `json:"name"`
-		Announced bool   `json:"announced"`
-		Reason    string `json:"announce_reason"`
-		Backends  []struct {
-			Address string `json:"address"`
-			State   string `json:"state"`
-		} `json:"backends"`
-	} `json:"services"`
-}
-
 // Status asks a node's API for its status.
-func (a *ActiveActive) Status(role string) (*NodeStatus, error) {
+func (a *ActiveActive) Status(role string) (*node.Status, error) {
 	out, err := a.Host(role).Output("curl", "-sf", "--max-time", "2", "http://127.0.0.1:9100/api/v1/status")
 	if err != nil {
 		return nil, err
 	}
-	var st NodeStatus
+	var st node.Status
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		return nil, fmt.Errorf("%s status: %w", role, err)
 	}
 	return &st, nil
 }
 
-// BackendState returns the state (up, draining, down) a node gives a backend address
-// in a service.
-func (st *NodeStatus) BackendState(service string, addr netip.Addr) (string, error) {
+// BackendState returns the state (up, draining, down) a node's status gives a backend
+// address in a service.
+func BackendState(st *node.Status, service string, addr netip.Addr) (string, error) {
 	for _, s := range st.Services {
 		if s.Name != service {
 			continue

@@ -22,10 +22,10 @@ const (
 	checkFall     = 2
 )
 
-// ConnectRetryBound is how long a node may take to re-establish a session the router
+// connectRetryBound is how long a node may take to re-establish a session the router
 // dropped: the speaker's retry interval (internal/bgp.ConnectRetry, 3 s) plus BIRD's
 // error wait and the handshake.
-const ConnectRetryBound = 10 * time.Second
+const connectRetryBound = 10 * time.Second
 
 var activeHealth = &Health{Kind: "http", Port: 80, Path: "/", Interval: checkInterval, Timeout: 300 * time.Millisecond, Rise: 2, Fall: checkFall}
 
@@ -303,7 +303,7 @@ func TestActiveActive(t *testing.T) {
 		if err := n.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
-		took := waitRoutes(t, a, webVIPs, ConnectRetryBound, all...)
+		took := waitRoutes(t, a, webVIPs, connectRetryBound, all...)
 		t.Logf("lb3 back in the routes %s after it resumed", took.Round(time.Millisecond))
 		exercise(t, conns, "after lb3 froze and resumed")
 	})
@@ -386,7 +386,7 @@ func waitBackendState(t *testing.T, a *ActiveActive, nodes []string, be *Host, w
 				name string
 				addr netip.Addr
 			}{{"web-v4", be.Addr4}, {"web-v6", be.Addr6}} {
-				got, err := st.BackendState(s.name, s.addr)
+				got, err := BackendState(st, s.name, s.addr)
 				if err != nil {
 					return err
 				}

@@ -123,15 +123,6 @@ func (b *Bird) Show(args ...string) (string, error) {
 	return string(out), nil
 }
 
-// NextHops returns the next hops of the router's kernel route to vip (Lab.NextHops).
-func (b *Bird) NextHops(vip netip.Addr) ([]netip.Addr, error) { return nextHops(b.router, vip) }
-
-// WaitNextHops waits for the router's route to vip to have exactly the next hops want
-// (Lab.WaitNextHops).
-func (b *Bird) WaitNextHops(vip netip.Addr, want []netip.Addr, timeout time.Duration) (time.Duration, error) {
-	return waitNextHops(b.router, vip, want, timeout)
-}
-
 // NextHops returns the gateways of the router's kernel route to vip (a /32 or /128),
 // sorted; none when there is no route. The kernel's route is what forwards, whichever
 // routing daemon put it there.

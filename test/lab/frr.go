@@ -54,6 +54,9 @@ func FRRConfig(peers []RouterPeer, o RouterOptions) string {
 	return b.String()
 }
 
+// frrDir holds the FRR files of the lab of prefix.
+func frrDir(prefix string) string { return filepath.Join(os.TempDir(), prefix+"-frr") }
+
 // FRR is zebra and bgpd running in the router namespace.
 type FRR struct {
 	Zebra, BGPd *Process
@@ -72,7 +75,7 @@ func (l *Lab) StartFRR(peers []RouterPeer, o RouterOptions) (*FRR, error) {
 	}
 	// The daemons run as frr, which cannot enter a test's private temporary directory:
 	// their files live in a directory of the lab's prefix, replaced on every start.
-	dir := filepath.Join(os.TempDir(), l.Prefix+"-frr")
+	dir := frrDir(l.Prefix)
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
 	}

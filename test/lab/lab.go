@@ -606,6 +606,8 @@ func Cleanup(prefix string) error {
 			errs = append(errs, fmt.Errorf("ip netns del %s: %w: %s", ns, err, strings.TrimSpace(string(out))))
 		}
 	}
+	// FRR's files live outside the test's directory (StartFRR says why)
+	errs = append(errs, os.RemoveAll(frrDir(prefix)))
 	return errors.Join(errs...)
 }
 

@@ -143,7 +143,7 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int) (err error)
 		}
 	}
 	for _, vip := range webVIPs {
-		if _, err := a.Bird.WaitNextHops(vip, a.NodeAddrs(vip, "lb1", "lb2"), 10*time.Second); err != nil {
+		if _, err := a.WaitNextHops(vip, a.NodeAddrs(vip, "lb1", "lb2"), 10*time.Second); err != nil {
 			return err
 		}
 	}
@@ -336,7 +336,7 @@ func (b *bench) waitHop(present bool, timeout time.Duration) ([]time.Time, error
 	for _, vip := range webVIPs {
 		addr := b.a.NodeAddrs(vip, subject)[0]
 		conds = append(conds, func() error {
-			hops, err := b.a.Bird.NextHops(vip)
+			hops, err := b.a.NextHops(vip)
 			if err != nil {
 				return err
 			}
@@ -359,7 +359,7 @@ func (b *bench) waitBackend(addr netip.Addr, want string, timeout time.Duration)
 			if err != nil {
 				return err
 			}
-			got, err := st.BackendState("web-v4", addr)
+			got, err := lab.BackendState(st, "web-v4", addr)
 			if err == nil && got != want {
 				err = fmt.Errorf("%s: backend %s is %s, want %s", n.Role, addr, got, want)
 			}

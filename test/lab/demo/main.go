@@ -331,7 +331,7 @@ func (d *demo) waitBackend(nodes []string, addr netip.Addr, want string, timeout
 			if err != nil {
 				return err
 			}
-			got, err := st.BackendState("web-v4", addr)
+			got, err := lab.BackendState(st, "web-v4", addr)
 			if err != nil {
 				return err
 			}
@@ -360,7 +360,7 @@ func (d *demo) printBackendStates(nodes []string) error {
 		}
 		fmt.Fprintf(tw, "  %s\t", role)
 		for _, be := range d.a.Backends {
-			state, err := st.BackendState("web-v4", be.Addr4)
+			state, err := lab.BackendState(st, "web-v4", be.Addr4)
 			if err != nil {
 				return err
 			}
