@@ -13,6 +13,11 @@
 #define LB_MAX_VIP_ADDRS 16384
 #endif
 
+/* Slots of each VIP address filter array (vipaddr.h), a power of two: the slot is a
+ * 16-bit fold of the address. Four times LB_MAX_VIP_ADDRS, so that few addresses share
+ * a slot; 512 KiB (IPv4) and 1.25 MiB (IPv6). */
+#define LB_VIP_SLOTS 65536
+
 /* Number of (service, backend) slots. Slot 0 is reserved to mean "no backend", so a
  * zeroed flow entry can never point at a live backend. */
 #ifndef LB_MAX_BACKENDS

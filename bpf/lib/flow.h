@@ -67,9 +67,9 @@ static __always_inline int flow_insert_allowed(void)
 	r = bpf_map_lookup_elem(&lb_new_flows, &zero);
 	if (!r)
 		return 1;
-	now = bpf_ktime_get_coarse_ns();
-	if (now - r->window_ns >= LB_FLOW_RATE_WINDOW_NS) {
-		r->window_ns = now;
+	now = lb_now();
+	if (now - r->window >= lb_ticks(LB_FLOW_RATE_WINDOW_NS)) {
+		r->window = now;
 		r->inserted = 0;
 	}
 	if (r->inserted >= limit) {

@@ -61,28 +61,32 @@ static __always_inline int route_to_backend(struct xdp_md *ctx, const struct lb_
 					    struct lb_nexthop **out, __u32 *mtu)
 {
 	struct lb_nexthop *nh = bpf_map_lookup_elem(&lb_fib_cache, &id);
-	struct bpf_fib_lookup fib = {};
 	__u64 now;
 	int rc;
 
 	if (!nh)
 		return -LB_DROP_NO_ROUTE;
-	now = bpf_ktime_get_coarse_ns();
-	if (now < nh->expires_ns && outer_len <= nh->max_len) {
+	now = lb_now();
+	if (now < nh->expires && outer_len <= nh->max_len) {
 		*out = nh;
 		return 0;
 	}
-	rc = fib_lookup_backend(ctx, pkt, b, outer_len, &fib);
-	if (rc == -LB_DROP_TOO_BIG)
-		*mtu = fib.mtu_result;
-	if (rc < 0)
-		return rc;
-	if (now >= nh->expires_ns || nh->ifindex != fib.ifindex || outer_len > nh->max_len)
-		nh->max_len = outer_len; /* a new answer: only this size is known to fit */
-	nh->ifindex = fib.ifindex;
-	__builtin_memcpy(nh->dmac, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(nh->smac, fib.smac, ETH_ALEN);
-	nh->expires_ns = now + LB_FIB_CACHE_NS;
+	/* in its own scope, so that a cache hit does not pay for zeroing it */
+	{
+		struct bpf_fib_lookup fib = {};
+
+		rc = fib_lookup_backend(ctx, pkt, b, outer_len, &fib);
+		if (rc == -LB_DROP_TOO_BIG)
+			*mtu = fib.mtu_result;
+		if (rc < 0)
+			return rc;
+		if (now >= nh->expires || nh->ifindex != fib.ifindex || outer_len > nh->max_len)
+			nh->max_len = outer_len; /* a new answer: only this size is known to fit */
+		nh->ifindex = fib.ifindex;
+		__builtin_memcpy(nh->dmac, fib.dmac, ETH_ALEN);
+		__builtin_memcpy(nh->smac, fib.smac, ETH_ALEN);
+	}
+	nh->expires = now + lb_ticks(LB_FIB_CACHE_NS);
 	*out = nh;
 	return 0;
 }

@@ -9,9 +9,9 @@
 #include "types.h"
 #include <linux/in6.h>
 
-/* VIP addresses with at least one service: the first, cheap test that tells VIP traffic
- * from everything else, which passes after this one lookup. IPv4 has its own map with
- * a 4-byte key: the lookup every IPv4 packet pays hashes 4 bytes, not 20. */
+/* VIP addresses with at least one service: what tells VIP traffic from everything
+ * else, which passes untouched. Asked only for the addresses that share a slot of
+ * lb4/lb6_vip_slots (vipaddr.h). IPv4 has its own map with a 4-byte key. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, LB_MAX_VIP_ADDRS);
@@ -26,6 +26,24 @@ struct {
 	__type(value, __u32);
 } lb6_vip_addrs SEC(".maps");
 
+/* The VIP address filter's first probe: slot vip4_slot(addr) holds the VIP address that
+ * hashes there. An array, because the verifier inlines an array lookup into a few
+ * instructions, where a hash lookup is a helper call that hashes and compares the key
+ * (20 ns of an established flow's packet, and most of what a non-VIP packet costs). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LB_VIP_SLOTS);
+	__type(key, __u32);
+	__type(value, struct lb4_vip_slot);
+} lb4_vip_slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LB_VIP_SLOTS);
+	__type(key, __u32);
+	__type(value, struct lb6_vip_slot);
+} lb6_vip_slots SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, LB_MAX_SERVICES);
@@ -37,7 +55,9 @@ struct {
  * built aside and swapped in with a single update: readers never see half a table. */
 struct lb_maglev_ring {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_INNER_MAP); /* rings differ in size (table_size) */
+	/* rings differ in size (table_size); mmapable so that the daemon fills a new ring
+	 * with one copy (internal/datapath PutRings) */
+	__uint(map_flags, BPF_F_INNER_MAP | BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, __u32); /* backend id */

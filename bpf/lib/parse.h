@@ -1,6 +1,6 @@
 /* parse.h: Ethernet (one optional 802.1Q tag), IPv4/IPv6 and TCP/UDP/ICMP parsing into
  * a struct lb_packet. Traffic that is not addressed to a VIP address is recognised after
- * the IP header and one map lookup, and handed back untouched. */
+ * the IP header and one array probe (vipaddr.h), and handed back untouched. */
 #ifndef LB_PARSE_H
 #define LB_PARSE_H
 
@@ -13,7 +13,7 @@
 #include <linux/udp.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
-#include "maps.h"
+#include "vipaddr.h"
 
 #define ETH_P_8021Q_BE bpf_htons(0x8100)
 #define IP_MF_OFFSET_BE bpf_htons(0x3fff) /* more-fragments flag | fragment offset */
@@ -106,7 +106,7 @@ static __always_inline int parse_ipv4(void *data, void *data_end, __u64 off,
 
 	if ((void *)(iph + 1) > data_end)
 		return LB_PARSE_PASS; /* too short to be anyone's: the kernel will discard it */
-	if (!bpf_map_lookup_elem(&lb4_vip_addrs, &iph->daddr))
+	if (!is_vip4(iph->daddr))
 		return LB_PARSE_PASS;
 
 	if (iph->version != 4 || iph->ihl < 5)
@@ -145,7 +145,7 @@ static __always_inline int parse_ipv6(void *data, void *data_end, __u64 off,
 
 	if ((void *)(ip6 + 1) > data_end)
 		return LB_PARSE_PASS;
-	if (!bpf_map_lookup_elem(&lb6_vip_addrs, &ip6->daddr))
+	if (!is_vip6(&ip6->daddr))
 		return LB_PARSE_PASS;
 
 	if (ip6->version != 6)

@@ -34,6 +34,18 @@ struct lb_vip_key {
 	__u8 family;
 };
 
+/* lb4_vip_slots / lb6_vip_slots value: the first probe of the VIP address filter
+ * (vipaddr.h). `addr` is meaningful only when count > 0. */
+struct lb4_vip_slot {
+	__be32 addr;  /* a VIP address whose slot this is */
+	__u32 count;  /* VIP addresses hashing to this slot; above 1 the others are in lb4_vip_addrs */
+};
+
+struct lb6_vip_slot {
+	__be32 addr[4];
+	__u32 count;
+};
+
 /* Service flags. */
 #define LB_VIP_F_SOURCE_HASH (1U << 0) /* maglev-source: hash the client address only */
 
@@ -89,7 +101,7 @@ struct lb_flow {
 
 /* lb_fib_cache value: where the last FIB lookup sent a backend's packets. */
 struct lb_nexthop {
-	__u64 expires_ns;  /* bpf_ktime_get_coarse_ns() after which to ask the FIB again */
+	__u64 expires;     /* lb_now() from which on to ask the FIB again */
 	__u32 ifindex;     /* egress device */
 	__u16 max_len;     /* largest outer IP length the FIB accepted (MTU check) */
 	__u8 dmac[6];
@@ -131,7 +143,7 @@ enum lb_event {
 
 /* Per-CPU state of the new-flow bound (lb_new_flows). */
 struct lb_flow_rate {
-	__u64 window_ns; /* start of the current one-second window */
+	__u64 window;    /* lb_now() at the start of the current one-second window */
 	__u64 inserted;  /* flows inserted in it */
 };
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -22,6 +23,9 @@ type LB struct {
 	objs     lbObjects
 	ringSpec *ebpf.MapSpec // template of a service's Maglev ring
 	links    map[string]link.Link
+
+	vipMu        sync.Mutex
+	vipSlotAddrs map[vipSlotKey][]netip.Addr // the VIP addresses of each used filter slot (vipaddrs.go)
 }
 
 // XDP attach modes as the kernel names them.
@@ -47,10 +51,13 @@ func LoadLB(opts Options) (*LB, error) {
 			return nil, fmt.Errorf("set node_addr6: %w", err)
 		}
 	}
+	if err := spec.Variables[lbVarKernelHz].Set(kernelHZ()); err != nil {
+		return nil, fmt.Errorf("set kernel_hz: %w", err)
+	}
 	if opts.FlowTableSize > 0 {
 		spec.Maps[lbMapLbFlows].MaxEntries = opts.FlowTableSize
 	}
-	lb := &LB{links: map[string]link.Link{}}
+	lb := &LB{links: map[string]link.Link{}, vipSlotAddrs: map[vipSlotKey][]netip.Addr{}}
 	lb.ringSpec = spec.Maps[lbMapLbMaglev].InnerMap.Copy()
 	if err := spec.LoadAndAssign(&lb.objs, nil); err != nil {
 		return nil, loadError("XDP program", err)

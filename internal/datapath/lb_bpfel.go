@@ -21,6 +21,18 @@ type lbIn6Addr struct {
 	}
 }
 
+type lbLb4VipSlot struct {
+	_     structs.HostLayout
+	Addr  uint32
+	Count uint32
+}
+
+type lbLb6VipSlot struct {
+	_     structs.HostLayout
+	Addr  [4]uint32
+	Count uint32
+}
+
 type lbLbBackend struct {
 	_         structs.HostLayout
 	Addr      [4]uint32
@@ -93,19 +105,19 @@ type lbLbFlowKey struct {
 
 type lbLbFlowRate struct {
 	_        structs.HostLayout
-	WindowNs uint64
+	Window   uint64
 	Inserted uint64
 }
 
 type lbLbNexthop struct {
-	_         structs.HostLayout
-	ExpiresNs uint64
-	Ifindex   uint32
-	MaxLen    uint16
-	Dmac      [6]uint8
-	Smac      [6]uint8
-	Pad       [2]uint8
-	_         [4]byte
+	_       structs.HostLayout
+	Expires uint64
+	Ifindex uint32
+	MaxLen  uint16
+	Dmac    [6]uint8
+	Smac    [6]uint8
+	Pad     [2]uint8
+	_       [4]byte
 }
 
 type lbLbSettings struct {
@@ -135,7 +147,9 @@ type lbLbVipKey struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	lbMapLb4VipAddrs    = "lb4_vip_addrs"
+	lbMapLb4VipSlots    = "lb4_vip_slots"
 	lbMapLb6VipAddrs    = "lb6_vip_addrs"
+	lbMapLb6VipSlots    = "lb6_vip_slots"
 	lbMapLbBackendStats = "lb_backend_stats"
 	lbMapLbBackends     = "lb_backends"
 	lbMapLbDrops        = "lb_drops"
@@ -148,6 +162,7 @@ const (
 	lbMapLbTxPorts      = "lb_tx_ports"
 	lbMapLbVips         = "lb_vips"
 	lbProgManifoldLb    = "manifold_lb"
+	lbVarKernelHz       = "kernel_hz"
 	lbVarNodeAddr4      = "node_addr4"
 	lbVarNodeAddr6      = "node_addr6"
 	lbVarNodeSettings   = "node_settings"
@@ -203,7 +218,9 @@ type lbProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbMapSpecs struct {
 	Lb4VipAddrs    *ebpf.MapSpec `ebpf:"lb4_vip_addrs"`
+	Lb4VipSlots    *ebpf.MapSpec `ebpf:"lb4_vip_slots"`
 	Lb6VipAddrs    *ebpf.MapSpec `ebpf:"lb6_vip_addrs"`
+	Lb6VipSlots    *ebpf.MapSpec `ebpf:"lb6_vip_slots"`
 	LbBackendStats *ebpf.MapSpec `ebpf:"lb_backend_stats"`
 	LbBackends     *ebpf.MapSpec `ebpf:"lb_backends"`
 	LbDrops        *ebpf.MapSpec `ebpf:"lb_drops"`
@@ -221,6 +238,7 @@ type lbMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbVariableSpecs struct {
+	KernelHz     *ebpf.VariableSpec `ebpf:"kernel_hz"`
 	NodeAddr4    *ebpf.VariableSpec `ebpf:"node_addr4"`
 	NodeAddr6    *ebpf.VariableSpec `ebpf:"node_addr6"`
 	NodeSettings *ebpf.VariableSpec `ebpf:"node_settings"`
@@ -247,7 +265,9 @@ func (o *lbObjects) Close() error {
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbMaps struct {
 	Lb4VipAddrs    *ebpf.Map `ebpf:"lb4_vip_addrs"`
+	Lb4VipSlots    *ebpf.Map `ebpf:"lb4_vip_slots"`
 	Lb6VipAddrs    *ebpf.Map `ebpf:"lb6_vip_addrs"`
+	Lb6VipSlots    *ebpf.Map `ebpf:"lb6_vip_slots"`
 	LbBackendStats *ebpf.Map `ebpf:"lb_backend_stats"`
 	LbBackends     *ebpf.Map `ebpf:"lb_backends"`
 	LbDrops        *ebpf.Map `ebpf:"lb_drops"`
@@ -264,7 +284,9 @@ type lbMaps struct {
 func (m *lbMaps) Close() error {
 	return _LbClose(
 		m.Lb4VipAddrs,
+		m.Lb4VipSlots,
 		m.Lb6VipAddrs,
+		m.Lb6VipSlots,
 		m.LbBackendStats,
 		m.LbBackends,
 		m.LbDrops,
@@ -283,6 +305,7 @@ func (m *lbMaps) Close() error {
 //
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbVariables struct {
+	KernelHz     *ebpf.Variable `ebpf:"kernel_hz"`
 	NodeAddr4    *ebpf.Variable `ebpf:"node_addr4"`
 	NodeAddr6    *ebpf.Variable `ebpf:"node_addr6"`
 	NodeSettings *ebpf.Variable `ebpf:"node_settings"`

@@ -1,9 +1,12 @@
 package datapath
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 
 	"github.com/cilium/ebpf"
 )
@@ -93,53 +96,64 @@ func (lb *LB) DeleteService(k ServiceKey) error {
 	return nil
 }
 
-// vipAddrsMap returns the address filter of addr's family and addr as its key (the
-// bytes on the wire).
-func (lb *LB) vipAddrsMap(addr netip.Addr) (*ebpf.Map, any) {
-	if addr.Is4() {
-		return lb.objs.Lb4VipAddrs, addr.As4()
-	}
-	return lb.objs.Lb6VipAddrs, addr.As16()
-}
-
-// PutVIPAddr marks addr as carrying `services` services (> 0).
-func (lb *LB) PutVIPAddr(addr netip.Addr, services uint32) error {
-	m, key := lb.vipAddrsMap(addr)
-	if err := m.Put(key, services); err != nil {
-		return fmt.Errorf("lb_vip_addrs put %s: %w", addr, err)
-	}
-	return nil
-}
-
-func (lb *LB) DeleteVIPAddr(addr netip.Addr) error {
-	m, key := lb.vipAddrsMap(addr)
-	if err := m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("lb_vip_addrs delete %s: %w", addr, err)
-	}
-	return nil
-}
-
 // PutRing builds a new Maglev ring aside and swaps it in with one update, so packets see
 // either the old ring or the new one, never a mix.
 func (lb *LB) PutRing(serviceID uint32, ring []uint32) error {
+	return lb.PutRings(map[uint32][]uint32{serviceID: ring})
+}
+
+// PutRings swaps in the rings of many services (service id → ring) with one batch
+// update of lb_maglev. Every update of a map of maps makes the kernel wait for an RCU
+// grace period (milliseconds on a busy machine) before it returns; one batch waits
+// once, where one update per service would wait once per service. Each ring is built
+// aside and filled through a memory mapping (BPF_F_MMAPABLE): a plain copy, where
+// element-by-element updates cost a system call's worth of work per slot. Each service
+// sees its old ring or its new one, never a mix; on error some services may already
+// have their new ring.
+func (lb *LB) PutRings(rings map[uint32][]uint32) error {
+	ids := slices.Sorted(maps.Keys(rings))
+	fds := make([]uint32, 0, len(ids))
+	for _, id := range ids {
+		m, err := lb.newRing(id, rings[id])
+		if err != nil {
+			return err
+		}
+		defer m.Close() // lb_maglev holds its own reference once the ring is in
+		fds = append(fds, uint32(m.FD()))
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := lb.objs.LbMaglev.BatchUpdate(ids, fds, nil); err != nil {
+		return fmt.Errorf("lb_maglev: put the rings of %d services: %w", len(ids), err)
+	}
+	return nil
+}
+
+// newRing is a ring map of the service holding ring.
+func (lb *LB) newRing(serviceID uint32, ring []uint32) (*ebpf.Map, error) {
 	spec := lb.ringSpec.Copy()
 	spec.MaxEntries = uint32(len(ring))
 	m, err := ebpf.NewMap(spec)
 	if err != nil {
-		return fmt.Errorf("create ring of service %d (%d slots): %w", serviceID, len(ring), err)
+		return nil, fmt.Errorf("create ring of service %d (%d slots): %w", serviceID, len(ring), err)
 	}
-	defer m.Close() // lb_maglev holds its own reference once the ring is in
-	keys := make([]uint32, len(ring))
-	for i := range keys {
-		keys[i] = uint32(i)
+	// an array map keeps each value in round_up(value_size, 8) bytes, and the mapping
+	// shows that layout: the __u32 the program reads, then 4 bytes of padding
+	buf := make([]byte, 0, 8*len(ring))
+	for _, id := range ring {
+		buf = binary.NativeEndian.AppendUint32(buf, id)
+		buf = binary.NativeEndian.AppendUint32(buf, 0)
 	}
-	if _, err := m.BatchUpdate(keys, ring, nil); err != nil {
-		return fmt.Errorf("fill ring of service %d: %w", serviceID, err)
+	mem, err := m.Memory()
+	if err == nil {
+		_, err = mem.WriteAt(buf, 0)
 	}
-	if err := lb.objs.LbMaglev.Put(serviceID, m); err != nil {
-		return fmt.Errorf("lb_maglev put %d: %w", serviceID, err)
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("fill ring of service %d: %w", serviceID, err)
 	}
-	return nil
+	return m, nil
 }
 
 func (lb *LB) DeleteRing(serviceID uint32) error {
