@@ -5,6 +5,11 @@
 //	               ├─► Apply ─► per service: ids → backend states → Maglev ring → lb_vips
 //	health (Up?) ──┘                         (written in an order packets can't trip on)
 //
+// Apply writes only differences: a service whose backends, weights, health and table
+// size are as last written costs no Maglev build and no map write, so a change to one
+// service among ten thousand touches one service. The rings that did change are
+// swapped in with one batch for the whole Apply (see datapath.LB.PutRings).
+//
 // The caller owns the Reconciler and calls it from one goroutine.
 package reconcile
 
@@ -26,7 +31,7 @@ type Dataplane interface {
 	DeleteService(k datapath.ServiceKey) error
 	PutVIPAddr(addr netip.Addr, services uint32) error
 	DeleteVIPAddr(addr netip.Addr) error
-	PutRing(serviceID uint32, ring []uint32) error
+	PutRings(rings map[uint32][]uint32) error // service id → ring, in one batch
 	DeleteRing(serviceID uint32) error
 	PutBackend(id uint32, b datapath.Backend) error
 	DeleteBackend(id uint32) error
@@ -56,6 +61,31 @@ type service struct {
 	key      datapath.ServiceKey
 	backends map[netip.Addr]*backend
 	ring     []uint32 // nil when the service has no ring (no backend up)
+	// ring was built from ringInputs on a table of ringSize slots; ringStale says the
+	// kernel's ring is unknown (a write of it failed). entry is the lb_vips value last
+	// written (nil: none yet).
+	ringInputs []ringInput
+	ringSize   uint32
+	ringStale  bool
+	entry      *datapath.Service
+}
+
+// ringInput is one up backend as the Maglev build sees it, with the id its slots get.
+type ringInput struct {
+	key    string
+	weight uint32
+	id     uint32
+}
+
+// pending is a service between the two halves of an Apply: backends that come up
+// are written, its ring is built (changed says whether it differs from the kernel's);
+// the rest waits for the rings of all services to be swapped in.
+type pending struct {
+	s       *service
+	target  map[*backend]datapath.BackendState
+	ring    []uint32
+	inputs  []ringInput
+	changed bool
 }
 
 type backend struct {
@@ -157,29 +187,60 @@ func (r *Reconciler) apply(services []config.Service, healthy HealthFunc) error 
 		names = append(names, name)
 	}
 	slices.Sort(names) // deterministic id allocation for the same config
+	var (
+		todo  []*pending
+		rings = map[uint32][]uint32{}
+	)
 	for _, name := range names {
-		if err := r.applyService(want[name], healthy); err != nil {
+		p, err := r.prepareService(want[name], healthy)
+		if err != nil {
+			return err
+		}
+		todo = append(todo, p)
+		if p.changed && p.ring != nil {
+			rings[p.s.id] = p.ring
+		}
+	}
+	// 3. ... the rings that changed are swapped in, each in one update, all in one
+	// batch ...
+	if err := r.dp.PutRings(rings); err != nil {
+		for _, p := range todo {
+			if p.changed {
+				p.s.ringStale = true // some may be in: the next Apply writes them all
+			}
+		}
+		return err
+	}
+	for _, p := range todo {
+		if p.changed && p.ring != nil {
+			p.s.setRing(p)
+		}
+	}
+	for _, p := range todo {
+		if err := r.finishService(p); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (r *Reconciler) applyService(cfg *config.Service, healthy HealthFunc) error {
+// prepareService does the first half of a service's update (steps 1 and 2, and the
+// ring's build).
+func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc) (*pending, error) {
 	s, ok := r.services[cfg.Name]
 	if !ok {
 		id, ok := r.serviceIDs.alloc()
 		if !ok {
-			return fmt.Errorf("service %s: no free service id (limit %d)", cfg.Name, datapath.MaxServices-1)
+			return nil, fmt.Errorf("service %s: no free service id (limit %d)", cfg.Name, datapath.MaxServices-1)
 		}
 		if err := r.dp.ResetServiceCounters(id); err != nil {
 			r.serviceIDs.free(id)
-			return err
+			return nil, err
 		}
 		s = &service{cfg: *cfg, id: id, key: serviceKey(cfg), backends: map[netip.Addr]*backend{}}
 		r.services[cfg.Name] = s
 		if err := r.addVIPAddr(cfg.VIP); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	s.cfg = *cfg
@@ -193,7 +254,7 @@ func (r *Reconciler) applyService(cfg *config.Service, healthy HealthFunc) error
 		if !ok {
 			id, ok := r.backendIDs.alloc()
 			if !ok {
-				return fmt.Errorf("service %s: backend %s: no free backend id (limit %d)", cfg.Name, bc.Address, datapath.MaxBackends-1)
+				return nil, fmt.Errorf("service %s: backend %s: no free backend id (limit %d)", cfg.Name, bc.Address, datapath.MaxBackends-1)
 			}
 			b = &backend{id: id, state: datapath.BackendUnused}
 			s.backends[bc.Address] = b
@@ -216,32 +277,48 @@ func (r *Reconciler) applyService(cfg *config.Service, healthy HealthFunc) error
 		switch {
 		case state == datapath.BackendUp && b.state != state:
 			if err := r.putBackend(s, b, state); err != nil {
-				return err
+				return nil, err
 			}
 		case b.state != datapath.BackendUnused && b.encap != enc:
 			if err := r.putBackend(s, b, b.state); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	// 3. ... the ring is swapped in one update ...
-	ring, err := r.buildRing(s, target)
-	if err != nil {
-		return err
+	p := &pending{s: s, target: target, inputs: ringInputsOf(s, target)}
+	if !s.ringStale && s.ringSize == s.cfg.TableSize && slices.Equal(p.inputs, s.ringInputs) {
+		p.ring = s.ring // same inputs, same ring: no Maglev build, no write
+		return p, nil
 	}
-	if !slices.Equal(ring, s.ring) {
-		if ring == nil {
-			err = r.dp.DeleteRing(s.id)
-		} else {
-			err = r.dp.PutRing(s.id, ring)
-		}
-		if err != nil {
+	ring, err := buildRing(s, p.inputs)
+	if err != nil {
+		return nil, err
+	}
+	p.ring = ring
+	p.changed = s.ringStale || !slices.Equal(ring, s.ring)
+	if !p.changed {
+		s.ringInputs, s.ringSize = p.inputs, s.cfg.TableSize // e.g. a reordered config: the same ring
+	}
+	return p, nil
+}
+
+// setRing records that p's ring is the kernel's.
+func (s *service) setRing(p *pending) {
+	s.ring, s.ringInputs, s.ringSize, s.ringStale = p.ring, p.inputs, s.cfg.TableSize, false
+}
+
+// finishService does the second half of a service's update, once its ring is in.
+func (r *Reconciler) finishService(p *pending) error {
+	s := p.s
+	if p.changed && p.ring == nil {
+		if err := r.dp.DeleteRing(s.id); err != nil {
+			s.ringStale = true
 			return err
 		}
-		s.ring = ring
+		s.setRing(p)
 	}
 	// 4. ... and backends leave the up state only once no ring names them.
-	for b, state := range target {
+	for b, state := range p.target {
 		if state != datapath.BackendUp && b.state != state {
 			if err := r.putBackend(s, b, state); err != nil {
 				return err
@@ -249,7 +326,7 @@ func (r *Reconciler) applyService(cfg *config.Service, healthy HealthFunc) error
 		}
 	}
 	for addr, b := range s.backends {
-		if _, ok := target[b]; !ok {
+		if _, ok := p.target[b]; !ok {
 			if err := r.dp.DeleteBackend(b.id); err != nil {
 				return err
 			}
@@ -258,11 +335,19 @@ func (r *Reconciler) applyService(cfg *config.Service, healthy HealthFunc) error
 		}
 	}
 	// 5. the service entry last: a new service becomes visible with its ring in place
-	return r.dp.PutService(s.key, datapath.Service{
+	entry := datapath.Service{
 		ID:         s.id,
 		TableSize:  s.cfg.TableSize,
 		SourceHash: s.cfg.Scheduler == config.MaglevSource,
-	})
+	}
+	if s.entry != nil && *s.entry == entry {
+		return nil
+	}
+	if err := r.dp.PutService(s.key, entry); err != nil {
+		return err
+	}
+	s.entry = &entry
+	return nil
 }
 
 func (r *Reconciler) putBackend(s *service, b *backend, state datapath.BackendState) error {
@@ -275,24 +360,28 @@ func (r *Reconciler) putBackend(s *service, b *backend, state datapath.BackendSt
 	return nil
 }
 
-// buildRing returns the ring of backend ids over the backends that are to be up, nil if
-// none.
-func (r *Reconciler) buildRing(s *service, target map[*backend]datapath.BackendState) ([]uint32, error) {
-	var (
-		mb  []maglev.Backend
-		ids []uint32
-	)
+// ringInputsOf lists the backends that are to be up, in config order, as the ring is
+// built from them.
+func ringInputsOf(s *service, target map[*backend]datapath.BackendState) []ringInput {
+	var in []ringInput
 	for i := range s.cfg.Backends {
 		bc := &s.cfg.Backends[i]
 		b := s.backends[bc.Address]
-		if target[b] != datapath.BackendUp {
-			continue
+		if target[b] == datapath.BackendUp {
+			in = append(in, ringInput{key: MaglevKey(&s.cfg, bc), weight: bc.Weight, id: b.id})
 		}
-		mb = append(mb, maglev.Backend{Key: MaglevKey(&s.cfg, bc), Weight: bc.Weight})
-		ids = append(ids, b.id)
 	}
-	if len(mb) == 0 {
+	return in
+}
+
+// buildRing returns the ring of backend ids over the inputs, nil if there are none.
+func buildRing(s *service, inputs []ringInput) ([]uint32, error) {
+	if len(inputs) == 0 {
 		return nil, nil
+	}
+	mb := make([]maglev.Backend, len(inputs))
+	for i, in := range inputs {
+		mb[i] = maglev.Backend{Key: in.key, Weight: in.weight}
 	}
 	table, err := maglev.Build(MaglevSeed(&s.cfg), mb, s.cfg.TableSize)
 	if err != nil {
@@ -300,7 +389,7 @@ func (r *Reconciler) buildRing(s *service, target map[*backend]datapath.BackendS
 	}
 	ring := make([]uint32, len(table))
 	for i, idx := range table {
-		ring[i] = ids[idx]
+		ring[i] = inputs[idx].id
 	}
 	return ring, nil
 }

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"testing"
@@ -88,12 +89,16 @@ func (f *fakeDP) DeleteVIPAddr(a netip.Addr) error {
 	f.check()
 	return nil
 }
-func (f *fakeDP) PutRing(id uint32, ring []uint32) error {
-	if err := f.write(); err != nil {
-		return err
+// PutRings writes ring by ring, as the kernel's batch does: a failure part way leaves
+// the rings before it in.
+func (f *fakeDP) PutRings(rings map[uint32][]uint32) error {
+	for _, id := range slices.Sorted(maps.Keys(rings)) {
+		if err := f.write(); err != nil {
+			return err
+		}
+		f.rings[id] = slices.Clone(rings[id])
+		f.check()
 	}
-	f.rings[id] = slices.Clone(ring)
-	f.check()
 	return nil
 }
 func (f *fakeDP) DeleteRing(id uint32) error {
@@ -170,8 +175,20 @@ func TestApplyProgramsServices(t *testing.T) {
 	if err := r.Apply(cfgOf(web, dns), AlwaysUp); err != nil {
 		t.Fatal(err)
 	}
-	if f.writes-n != 2 { // the two lb_vips entries are rewritten, nothing else
-		t.Errorf("re-applying the same config made %d writes, want 2", f.writes-n)
+	if f.writes-n != 0 {
+		t.Errorf("re-applying the same config made %d writes, want 0", f.writes-n)
+	}
+	// one backend of one service changes: its slot, its ring, the one it leaves
+	web.Backends[2].Address = netip.MustParseAddr("10.0.1.4")
+	n = f.writes
+	if err := r.Apply(cfgOf(web, dns), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	if f.writes-n != 3 {
+		t.Errorf("replacing one backend made %d writes, want 3 (backend in, ring, backend out)", f.writes-n)
+	}
+	if owners := ringOwners(r, "web"); len(owners) != 3 || owners[netip.MustParseAddr("10.0.1.4")] == 0 {
+		t.Errorf("web ring owners %v after the change", owners)
 	}
 }
 
@@ -352,9 +369,9 @@ func TestForwardingAndSettings(t *testing.T) {
 	if err := r.Apply(cfg, AlwaysUp); err != nil {
 		t.Fatal(err)
 	}
-	// two backends rewritten and the service entry; the settings did not change
-	if f.writes-n != 3 {
-		t.Errorf("switching to GUE made %d writes, want 3", f.writes-n)
+	// two backends rewritten; the ring, the service entry and the settings did not change
+	if f.writes-n != 2 {
+		t.Errorf("switching to GUE made %d writes, want 2", f.writes-n)
 	}
 	states := map[datapath.BackendState]int{}
 	for id, b := range f.backends {
@@ -370,5 +387,29 @@ func TestForwardingAndSettings(t *testing.T) {
 	cfg.Node.EntropySource = false
 	if s := SettingsOf(&cfg.Node); s.Entropy4.IsValid() || s.NewFlowRate != 1000 {
 		t.Errorf("settings without entropy: %+v", s)
+	}
+}
+
+// A new table size is a new ring, though the backends are the same.
+func TestTableSizeChangeRebuildsRing(t *testing.T) {
+	f := newFake(t)
+	r := New(f)
+	web := svc("web", "198.51.100.10", 80, "10.0.1.1", "10.0.1.2")
+	if err := r.Apply(cfgOf(web), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	web.TableSize = 509
+	if err := r.Apply(cfgOf(web), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	for id, ring := range f.rings {
+		if len(ring) != 509 {
+			t.Errorf("ring of service %d has %d slots, want 509", id, len(ring))
+		}
+	}
+	for k, s := range f.services {
+		if s.TableSize != 509 {
+			t.Errorf("service %v entry says %d slots, want 509", k, s.TableSize)
+		}
 	}
 }
