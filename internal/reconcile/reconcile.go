@@ -17,7 +17,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/datapath"
@@ -85,7 +88,8 @@ type pending struct {
 	target  map[*backend]datapath.BackendState
 	ring    []uint32
 	inputs  []ringInput
-	changed bool
+	build   bool // the inputs differ from the kernel ring's: build and compare
+	changed bool // the ring differs from the kernel's: write it
 }
 
 type backend struct {
@@ -197,6 +201,11 @@ func (r *Reconciler) apply(services []config.Service, healthy HealthFunc) error 
 			return err
 		}
 		todo = append(todo, p)
+	}
+	if err := buildRings(todo); err != nil {
+		return err
+	}
+	for _, p := range todo {
 		if p.changed && p.ring != nil {
 			rings[p.s.id] = p.ring
 		}
@@ -224,8 +233,8 @@ func (r *Reconciler) apply(services []config.Service, healthy HealthFunc) error 
 	return nil
 }
 
-// prepareService does the first half of a service's update (steps 1 and 2, and the
-// ring's build).
+// prepareService does the first half of a service's update (steps 1 and 2), and says
+// whether its ring needs a build.
 func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc) (*pending, error) {
 	s, ok := r.services[cfg.Name]
 	if !ok {
@@ -286,20 +295,42 @@ func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc) (*p
 		}
 	}
 	p := &pending{s: s, target: target, inputs: ringInputsOf(s, target)}
-	if !s.ringStale && s.ringSize == s.cfg.TableSize && slices.Equal(p.inputs, s.ringInputs) {
+	p.build = s.ringStale || s.ringSize != s.cfg.TableSize || !slices.Equal(p.inputs, s.ringInputs)
+	if !p.build {
 		p.ring = s.ring // same inputs, same ring: no Maglev build, no write
-		return p, nil
-	}
-	ring, err := buildRing(s, p.inputs)
-	if err != nil {
-		return nil, err
-	}
-	p.ring = ring
-	p.changed = s.ringStale || !slices.Equal(ring, s.ring)
-	if !p.changed {
-		s.ringInputs, s.ringSize = p.inputs, s.cfg.TableSize // e.g. a reordered config: the same ring
 	}
 	return p, nil
+}
+
+// buildRings builds the rings of the services that need one, on every CPU: a table
+// of the default size takes a millisecond or more, so a node programming thousands
+// of services spends most of its time here.
+func buildRings(todo []*pending) error {
+	var builds []*pending
+	for _, p := range todo {
+		if p.build {
+			builds = append(builds, p)
+		}
+	}
+	errs := make([]error, len(builds))
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	for range min(runtime.GOMAXPROCS(0), len(builds)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(builds); i = int(next.Add(1) - 1) {
+				builds[i].ring, errs[i] = buildRing(builds[i].s, builds[i].inputs)
+			}
+		})
+	}
+	wg.Wait()
+	for _, p := range builds {
+		s := p.s
+		p.changed = s.ringStale || !slices.Equal(p.ring, s.ring)
+		if !p.changed {
+			s.ringInputs, s.ringSize = p.inputs, s.cfg.TableSize // e.g. a reordered config: the same ring
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // setRing records that p's ring is the kernel's.

@@ -89,6 +89,7 @@ func (f *fakeDP) DeleteVIPAddr(a netip.Addr) error {
 	f.check()
 	return nil
 }
+
 // PutRings writes ring by ring, as the kernel's batch does: a failure part way leaves
 // the rings before it in.
 func (f *fakeDP) PutRings(rings map[uint32][]uint32) error {
