@@ -4,7 +4,8 @@
 GO      ?= go
 BIN     := bin/manifold
 # Debian packages the build, the tests and the demo use.
-DEB_PKGS := clang llvm libbpf-dev bpftool iproute2 ethtool nginx curl bird2 frr tcpdump python3-scapy prometheus
+DEB_PKGS := clang llvm libbpf-dev bpftool iproute2 ethtool nginx curl bird2 frr tcpdump python3-scapy prometheus \
+	wrk haproxy libnginx-mod-stream nftables python3-matplotlib
 # Tests that need root (BPF, namespaces) skip with a reason without it.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
@@ -52,11 +53,20 @@ lab: deps build
 demo: deps build
 	$(GO) run ./test/lab/demo
 
-# bench: the data plane against trivial XDP programs, then the control plane in the
-# active-active lab (announce, withdraw, failover times). Numbers, not pass/fail.
+# bench: every benchmark, each next to its references in the same run; numbers and
+# ratios, never pass/fail. Each part writes bench/results/parts/*.json; the report
+# merges them into latest.json and latest.md, and the plots are drawn from latest.json.
+PARTS = bench/results/parts
 bench: deps build
-	./$(BIN) bench dataplane --json bench/results/latest.json
-	$(GO) run ./test/lab/cpbench -manifold $(BIN) -json bench/results/controlplane.json
+	@mkdir -p $(PARTS)
+	./$(BIN) bench dataplane --json $(PARTS)/dataplane.json
+	./$(BIN) bench pktrate --json $(PARTS)/pktrate.json
+	$(GO) run ./test/lab/httpbench -manifold $(BIN) -json $(PARTS)/http.json
+	./$(BIN) bench controlplane --json $(PARTS)/controlplane.json
+	$(GO) run ./test/lab/cpbench -manifold $(BIN) -json $(PARTS)/convergence.json
+	./$(BIN) bench report --out bench/results --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
+		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/convergence.json
+	python3 bench/plot.py bench/results/latest.json bench/results
 
 clean:
 	rm -rf bin

@@ -21,17 +21,24 @@ func TestSummarize(t *testing.T) {
 }
 
 func TestDataplaneTableSaysMetOrNot(t *testing.T) {
+	ref := NewFigure("per_packet", "ref", "ns/packet", []float64{80, 90})
+	fast := NewFigure("per_packet", "fast", "ns/packet", []float64{160, 180})
+	slow := NewFigure("per_packet", "slow", "ns/packet", []float64{400, 400})
+	ref.Compare(ref, "<=", 0)
+	fast.Compare(ref, "<=", 2.3)
+	slow.Compare(ref, "<=", 2.3)
+	mean := NewFigure("per_packet", "fast", "mean ns/packet", []float64{170})
 	var buf bytes.Buffer
-	WriteDataplaneTable(&buf, []Sample{
-		{Name: "ref", Verdict: "XDP_TX", Median: 80, Ratio: 1},
-		{Name: "fast", Verdict: "XDP_TX", Median: 160, Ratio: 2, Target: 2.3, Met: true},
-		{Name: "slow", Verdict: "XDP_TX", Median: 400, Ratio: 5, Target: 2.3},
-	})
+	WriteDataplaneTable(&buf, Part{Figures: []Figure{ref, fast, mean, slow}})
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 4 {
-		t.Fatalf("want a header and 3 rows, got:\n%s", buf.String())
+		t.Fatalf("want a header and 3 rows (the mean is a column), got:\n%s", buf.String())
 	}
-	if !strings.Contains(lines[2], "≤ 2.3× met") || !strings.Contains(lines[3], "NOT met") || strings.Contains(lines[1], "met") {
-		t.Errorf("targets not reported right:\n%s", buf.String())
+	if !strings.Contains(lines[2], "≤ 2.3× met") || !strings.Contains(lines[2], "170.0") ||
+		!strings.Contains(lines[3], "NOT met") || strings.Contains(lines[1], "met") {
+		t.Errorf("targets or means not reported right:\n%s", buf.String())
+	}
+	if !strings.Contains(lines[3], "4.44–5.00") {
+		t.Errorf("ratio range of the runs missing:\n%s", buf.String())
 	}
 }

@@ -52,6 +52,19 @@ func Flood(w io.Writer, flows, syns int) ([]FloodResult, error) {
 	return out, nil
 }
 
+// FloodFigures turns flood results into figures (section "flood", one run each): the
+// share of established flows kept, for each new-flow bound.
+func FloodFigures(results []FloodResult) []Figure {
+	var out []Figure
+	for _, r := range results {
+		f := NewFigure("flood", fmt.Sprintf("%s, %d SYNs into a %d-entry table", r.Name, r.SYNs, r.TableSize),
+			"% established flows kept", []float64{100 * r.Kept})
+		f.Note = fmt.Sprintf("%d idle flows, %d new flows not inserted, flood took %.1f s", r.Flows, r.NotInserted, r.Seconds)
+		out = append(out, f)
+	}
+	return out
+}
+
 func flood(name string, flows, syns int, rate uint32) (FloodResult, error) {
 	res := FloodResult{Name: name, NewFlowRate: rate, TableSize: config.DefaultFlowTableSize, Flows: flows, SYNs: syns}
 	n, err := dptest.NewNet()

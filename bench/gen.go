@@ -4,3 +4,4 @@
 package bench
 
 //go:generate go tool bpf2go -cc clang -target bpfel -cflags "-O2 -g -Wall -Werror -I../bpf/include" reference ../bpf/reference.c
+//go:generate go tool bpf2go -cc clang -target bpfel -cflags "-O2 -g -Wall -Werror -I../bpf/include" -type sink_count pktrate ../bpf/pktrate.c

@@ -9,26 +9,34 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// testRunAttr is the BPF_PROG_TEST_RUN part of union bpf_attr (linux/bpf.h). cilium/ebpf
-// runs programs with a context but keeps the measured duration to itself, so timing
-// with an ingress ifindex needs the raw command.
-type testRunAttr struct {
-	progFD      uint32
-	retval      uint32
-	dataSizeIn  uint32
-	dataSizeOut uint32
-	dataIn      uint64
-	dataOut     uint64
-	repeat      uint32
-	duration    uint32
-	ctxSizeIn   uint32
-	ctxSizeOut  uint32
-	ctxIn       uint64
-	ctxOut      uint64
-	flags       uint32
-	cpu         uint32
-	batchSize   uint32
+// TestRunAttr is the BPF_PROG_TEST_RUN part of union bpf_attr (linux/bpf.h). cilium/ebpf
+// runs programs with a context but keeps the measured duration to itself, and restarts
+// a run a signal interrupts; timing with an ingress ifindex, and a packet generator
+// stopped by a signal, need the raw command (ProgTestRun).
+type TestRunAttr struct {
+	ProgFD      uint32
+	Retval      uint32
+	DataSizeIn  uint32
+	DataSizeOut uint32
+	DataIn      uint64
+	DataOut     uint64
+	Repeat      uint32
+	Duration    uint32
+	CtxSizeIn   uint32
+	CtxSizeOut  uint32
+	CtxIn       uint64
+	CtxOut      uint64
+	Flags       uint32
+	CPU         uint32
+	BatchSize   uint32
 	_           uint32
+}
+
+// ProgTestRun runs BPF_PROG_TEST_RUN once. attr, and the memory it points to, must not
+// move during the call: keep them in global or heap memory, never on a goroutine stack.
+func ProgTestRun(attr *TestRunAttr) unix.Errno {
+	_, _, errno := unix.Syscall(unix.SYS_BPF, bpfProgTestRun, uintptr(unsafe.Pointer(attr)), unsafe.Sizeof(*attr))
+	return errno
 }
 
 const bpfProgTestRun = 10 // BPF_PROG_TEST_RUN
@@ -37,7 +45,7 @@ const bpfProgTestRun = 10 // BPF_PROG_TEST_RUN
 // reads them through raw addresses, which a growing goroutine stack could invalidate.
 var timed struct {
 	sync.Mutex
-	attr testRunAttr
+	attr TestRunAttr
 	ctx  xdpMD
 }
 
@@ -50,24 +58,24 @@ func TimedXDP(prog *ebpf.Program, ifindex int, pkt []byte, repeat uint32) (uint3
 	defer timed.Unlock()
 	data := pinned(pkt)
 	timed.ctx = xdpMD{DataEnd: uint32(len(pkt)), IngressIfindex: uint32(ifindex)}
-	timed.attr = testRunAttr{
-		progFD:     uint32(prog.FD()),
-		dataSizeIn: uint32(len(pkt)),
-		dataIn:     uint64(uintptr(unsafe.Pointer(&data[0]))),
-		repeat:     repeat,
-		ctxSizeIn:  uint32(unsafe.Sizeof(timed.ctx)),
-		ctxIn:      uint64(uintptr(unsafe.Pointer(&timed.ctx))),
+	timed.attr = TestRunAttr{
+		ProgFD:     uint32(prog.FD()),
+		DataSizeIn: uint32(len(pkt)),
+		DataIn:     uint64(uintptr(unsafe.Pointer(&data[0]))),
+		Repeat:     repeat,
+		CtxSizeIn:  uint32(unsafe.Sizeof(timed.ctx)),
+		CtxIn:      uint64(uintptr(unsafe.Pointer(&timed.ctx))),
 	}
 	attr := &timed.attr
 	for {
-		_, _, errno := unix.Syscall(unix.SYS_BPF, bpfProgTestRun, uintptr(unsafe.Pointer(attr)), unsafe.Sizeof(*attr))
+		errno := ProgTestRun(attr)
 		if errno == unix.EINTR {
 			continue
 		}
 		if errno != 0 {
 			return 0, 0, fmt.Errorf("BPF_PROG_TEST_RUN: %w", errno)
 		}
-		return attr.retval, attr.duration, nil
+		return attr.Retval, attr.Duration, nil
 	}
 }
 

@@ -161,7 +161,7 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int) (err error)
 	fmt.Printf("(targets hold for the slowest round; times err slow by up to one poll of %s; %s in all)\n",
 		pollEvery, time.Since(began).Round(time.Second))
 	if jsonPath != "" {
-		if err := writeJSON(jsonPath, metrics); err != nil {
+		if err := writePart(jsonPath, metrics); err != nil {
 			return err
 		}
 		fmt.Printf("results written to %s\n", jsonPath)
