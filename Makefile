@@ -35,7 +35,7 @@ generate:
 # check-generated fails when the committed BPF objects differ from what the sources
 # compile to with this machine's clang.
 check-generated: generate
-	@git diff --exit-code --stat -- internal/datapath bench ':(glob)**/*_bpfel.*' \
+	@git diff --exit-code --stat -- ':(glob)**/*_bpfel.*' \
 		|| { echo "generated BPF objects drifted from bpf/: run 'make generate' and commit"; exit 1; }
 
 vet:
@@ -66,7 +66,7 @@ bench: deps build
 	$(GO) run ./test/lab/cpbench -manifold $(BIN) -json $(PARTS)/convergence.json
 	./$(BIN) bench report --out bench/results --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
 		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/convergence.json
-	python3 bench/plot.py bench/results/latest.json bench/results
+	/usr/bin/python3 bench/plot.py bench/results/latest.json bench/results
 
 clean:
 	rm -rf bin

@@ -53,10 +53,11 @@ def hbar(ax, figs, unit):
     colors = ["#1f77b4" if is_manifold(n) else "#aaaaaa" for n in names]
     ax.barh(range(len(figs)), vals, xerr=whiskers(figs), color=colors, capsize=3)
     ax.set_yticks(range(len(figs)), names)
-    ax.invert_yaxis()
+    if not ax.yaxis_inverted():  # panels that share the axis share its inversion
+        ax.invert_yaxis()
     ax.set_xlabel(unit)
-    for i, v in enumerate(vals):
-        ax.text(v, i, "  %s" % fmt(v), va="center", fontsize=8)
+    for i, f in enumerate(figs):  # the median, written past the whisker
+        ax.text(f["value"]["max"], i, "  %s" % fmt(f["value"]["median"]), va="center", fontsize=8)
 
 
 def fmt(v):

@@ -121,6 +121,7 @@ func WriteMarkdown(w io.Writer, r Report) {
 			}
 		}
 	}
+	described := map[string]bool{}
 	for _, sec := range sectionTitles {
 		var figs []Figure
 		var methods []string
@@ -132,8 +133,9 @@ func WriteMarkdown(w io.Writer, r Report) {
 					used = true
 				}
 			}
-			if used && p.Method != "" {
+			if used && p.Method != "" && !described[p.Name] {
 				methods = append(methods, p.Method)
+				described[p.Name] = true // once, in the part's first section
 			}
 		}
 		if len(figs) == 0 {

@@ -62,7 +62,7 @@ func printTable(w io.Writer, metrics []*metric) error {
 
 // method says how the convergence figures are measured.
 const method = "Convergence in the active-active lab (test/lab): BIRD 2 as the router with ECMP, three " +
-	"manifold nodes with BGP hold time 3 s and drain time 1 s, four backends with HTTP health " +
+	"manifold nodes with BGP hold time 3 s and drain time 1 s, two backends with HTTP health " +
 	"checks every 500 ms (fall 2, rise 2). " +
 	"Each round measures every transition once, from the event (a log line, a signal, a stopped " +
 	"backend) to the router's routing table (or every node's status) showing the change, polled " +
