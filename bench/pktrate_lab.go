@@ -18,6 +18,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/manifoldlb/manifold/internal/datapath/dptest"
 )
 
 // The packet-rate lab: three namespaces in a line, each link a veth pair.
@@ -277,34 +279,12 @@ func (ns *labNS) close() {
 }
 
 // do runs fn on an OS thread switched into the namespace: ifindexes in XDP attachment
-// and in BPF_PROG_RUN's context are looked up in the calling thread's namespace. The
-// thread goes back to the Go scheduler only once it is back in its own namespace;
-// otherwise it ends with its goroutine.
+// and in BPF_PROG_RUN's context are looked up in the calling thread's namespace.
 func (ns labNS) do(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("this thread's namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns.h); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter namespace %s: %w", ns.name, err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("leave namespace %s: %w", ns.name, err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+	if err := dptest.InNamespace(ns.h, fn); err != nil {
+		return fmt.Errorf("namespace %s: %w", ns.name, err)
+	}
+	return nil
 }
 
 // exec runs a short command in the namespace and returns its error with its output.

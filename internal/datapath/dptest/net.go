@@ -4,6 +4,7 @@
 package dptest
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -144,21 +145,30 @@ func (n *Net) setup() error {
 
 // Do runs fn on a thread inside the namespace (BPF_PROG_TEST_RUN's FIB lookups use the
 // namespace of the calling thread).
-func (n *Net) Do(fn func() error) error {
+func (n *Net) Do(fn func() error) error { return InNamespace(n.ns, fn) }
+
+// InNamespace runs fn on the calling goroutine's OS thread switched into the namespace
+// ns: what fn creates, attaches or looks up by ifindex is the namespace's. The thread
+// goes back to the Go scheduler only once it is back in its own namespace; if it cannot
+// get back (or fn ends the goroutine, as t.Fatal does), it stays locked and ends with
+// the goroutine, so no other goroutine ever runs in the wrong namespace.
+func InNamespace(ns netns.NsHandle, fn func() error) error {
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
-		return err
+		runtime.UnlockOSThread()
+		return fmt.Errorf("this thread's namespace: %w", err)
 	}
 	defer orig.Close()
-	if err := netns.Set(n.ns); err != nil {
-		return err
+	if err := netns.Set(ns); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("enter namespace: %w", err)
 	}
 	ferr := fn()
 	if err := netns.Set(orig); err != nil {
-		panic(fmt.Sprintf("cannot return to the original netns: %v", err))
+		return errors.Join(ferr, fmt.Errorf("leave namespace: %w", err))
 	}
+	runtime.UnlockOSThread()
 	return ferr
 }
 
