@@ -348,48 +348,40 @@ func PktratePart(runs []RateRun, opts PktrateOptions) Part {
 // was, whether the generator rather than the device was the limit, and for the
 // encapsulating paths whether what reached the sink was encapsulated.
 func runsNote(path string, rs []RateRun) string {
-	var busy []float64
-	limited := 0
+	var (
+		busy, napi              []float64
+		limited, shared, silent int
+		got, ipip               uint64
+	)
 	for _, r := range rs {
 		busy = append(busy, 100*r.DeviceBusy())
+		napi = append(napi, 100*r.NAPIBusy())
 		if r.GeneratorLimited() {
 			limited++
 		}
-	}
-	b := Summary(busy)
-	var notes []string
-	if limited > 0 {
-		notes = append(notes, fmt.Sprintf("generator-limited in %d of %d runs: device core %s busy", limited, len(rs), percentRange(b)))
-	} else {
-		notes = append(notes, fmt.Sprintf("device core %s busy", percentRange(b)))
-	}
-	var napi []float64
-	shared := 0
-	for _, r := range rs {
-		napi = append(napi, 100*r.NAPIBusy())
 		if r.CoreShared() {
 			shared++
 		}
+		if r.Received == 0 {
+			silent++
+		}
+		got, ipip = got+r.Received, ipip+r.IPIP
+	}
+	var notes []string
+	if limited > 0 {
+		notes = append(notes, fmt.Sprintf("generator-limited in %d of %d runs: device core %s busy", limited, len(rs), percentRange(Summary(busy))))
+	} else {
+		notes = append(notes, fmt.Sprintf("device core %s busy", percentRange(Summary(busy))))
 	}
 	if shared > 0 {
 		notes = append(notes, fmt.Sprintf("device core shared with other work in %d of %d runs: the device's NAPI thread ran %s of the time, "+
 			"so ns/packet counts others' work too (NAPI thread ns/packet does not)", shared, len(rs), percentRange(Summary(napi))))
 	}
-	if path == PathManifold || path == PathMinimalIPIP {
-		var got, ipip uint64
-		for _, r := range rs {
-			got += r.Received
-			ipip += r.IPIP
-		}
-		if got > 0 && ipip < got {
-			notes = append(notes, fmt.Sprintf("only %.1f %% of the packets at the sink were IPIP", 100*float64(ipip)/float64(got)))
-		}
+	if (path == PathManifold || path == PathMinimalIPIP) && got > 0 && ipip < got {
+		notes = append(notes, fmt.Sprintf("only %.1f %% of the packets at the sink were IPIP", 100*float64(ipip)/float64(got)))
 	}
-	for _, r := range rs {
-		if r.Received == 0 {
-			notes = append(notes, "no packets reached the sink in some runs")
-			break
-		}
+	if silent > 0 {
+		notes = append(notes, "no packets reached the sink in some runs")
 	}
 	return strings.Join(notes, "; ")
 }
