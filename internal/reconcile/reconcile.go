@@ -64,11 +64,10 @@ type service struct {
 	key      datapath.ServiceKey
 	backends map[netip.Addr]*backend
 	ring     []uint32 // nil when the service has no ring (no backend up)
-	// ring was built from ringInputs on a table of ringSize slots; ringStale says the
+	// ring was built from ringInputs (its length is the table size); ringStale says the
 	// kernel's ring is unknown (a write of it failed). entry is the lb_vips value last
 	// written (nil: none yet).
 	ringInputs []ringInput
-	ringSize   uint32
 	ringStale  bool
 	entry      *datapath.Service
 }
@@ -295,7 +294,8 @@ func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc) (*p
 		}
 	}
 	p := &pending{s: s, target: target, inputs: ringInputsOf(s, target)}
-	p.build = s.ringStale || s.ringSize != s.cfg.TableSize || !slices.Equal(p.inputs, s.ringInputs)
+	resized := s.ring != nil && uint32(len(s.ring)) != s.cfg.TableSize
+	p.build = s.ringStale || resized || !slices.Equal(p.inputs, s.ringInputs)
 	if !p.build {
 		p.ring = s.ring // same inputs, same ring: no Maglev build, no write
 	}
@@ -327,7 +327,7 @@ func buildRings(todo []*pending) error {
 		s := p.s
 		p.changed = s.ringStale || !slices.Equal(p.ring, s.ring)
 		if !p.changed {
-			s.ringInputs, s.ringSize = p.inputs, s.cfg.TableSize // e.g. a reordered config: the same ring
+			s.ringInputs = p.inputs // e.g. a reordered config: the same ring
 		}
 	}
 	return errors.Join(errs...)
@@ -335,7 +335,7 @@ func buildRings(todo []*pending) error {
 
 // setRing records that p's ring is the kernel's.
 func (s *service) setRing(p *pending) {
-	s.ring, s.ringInputs, s.ringSize, s.ringStale = p.ring, p.inputs, s.cfg.TableSize, false
+	s.ring, s.ringInputs, s.ringStale = p.ring, p.inputs, false
 }
 
 // finishService does the second half of a service's update, once its ring is in.
