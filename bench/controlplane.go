@@ -158,11 +158,9 @@ func compareText(f Figure) string {
 }
 
 // Number prints a measured value with the precision that is meaningful for its size:
-// 123456, 1234, 12.3, 1.23, 0.123.
+// 1234, 123, 12.3, 1.23, 0.123.
 func Number(v float64) string {
 	switch a := max(v, -v); {
-	case a >= 1000:
-		return fmt.Sprintf("%.0f", v)
 	case a >= 100:
 		return fmt.Sprintf("%.0f", v)
 	case a >= 10:

@@ -26,29 +26,17 @@ import (
 // read, and the median over all calls is reported. Cases are interleaved in rounds so
 // that a noisy neighbour hits all of them alike.
 
-// Sample is the distribution of one case's per-packet times in one run, in ns.
-type Sample struct {
-	Name   string
-	Calls  int
-	Min    float64
-	Median float64
-	// Mean resolves finer than the median: the kernel's timer ticks in steps (10 ns
-	// here), and the mean of many samples taken at random phases falls between them.
-	Mean float64
-	P90  float64
-	Max  float64
-}
-
-// Summarize turns raw per-call times into a Sample.
-func Summarize(name string, ns []uint32) Sample {
+// medianAndMean of one case's per-call times in one run, in ns. The mean resolves finer
+// than the median: the kernel's timer ticks in steps (10 ns here), and the mean of many
+// samples taken at random phases falls between them.
+func medianAndMean(ns []uint32) (median, mean float64) {
 	s := slices.Clone(ns)
 	slices.Sort(s)
-	at := func(q float64) float64 { return float64(s[int(q*float64(len(s)-1))]) }
 	var sum float64
 	for _, v := range s {
 		sum += float64(v)
 	}
-	return Sample{Name: name, Calls: len(s), Min: at(0), Median: at(0.5), Mean: sum / float64(len(s)), P90: at(0.9), Max: at(1)}
+	return float64(s[(len(s)-1)/2]), sum / float64(len(s))
 }
 
 type dpCase struct {
@@ -185,9 +173,9 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 				return err
 			}
 			for ci := range cases {
-				s := Summarize(cases[ci].name, times[ci])
-				medians[ci] = append(medians[ci], s.Median)
-				means[ci] = append(means[ci], s.Mean)
+				median, mean := medianAndMean(times[ci])
+				medians[ci] = append(medians[ci], median)
+				means[ci] = append(means[ci], mean)
 			}
 		}
 		return nil
