@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/api"
-	"github.com/manifoldlb/manifold/internal/node"
 	"github.com/manifoldlb/manifold/internal/store"
 )
 
@@ -107,19 +106,19 @@ func ctl(args []string, w io.Writer) error {
 
 	switch cmd {
 	case "status":
-		var st node.Status
+		var st api.Status
 		if err := json.Unmarshal(raw, &st); err != nil {
 			return badAnswer(err)
 		}
 		printStatus(w, &st)
 	case "services":
-		var ss []node.ServiceStatus
+		var ss []api.ServiceStatus
 		if err := json.Unmarshal(raw, &ss); err != nil {
 			return badAnswer(err)
 		}
 		printServices(w, ss)
 	case "backends":
-		var s node.ServiceStatus
+		var s api.ServiceStatus
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return badAnswer(err)
 		}
@@ -131,7 +130,7 @@ func ctl(args []string, w io.Writer) error {
 		}
 		printConfig(w, &cv)
 	default: // drain, undrain, weight: the service as it is now
-		var s node.ServiceStatus
+		var s api.ServiceStatus
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return badAnswer(err)
 		}

@@ -11,12 +11,11 @@ import (
 	"text/tabwriter"
 
 	"github.com/manifoldlb/manifold/internal/api"
-	"github.com/manifoldlb/manifold/internal/node"
 )
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
-func printStatus(w io.Writer, st *node.Status) {
+func printStatus(w io.Writer, st *api.Status) {
 	var ifaces []string
 	for _, i := range st.Interfaces {
 		ifaces = append(ifaces, fmt.Sprintf("%s (XDP %s)", i.Name, i.XDPMode))
@@ -59,7 +58,7 @@ func printStatus(w io.Writer, st *node.Status) {
 	fmt.Fprintf(w, "\nDrops: %s\n", drops(st.Drops))
 }
 
-func printServices(w io.Writer, ss []node.ServiceStatus) {
+func printServices(w io.Writer, ss []api.ServiceStatus) {
 	tw := table(w)
 	fmt.Fprintln(tw, "NAME\tVIP\tFORWARDING\tSCHEDULER\tBACKENDS\tANNOUNCED\tPKT/S\tBYTES/S\tPACKETS\tBYTES")
 	for _, s := range ss {
@@ -69,7 +68,7 @@ func printServices(w io.Writer, ss []node.ServiceStatus) {
 	tw.Flush()
 }
 
-func printBackends(w io.Writer, s *node.ServiceStatus) {
+func printBackends(w io.Writer, s *api.ServiceStatus) {
 	h := s.Spec.Health
 	check := "none (every backend counts as healthy)"
 	if h.Kind != "none" {
@@ -109,7 +108,7 @@ func printConfig(w io.Writer, c *api.ConfigView) {
 }
 
 // printBackendChange shows a backend after drain, undrain or weight.
-func printBackendChange(w io.Writer, s *node.ServiceStatus, addr string) error {
+func printBackendChange(w io.Writer, s *api.ServiceStatus, addr string) error {
 	want, err := netip.ParseAddr(addr)
 	if err != nil {
 		return err
@@ -135,7 +134,7 @@ func configLine(c *api.ConfigInfo) string {
 	return fmt.Sprintf("%s, revision %s, %s", c.File, rev, sync)
 }
 
-func vipPort(s *node.ServiceStatus) string {
+func vipPort(s *api.ServiceStatus) string {
 	a, err := netip.ParseAddr(s.VIP)
 	if err != nil {
 		return fmt.Sprintf("%s:%d/%s", s.VIP, s.Port, s.Protocol)
@@ -144,14 +143,14 @@ func vipPort(s *node.ServiceStatus) string {
 }
 
 // announced is the ANNOUNCED column; why is in `manifold ctl backends SERVICE`.
-func announced(s *node.ServiceStatus) string {
+func announced(s *api.ServiceStatus) string {
 	if s.Announced {
 		return "yes"
 	}
 	return "no"
 }
 
-func upCount(s *node.ServiceStatus) string {
+func upCount(s *api.ServiceStatus) string {
 	up := 0
 	for _, b := range s.Backends {
 		if b.State == "up" {
@@ -161,7 +160,7 @@ func upCount(s *node.ServiceStatus) string {
 	return fmt.Sprintf("%d/%d up", up, len(s.Backends))
 }
 
-func healthWord(h *node.BackendHealth) string {
+func healthWord(h *api.BackendHealth) string {
 	switch {
 	case h.Check == "none":
 		return "-"

@@ -14,24 +14,23 @@ import (
 	"testing"
 
 	"github.com/manifoldlb/manifold/internal/api"
-	"github.com/manifoldlb/manifold/internal/node"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of manifold ctl")
 
 // fixture is a node's status as the API gives it: two services, one of each family,
 // a backend down, one draining, BGP with two peers, some drops.
-func fixture() node.Status {
-	web := node.ServiceStatus{
+func fixture() api.Status {
+	web := api.ServiceStatus{
 		Name: "web", VIP: "198.51.100.10", Port: 80, Protocol: "tcp", Forwarding: "ipip", Scheduler: "maglev",
 		Announced: true, Reason: "1 healthy backend", Packets: 1515, Bytes: 101808, PacketsPerSecond: 151.5, BytesPerSecond: 10180.8,
-		Backends: []node.BackendStatus{
+		Backends: []api.BackendStatus{
 			{Address: "10.0.1.1", Weight: 3, State: "up", Packets: 1000, Bytes: 67000, PacketsPerSecond: 100, BytesPerSecond: 6700,
-				Health: node.BackendHealth{Check: "tcp://10.0.1.1:80", Up: true, LastCheck: "2026-11-21T03:50:00Z", LatencySeconds: 0.00042, Checks: 120}},
+				Health: api.BackendHealth{Check: "tcp://10.0.1.1:80", Up: true, LastCheck: "2026-11-21T03:50:00Z", LatencySeconds: 0.00042, Checks: 120}},
 			{Address: "10.0.1.2", Weight: 0, State: "draining", Packets: 515, Bytes: 34808, PacketsPerSecond: 51.5, BytesPerSecond: 3480.8,
-				Health: node.BackendHealth{Check: "tcp://10.0.1.2:80", Up: true, LastCheck: "2026-11-21T03:50:00Z", LatencySeconds: 0.00051, Checks: 120}},
+				Health: api.BackendHealth{Check: "tcp://10.0.1.2:80", Up: true, LastCheck: "2026-11-21T03:50:00Z", LatencySeconds: 0.00051, Checks: 120}},
 			{Address: "10.0.1.3", Weight: 1, State: "down",
-				Health: node.BackendHealth{Check: "tcp://10.0.1.3:80", LastCheck: "2026-11-21T03:50:00Z", LastError: "dial tcp 10.0.1.3:80: connect: connection refused",
+				Health: api.BackendHealth{Check: "tcp://10.0.1.3:80", LastCheck: "2026-11-21T03:50:00Z", LastError: "dial tcp 10.0.1.3:80: connect: connection refused",
 					LatencySeconds: 0.00012, Checks: 120, Failures: 17}},
 		},
 		Spec: api.ServiceSpec{Name: "web", VIP: "198.51.100.10", Port: 80, Protocol: "tcp", Forwarding: "ipip", GUEPort: 6080,
@@ -39,23 +38,23 @@ func fixture() node.Status {
 			Backends: []api.BackendSpec{{Address: "10.0.1.1", Weight: 3}, {Address: "10.0.1.2", Weight: 0}, {Address: "10.0.1.3", Weight: 1}},
 			Health:   api.HealthSpec{Kind: "tcp", Port: 80, Interval: "1s", Timeout: "500ms", Rise: 2, Fall: 2}},
 	}
-	dns := node.ServiceStatus{
+	dns := api.ServiceStatus{
 		Name: "dns6", VIP: "2001:db8:100::53", Port: 53, Protocol: "udp", Forwarding: "ipip", Scheduler: "maglev-source",
 		Reason: "no healthy backend",
-		Backends: []node.BackendStatus{
-			{Address: "2001:db8:1::1", Weight: 1, State: "up", Health: node.BackendHealth{Check: "none", Up: true}},
+		Backends: []api.BackendStatus{
+			{Address: "2001:db8:1::1", Weight: 1, State: "up", Health: api.BackendHealth{Check: "none", Up: true}},
 		},
 		Spec: api.ServiceSpec{Name: "dns6", VIP: "2001:db8:100::53", Port: 53, Protocol: "udp", Forwarding: "ipip", GUEPort: 6080,
 			Scheduler: "maglev-source", TableSize: 65537, Backends: []api.BackendSpec{{Address: "2001:db8:1::1", Weight: 1}},
 			Health: api.HealthSpec{Kind: "none", Port: 53, Interval: "1s", Timeout: "500ms", Rise: 2, Fall: 2}},
 	}
-	return node.Status{
-		Node: "lb1", Interfaces: []node.InterfaceStatus{{Name: "eth0", XDPMode: "native"}},
-		BGP: &node.BGPStatus{ASN: 65001, RouterID: "10.0.0.11", Peers: []node.PeerStatus{
+	return api.Status{
+		Node: "lb1", Interfaces: []api.InterfaceStatus{{Name: "eth0", XDPMode: "native"}},
+		BGP: &api.BGPStatus{ASN: 65001, RouterID: "10.0.0.11", Peers: []api.PeerStatus{
 			{Address: "10.0.0.1", ASN: 65000, State: "established", Up: true, UpSince: "2026-11-21T03:40:00Z", UpdatesSent: 3, UpdatesReceived: 1},
 			{Address: "10.0.0.2", ASN: 65000, State: "active"},
 		}},
-		Services:         []node.ServiceStatus{dns, web},
+		Services:         []api.ServiceStatus{dns, web},
 		FlowTableEntries: 303, FlowTableSize: 262144,
 		Drops:   map[string]uint64{"truncated": 2, "no_backend": 0, "fragment": 1},
 		Reloads: 2, ReloadFailures: 1,
@@ -65,7 +64,7 @@ func fixture() node.Status {
 
 // fakeAPI answers like a node; it records the last request.
 type fakeAPI struct {
-	st       node.Status
+	st       api.Status
 	inSync   bool
 	lastReq  string
 	lastBody string
@@ -185,7 +184,7 @@ func TestCtlJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var s node.ServiceStatus
+		var s api.ServiceStatus
 		if err := json.Unmarshal([]byte(out), &s); err != nil || s.Name != "web" || len(s.Backends) != 3 {
 			t.Errorf("%v: not the service's JSON: %v\n%s", args, err, out)
 		}

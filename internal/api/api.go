@@ -37,11 +37,10 @@ const maxBody = 1 << 20
 
 // Node is what the API needs of the daemon.
 type Node interface {
-	// Status, Services and Service are the node's current state, as JSON values
-	// (node.Status, []node.ServiceStatus, node.ServiceStatus).
-	Status() any
-	Services() any
-	Service(name string) (any, bool)
+	// Status, Services and Service are the node's current state.
+	Status() Status
+	Services() []ServiceStatus
+	Service(name string) (ServiceStatus, bool)
 	// Change runs edit on the node's run loop. When edit returns a change, the node
 	// commits it (persisted) and applies it to the data plane, reverting the file
 	// when the kernel refuses; on any error nothing changed. It fails with the

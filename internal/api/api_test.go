@@ -18,7 +18,6 @@ import (
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/api/apitest"
 	"github.com/manifoldlb/manifold/internal/config"
-	"github.com/manifoldlb/manifold/internal/node"
 	"github.com/manifoldlb/manifold/internal/store"
 )
 
@@ -34,37 +33,37 @@ type fakeNode struct {
 	stopping bool
 }
 
-func (f *fakeNode) Status() any {
+func (f *fakeNode) Status() api.Status {
 	cfg := f.st.Config()
-	st := node.Status{Node: cfg.Node.Name, Interfaces: []node.InterfaceStatus{{Name: "eth0", XDPMode: "native"}},
+	st := api.Status{Node: cfg.Node.Name, Interfaces: []api.InterfaceStatus{{Name: "eth0", XDPMode: "native"}},
 		Services: f.services(), FlowTableSize: cfg.Node.FlowTableSize, Drops: map[string]uint64{"truncated": 0},
 		Config: api.Info(f.st)}
 	return st
 }
 
-func (f *fakeNode) Services() any { return f.services() }
+func (f *fakeNode) Services() []api.ServiceStatus { return f.services() }
 
-func (f *fakeNode) Service(name string) (any, bool) {
+func (f *fakeNode) Service(name string) (api.ServiceStatus, bool) {
 	for _, s := range f.services() {
 		if s.Name == name {
 			return s, true
 		}
 	}
-	return nil, false
+	return api.ServiceStatus{}, false
 }
 
-func (f *fakeNode) services() []node.ServiceStatus {
-	out := []node.ServiceStatus{}
+func (f *fakeNode) services() []api.ServiceStatus {
+	out := []api.ServiceStatus{}
 	for _, s := range f.st.Config().Services {
-		ss := node.ServiceStatus{Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Protocol: string(s.Protocol),
-			Forwarding: string(s.Forwarding), Scheduler: string(s.Scheduler), Backends: []node.BackendStatus{}, Spec: api.SpecOf(&s)}
+		ss := api.ServiceStatus{Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Protocol: string(s.Protocol),
+			Forwarding: string(s.Forwarding), Scheduler: string(s.Scheduler), Backends: []api.BackendStatus{}, Spec: api.SpecOf(&s)}
 		for _, b := range s.Backends {
-			state := "up"
+			state := api.BackendUp
 			if b.Weight == 0 {
-				state = "draining"
+				state = api.BackendDraining
 			}
-			ss.Backends = append(ss.Backends, node.BackendStatus{Address: b.Address.String(), Weight: b.Weight, State: state,
-				Health: node.BackendHealth{Check: "none", Up: true}})
+			ss.Backends = append(ss.Backends, api.BackendStatus{Address: b.Address.String(), Weight: b.Weight, State: state,
+				Health: api.BackendHealth{Check: "none", Up: true}})
 		}
 		out = append(out, ss)
 	}
@@ -443,7 +442,7 @@ func TestSpecRoundTrip(t *testing.T) {
 	}
 	for _, name := range []string{"full", "web", "dns6"} {
 		before := e.node.st.Config()
-		got := decode[node.ServiceStatus](t, e.do("GET", "/api/v1/services/"+name, ""))
+		got := decode[api.ServiceStatus](t, e.do("GET", "/api/v1/services/"+name, ""))
 		spec, _ := json.Marshal(got.Spec)
 		if x := e.do("PUT", "/api/v1/services/"+name, string(spec)); x.Status != 200 {
 			t.Fatalf("PUT back %s: %d %s", name, x.Status, x.Body)

@@ -10,14 +10,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
-	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/datapath"
+	"github.com/manifoldlb/manifold/internal/sysctl"
 )
 
 // arpSysctls keep a host with a VIP on lo from answering ARP for it (the LB nodes own
@@ -37,7 +36,7 @@ type Agent struct {
 	log     *slog.Logger
 	decap   *datapath.Decap
 	addedLo []*netlink.Addr
-	sysctls map[string]string // name → value before we changed it
+	sysctls *sysctl.Changes
 }
 
 // Run runs the agent until ctx is done, then undoes its changes.
@@ -46,7 +45,7 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	a := &Agent{log: log, sysctls: map[string]string{}}
+	a := &Agent{log: log, sysctls: sysctl.New(log)}
 	defer a.undo()
 	if err := a.setup(cfg); err != nil {
 		return err
@@ -84,7 +83,7 @@ func (a *Agent) setup(cfg *config.BackendAgent) error {
 		}
 	}
 	for name, value := range arpSysctls(cfg.Interface) {
-		if err := a.setSysctl(name, value); err != nil {
+		if err := a.sysctls.Set(name, value, "a VIP on lo must not be answered for in ARP"); err != nil {
 			return err
 		}
 	}
@@ -112,29 +111,9 @@ func (a *Agent) addToLo(lo netlink.Link, vip netip.Addr) error {
 	return nil
 }
 
-func (a *Agent) setSysctl(name, value string) error {
-	path := "/proc/sys/" + name
-	old, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("sysctl %s: %w", strings.ReplaceAll(name, "/", "."), err)
-	}
-	if strings.TrimSpace(string(old)) == value {
-		return nil
-	}
-	if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
-		return fmt.Errorf("sysctl %s=%s: %w", strings.ReplaceAll(name, "/", "."), value, err)
-	}
-	a.sysctls[name] = strings.TrimSpace(string(old))
-	return nil
-}
-
 // undo reverts every change setup made, in reverse order, whatever failed before.
 func (a *Agent) undo() {
-	for name, old := range a.sysctls {
-		if err := os.WriteFile("/proc/sys/"+name, []byte(old), 0o644); err != nil {
-			a.log.Error("restore sysctl", "name", name, "err", err)
-		}
-	}
+	a.sysctls.Restore()
 	if lo, err := netlink.LinkByName("lo"); err == nil {
 		for _, addr := range a.addedLo {
 			if err := netlink.AddrDel(lo, addr); err != nil {

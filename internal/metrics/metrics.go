@@ -14,40 +14,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/manifoldlb/manifold/internal/api"
 )
 
-// Snapshot is what a scrape reports.
+// Snapshot is what a scrape reports: the node's status as the API serves it, and what
+// the status does not carry.
 type Snapshot struct {
-	Interfaces       []Interface
-	Services         []Service
-	Backends         []Backend
-	Drops            map[string]uint64 // by drop reason
-	Events           map[string]uint64 // data-plane events that are not drops, by name
-	FlowTableEntries int
-	FlowTableSize    uint32
-	HealthChecks     []HealthCheck
-	Peers            []Peer
-	Reloads          uint64
-	ReloadFailures   uint64
-	APIRequests      map[APIRequest]uint64
-}
-
-type Interface struct {
-	Name, XDPMode string
-}
-
-type Service struct {
-	Name      string
-	Announced bool // the VIP is announced over BGP by this node
-}
-
-type Backend struct {
-	Service string
-	Address string
-	Up      bool // in the Maglev ring: healthy and not draining
-	Weight  uint32
-	Packets uint64
-	Bytes   uint64
+	Status       api.Status
+	Events       map[string]uint64 // data-plane events that are not drops, by name
+	HealthChecks []HealthCheck
+	APIRequests  map[APIRequest]uint64
 }
 
 // HealthCheck is one health-check target: a backend address and a check (a target
@@ -59,13 +36,6 @@ type HealthCheck struct {
 	Checks      uint64
 	Failures    uint64
 	LastLatency float64 // seconds
-}
-
-type Peer struct {
-	Address         string
-	Up              bool
-	UpdatesSent     uint64
-	UpdatesReceived uint64
 }
 
 type APIRequest struct {
@@ -143,39 +113,42 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	for _, i := range s.Interfaces {
+	st := &s.Status
+	for _, i := range st.Interfaces {
 		gauge(xdpDesc, 1, i.Name, i.XDPMode)
 	}
-	for _, sv := range s.Services {
+	for _, sv := range st.Services {
 		gauge(announcedDesc, bit(sv.Announced), sv.Name)
+		for _, b := range sv.Backends {
+			counter(packetsDesc, b.Packets, sv.Name, b.Address)
+			counter(bytesDesc, b.Bytes, sv.Name, b.Address)
+			gauge(upDesc, bit(b.State == api.BackendUp), sv.Name, b.Address)
+			gauge(weightDesc, float64(b.Weight), sv.Name, b.Address)
+		}
 	}
-	for _, b := range s.Backends {
-		counter(packetsDesc, b.Packets, b.Service, b.Address)
-		counter(bytesDesc, b.Bytes, b.Service, b.Address)
-		gauge(upDesc, bit(b.Up), b.Service, b.Address)
-		gauge(weightDesc, float64(b.Weight), b.Service, b.Address)
-	}
-	for reason, n := range s.Drops {
+	for reason, n := range st.Drops {
 		counter(dropsDesc, n, reason)
 	}
 	for event, n := range s.Events {
 		counter(eventsDesc, n, event)
 	}
-	gauge(flowsDesc, float64(s.FlowTableEntries))
-	gauge(flowSizeDesc, float64(s.FlowTableSize))
+	gauge(flowsDesc, float64(st.FlowTableEntries))
+	gauge(flowSizeDesc, float64(st.FlowTableSize))
 	for _, h := range s.HealthChecks {
 		counter(checksDesc, h.Checks, h.Backend, h.Check)
 		counter(checkFailuresDesc, h.Failures, h.Backend, h.Check)
 		gauge(checkUpDesc, bit(h.Up), h.Backend, h.Check)
 		gauge(checkLatencyDesc, h.LastLatency, h.Backend, h.Check)
 	}
-	for _, p := range s.Peers {
-		gauge(peerUpDesc, bit(p.Up), p.Address)
-		counter(updatesSentDesc, p.UpdatesSent, p.Address)
-		counter(updatesReceivedDesc, p.UpdatesReceived, p.Address)
+	if st.BGP != nil {
+		for _, p := range st.BGP.Peers {
+			gauge(peerUpDesc, bit(p.Up), p.Address)
+			counter(updatesSentDesc, p.UpdatesSent, p.Address)
+			counter(updatesReceivedDesc, p.UpdatesReceived, p.Address)
+		}
 	}
-	counter(reloadsDesc, s.Reloads)
-	counter(reloadFailuresDesc, s.ReloadFailures)
+	counter(reloadsDesc, st.Reloads)
+	counter(reloadFailuresDesc, st.ReloadFailures)
 	for r, n := range s.APIRequests {
 		counter(apiDesc, n, r.Method, strconv.Itoa(r.Code))
 	}

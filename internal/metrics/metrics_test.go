@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/manifoldlb/manifold/internal/api"
 )
 
 type fixed Snapshot
@@ -45,23 +47,28 @@ func scrape(t *testing.T, src Source) (string, map[string]float64) {
 
 // full is a snapshot with something in every field.
 var full = fixed{
-	Interfaces: []Interface{{Name: "eth0", XDPMode: "native"}},
-	Services:   []Service{{Name: "web", Announced: true}, {Name: "dns", Announced: false}},
-	Backends: []Backend{
-		{Service: "web", Address: "10.0.1.1", Up: true, Weight: 3, Packets: 10, Bytes: 600},
-		{Service: "web", Address: "10.0.1.2", Up: false, Weight: 0, Packets: 3, Bytes: 180},
+	Status: api.Status{
+		Interfaces: []api.InterfaceStatus{{Name: "eth0", XDPMode: "native"}},
+		Services: []api.ServiceStatus{
+			{Name: "web", Announced: true, Backends: []api.BackendStatus{
+				{Address: "10.0.1.1", State: api.BackendUp, Weight: 3, Packets: 10, Bytes: 600},
+				{Address: "10.0.1.2", State: api.BackendDraining, Weight: 0, Packets: 3, Bytes: 180},
+				{Address: "10.0.1.3", State: api.BackendDown, Weight: 2},
+			}},
+			{Name: "dns", Announced: false, Backends: []api.BackendStatus{}},
+		},
+		Drops:            map[string]uint64{"truncated": 2, "no_backend": 0},
+		FlowTableEntries: 7,
+		FlowTableSize:    262144,
+		BGP:              &api.BGPStatus{Peers: []api.PeerStatus{{Address: "10.0.0.1", Up: true, UpdatesSent: 4, UpdatesReceived: 1}}},
+		Reloads:          4,
+		ReloadFailures:   1,
 	},
-	Drops:            map[string]uint64{"truncated": 2, "no_backend": 0},
-	Events:           map[string]uint64{"flow_not_inserted": 7},
-	FlowTableEntries: 7,
-	FlowTableSize:    262144,
+	Events: map[string]uint64{"flow_not_inserted": 7},
 	HealthChecks: []HealthCheck{
 		{Backend: "10.0.1.1", Check: "tcp://10.0.1.1:80", Up: true, Checks: 40, Failures: 1, LastLatency: 0.0004},
 	},
-	Peers:          []Peer{{Address: "10.0.0.1", Up: true, UpdatesSent: 4, UpdatesReceived: 1}},
-	Reloads:        4,
-	ReloadFailures: 1,
-	APIRequests:    map[APIRequest]uint64{{"GET", 200}: 9, {"POST", 409}: 1},
+	APIRequests: map[APIRequest]uint64{{"GET", 200}: 9, {"POST", 409}: 1},
 }
 
 func TestMetricsReportTheSnapshot(t *testing.T) {
@@ -73,6 +80,8 @@ func TestMetricsReportTheSnapshot(t *testing.T) {
 		"manifold_packets_total,backend=10.0.1.2,service=web":                             3,
 		"manifold_backend_up,backend=10.0.1.1,service=web":                                1,
 		"manifold_backend_up,backend=10.0.1.2,service=web":                                0,
+		"manifold_backend_up,backend=10.0.1.3,service=web":                                0,
+		"manifold_backend_weight,backend=10.0.1.3,service=web":                            2,
 		"manifold_backend_weight,backend=10.0.1.1,service=web":                            3,
 		"manifold_vip_announced,service=web":                                              1,
 		"manifold_vip_announced,service=dns":                                              0,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/metrics"
 )
@@ -31,18 +32,14 @@ func (n *Node) serveAPI() (func(), error) {
 		n.log.Warn("the API listens beyond loopback without a token: whoever reaches it can change the node (set node.api_token_file)", "address", ln.Addr().String())
 	}
 
-	// set before anything reads the board
-	n.status.flowTableSize = n.cfg.Node.FlowTableSize
-	n.status.checker = n.checker
-	n.status.rates = newRateMeter()
-	n.status.api = &api.Server{Node: n, Store: n.store, Token: token, OpenReads: loopback, Log: n.log}
-	n.status.api.Metrics = metrics.Handler(n)
+	n.api = &api.Server{Node: n, Store: n.file.Store(), Token: token, OpenReads: loopback, Log: n.log}
+	n.api.Metrics = metrics.Handler(n)
 
 	stopRates := make(chan struct{})
 	// owned by Run: stopped by the returned func before Run returns
-	go n.status.rates.run(n.status, n.lb, stopRates)
+	go n.rates.run(n.ctrl.View, n.lb, clock.Real(), stopRates)
 
-	srv := &http.Server{Handler: n.status.api.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute}
+	srv := &http.Server{Handler: n.api.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute}
 	// owned by Run: stopped by the returned func before Run returns
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

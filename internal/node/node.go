@@ -1,61 +1,67 @@
-// Package node is the LB node daemon, `manifold run`: it owns the data plane, the
-// reconciler, the health checker and the API, and drives them from one loop.
+// Package node is the LB node daemon, `manifold run`: a thin runner. It sets up the
+// host, loads and attaches the data plane, starts the parts, and drives the controller
+// (internal/reconcile) from one loop; the decisions are the controller's.
 //
-//	config file ──(start, SIGHUP)──┐
-//	health events ─────────────────┼─► run loop ─► reconcile.Apply ─► BPF maps
-//	                               │            └─► neighbours.ensure
-//	SIGTERM / SIGINT ──────────────┘─► detach XDP, release neighbours, exit
+//	config file ─► store.Source ──(start, SIGHUP, API writes)─┐
+//	health events ────────────────────────────────────────────┼─► run loop ─► reconcile.Controller
+//	neighbour refresh (every 5 s) ────────────────────────────┘      (maps, health targets,
+//	SIGTERM / SIGINT ─► Controller.Stop (withdraw, drain) ─► detach      neighbours, BGP)
 //
-// The run loop is the only goroutine that touches the reconciler and the current
-// config; the API reads through a snapshot it publishes (status.go).
+// The run loop is the only goroutine that calls the controller but for its View; the
+// API reads the View and the data plane's counters (status.go).
 package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"os/signal"
-	"reflect"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/bgp"
+	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/datapath"
 	"github.com/manifoldlb/manifold/internal/health"
 	"github.com/manifoldlb/manifold/internal/reconcile"
 	"github.com/manifoldlb/manifold/internal/store"
+	"github.com/manifoldlb/manifold/internal/sysctl"
 )
 
 // neighbourRefresh is how often next hops of backends are re-checked (routes change).
 const neighbourRefresh = 5 * time.Second
 
+// bgpPort is where the node accepts sessions from its peers (it also connects to them).
+const bgpPort = 179
+
 // Node is a running LB node.
 type Node struct {
-	log     *slog.Logger
-	path    string
+	log *slog.Logger
+	// cfg is the config the node started with; its node and bgp sections hold for the
+	// node's life (a reload that changes them is refused). Services live in the
+	// controller.
 	cfg     *config.Config
 	lb      *datapath.LB
-	rec     *reconcile.Reconciler
+	ctrl    *reconcile.Controller
 	checker *health.Checker
-	neigh   *neighbours
-	modes   map[string]string // interface → XDP mode in use
-	status  *statusBoard
-	store   *store.Store // the config file: what cfg was read from, and where API writes go
-	// speaker announces the VIPs (nil without a bgp section); attached and stopping
-	// are what it needs to know besides health; announce is its last decision.
-	speaker  bgp.Speaker
-	attached bool
-	stopping bool
-	announce map[string]announceState // by service name
-	// requests carries work that must run on the run loop (API writes): the loop is
-	// the only goroutine that touches the reconciler and the current config.
+	neigh   *datapath.Neighbours
+	sysctls *sysctl.Changes
+	file    *store.Source
+	speaker bgp.Speaker // nil without a bgp section
+	// modes is the XDP mode of each interface, written before the API serves.
+	modes map[string]string
+	rates *rateMeter
+	api   *api.Server
+	// requests carries work that must run on the run loop (the sources' updates).
 	requests chan func()
+	// stopping is closed when the node starts to stop: updates are refused from then on.
+	stopping chan struct{}
 }
 
 // Run runs the daemon until ctx is done. Errors before the data plane is attached
@@ -66,40 +72,37 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 		return err
 	}
 	cfg := st.Config()
-	if err := preflight(cfg); err != nil {
+	n := &Node{
+		log: log, cfg: cfg, checker: health.New(log), neigh: datapath.NewNeighbours(log),
+		sysctls: sysctl.New(log), modes: map[string]string{}, rates: newRateMeter(),
+		requests: make(chan func()), stopping: make(chan struct{}),
+	}
+	defer n.close()
+	if err := n.prepareHost(); err != nil {
 		return err
 	}
-	lb, err := datapath.LoadLB(datapath.Options{
+	if n.lb, err = datapath.LoadLB(datapath.Options{
 		NodeAddr4:     cfg.Node.SourceFor(false),
 		NodeAddr6:     cfg.Node.SourceFor(true),
 		FlowTableSize: cfg.Node.FlowTableSize,
-	})
-	if err != nil {
+	}); err != nil {
 		return err
 	}
-	n := &Node{
-		log:      log,
-		path:     path,
-		cfg:      cfg,
-		lb:       lb,
-		rec:      reconcile.New(lb),
-		checker:  health.New(log),
-		neigh:    newNeighbours(log),
-		modes:    map[string]string{},
-		status:   newStatusBoard(),
-		store:    st,
-		requests: make(chan func()),
+	if err := n.startSpeaker(); err != nil {
+		return err
 	}
-	defer n.close()
+	n.ctrl = reconcile.NewController(reconcile.Options{
+		Dataplane: n.lb, Settings: cfg.Node, Speaker: n.speaker, BGP: cfg.BGP,
+		Health: n.checker, Neighbours: n.neigh, Clock: clock.Real(), Log: log,
+	})
+	n.file = store.NewSource(st, n, log)
 
 	// maps first, then attach: the first packet already finds every service
-	n.checker.Set(targets(cfg))
-	if err := n.rec.Apply(cfg, n.healthy); err != nil {
+	if err := n.ctrl.Submit(n.file.Initial()); err != nil {
 		return fmt.Errorf("program services: %w", err)
 	}
-	n.neigh.ensure(backendAddrs(cfg))
 	for _, iface := range cfg.Node.Interfaces {
-		mode, err := lb.Attach(iface, string(cfg.Node.XDPMode))
+		mode, err := n.lb.Attach(iface, string(cfg.Node.XDPMode))
 		if err != nil {
 			return err
 		}
@@ -109,17 +112,24 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 		n.modes[iface] = mode
 		log.Info("XDP attached", "interface", iface, "mode", mode)
 	}
-	n.attached = true
-	if err := n.startSpeaker(); err != nil {
-		return err
-	}
-	n.settle()
+	n.ctrl.Attached()
 
 	stopAPI, err := n.serveAPI()
 	if err != nil {
 		return err
 	}
 	defer stopAPI()
+
+	sources, stopSources := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	// owned by Run: stopped and waited for before Run returns
+	wg.Go(func() {
+		if err := n.file.Run(sources); err != nil {
+			log.Error("config file source stopped", "err", err)
+		}
+	})
+	defer wg.Wait()
+	defer stopSources()
 
 	log.Info("node running", "node", cfg.Node.Name, "services", len(cfg.Services), "config", path)
 	return n.loop(ctx)
@@ -134,145 +144,96 @@ func (n *Node) loop(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			n.stopAnnouncing()
+			close(n.stopping)
+			n.ctrl.Stop(nil)
 			n.log.Info("stopping: detaching XDP", "interfaces", strings.Join(n.cfg.Node.Interfaces, ","))
 			return nil
 		case <-hup:
-			n.reload()
+			n.file.Reload()
 		case fn := <-n.requests:
 			fn()
 		case ev := <-n.checker.Events():
 			n.log.Info("backend health changed", "backend", ev.Target.Addr, "check", ev.Target.String(), "up", ev.Up, "reason", ev.Reason)
-			if err := n.rec.Apply(n.cfg, n.healthy); err != nil {
-				n.log.Error("applying health change failed", "err", err)
-			}
-			n.settle()
+			n.ctrl.HealthChanged()
 		case <-refresh.C:
-			n.neigh.ensure(backendAddrs(n.cfg))
-			n.publish()
+			n.ctrl.Refresh()
 		}
 	}
 }
 
-// reload applies the config file again; a file with any problem changes nothing.
-func (n *Node) reload() {
-	n.status.reloads.Add(1)
-	ch, err := n.store.Reread()
-	var cfg *config.Config
-	if err == nil {
-		cfg = ch.Config
-	}
-	if err == nil && !reflect.DeepEqual(cfg.Node, n.cfg.Node) {
-		err = errors.New("node: the node section changed; it takes effect only on restart (services were not reloaded either)")
-	}
-	if err == nil && !reflect.DeepEqual(cfg.BGP, n.cfg.BGP) {
-		err = errors.New("bgp: the bgp section changed; it takes effect only on restart (services were not reloaded either)")
-	}
-	if err != nil {
-		n.status.reloadFailures.Add(1)
-		n.log.Error("reload rejected, old config keeps serving", "config", n.path, "err", oneLine(err))
-		return
-	}
-	if err := n.commit(ch); err != nil {
-		n.status.reloadFailures.Add(1)
-		n.log.Error("reload failed in the kernel, previous state restored", "err", err)
-		return
-	}
-	n.log.Info("config reloaded", "config", n.path, "services", len(cfg.Services), "revision", ch.Revision())
-}
+// errStopping is what an update gets once the node stops; the API answers 503.
+var errStopping = fmt.Errorf("the node is stopping: %w", context.Canceled)
 
-// settle brings what follows from the config and the backends' health in line after
-// a change: the VIPs announced, then the status the API serves.
-func (n *Node) settle() {
-	n.syncAnnouncements()
-	n.publish()
-}
-
-// do runs fn on the run loop and waits for it; it fails when the node is stopping.
-func (n *Node) do(ctx context.Context, fn func()) error {
+// Submit hands a source's update to the controller on the run loop (reconcile.Sink).
+func (n *Node) Submit(ctx context.Context, u reconcile.Update) error {
+	var err error
 	done := make(chan struct{})
 	select {
-	case n.requests <- func() { defer close(done); fn() }:
+	case n.requests <- func() { defer close(done); err = n.ctrl.Submit(u) }:
+	case <-n.stopping:
+		return errStopping
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	<-done
-	return nil
+	return err
 }
 
-func (n *Node) healthy(s *config.Service, b *config.Backend) bool {
-	if s.Health.Kind == config.HealthNone || s.Health.Kind == "" {
-		return true
+// startSpeaker starts the BGP speaker of a config with a bgp section.
+func (n *Node) startSpeaker() error {
+	b := n.cfg.BGP
+	if b == nil {
+		return nil
 	}
-	return n.checker.Up(health.Target{Addr: b.Address, Check: s.Health})
+	s, err := bgp.Start(bgp.Config{
+		ASN: b.ASN, RouterID: b.RouterID,
+		NextHop4: n.cfg.Node.SourceFor(false), NextHop6: n.cfg.Node.SourceFor(true),
+		Peers: b.Peers, ListenPort: bgpPort,
+	}, n.log)
+	if err != nil {
+		return err
+	}
+	n.speaker = s
+	return nil
 }
 
 func (n *Node) close() {
-	if n.speaker != nil { // after stopAnnouncing a no-op; after a failed start, withdraws at once
+	if n.speaker != nil { // after Controller.Stop a no-op; after a failed start, withdraws at once
 		n.speaker.Close()
 	}
 	n.checker.Close()
-	if err := n.lb.Close(); err != nil {
-		n.log.Error("detach", "err", err)
-	}
-	n.neigh.release()
-}
-
-func targets(cfg *config.Config) []health.Target {
-	var out []health.Target
-	for _, s := range cfg.Services {
-		if s.Health.Kind == config.HealthNone || s.Health.Kind == "" {
-			continue
-		}
-		for _, b := range s.Backends {
-			out = append(out, health.Target{Addr: b.Address, Check: s.Health})
+	if n.lb != nil {
+		if err := n.lb.Close(); err != nil {
+			n.log.Error("detach", "err", err)
 		}
 	}
-	return out
+	n.neigh.Release()
+	n.sysctls.Restore()
 }
 
-func backendAddrs(cfg *config.Config) []netip.Addr {
-	var out []netip.Addr
-	for _, s := range cfg.Services {
-		for _, b := range s.Backends {
-			out = append(out, b.Address)
-		}
-	}
-	return out
-}
-
-// preflight checks what the kernel needs before anything is loaded, so that a
-// misconfigured host gets one clear sentence instead of silently dropped packets.
-func preflight(cfg *config.Config) error {
-	var v4, v6 bool
-	for _, s := range cfg.Services {
-		v4 = v4 || s.VIP.Is4()
-		v6 = v6 || s.VIP.Is6()
-	}
-	for _, iface := range cfg.Node.Interfaces {
+// prepareHost checks the interfaces and turns on what the data plane needs of the
+// kernel: bpf_fib_lookup refuses to route a packet that arrived on a device that does
+// not forward, so every XDP interface forwards each family the node has an address of
+// (a service of a family needs the node's address of that family). What the node
+// cannot fix gets one clear sentence instead of silently dropped packets.
+func (n *Node) prepareHost() error {
+	node := &n.cfg.Node
+	for _, iface := range node.Interfaces {
 		if _, err := net.InterfaceByName(iface); err != nil {
 			return fmt.Errorf("node.interfaces: %s: %w", iface, err)
 		}
-		// bpf_fib_lookup refuses to route packets that arrive on a non-forwarding device
-		if v4 && sysctl("net/ipv4/conf/"+iface+"/forwarding") != "1" {
-			return fmt.Errorf("node.interfaces: IPv4 forwarding is off on %s; enable it with: sysctl -w net.ipv4.conf.all.forwarding=1 net.ipv4.conf.%s.forwarding=1", iface, iface)
-		}
-		if v6 && sysctl("net/ipv6/conf/"+iface+"/forwarding") != "1" {
-			return fmt.Errorf("node.interfaces: IPv6 forwarding is off on %s; enable it with: sysctl -w net.ipv6.conf.all.forwarding=1", iface)
+		for _, family := range []struct {
+			on   bool
+			name string
+		}{{node.SourceFor(false).IsValid(), "net/ipv4/conf/" + iface + "/forwarding"},
+			{node.SourceFor(true).IsValid(), "net/ipv6/conf/" + iface + "/forwarding"}} {
+			if !family.on {
+				continue
+			}
+			if err := n.sysctls.Set(family.name, "1", "XDP forwarding needs it on the interface"); err != nil {
+				return fmt.Errorf("node.interfaces: %s: %w (manifold run needs root, or CAP_NET_ADMIN and a writable /proc/sys)", iface, err)
+			}
 		}
 	}
 	return nil
-}
-
-func sysctl(name string) string {
-	b, err := os.ReadFile("/proc/sys/" + name)
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// oneLine folds a multi-line error (every problem of a config file) for one log line.
-func oneLine(err error) string {
-	return strings.ReplaceAll(err.Error(), "\n", "; ")
 }

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/manifoldlb/manifold/internal/node"
+	"github.com/manifoldlb/manifold/internal/api"
 )
 
 // The active-active topology: a router running BIRD with one eBGP session per LB node,
@@ -229,12 +229,12 @@ func (a *ActiveActive) WaitRoutes(vips []netip.Addr, timeout time.Duration, node
 }
 
 // Status asks a node's API for its status.
-func (a *ActiveActive) Status(role string) (*node.Status, error) {
+func (a *ActiveActive) Status(role string) (*api.Status, error) {
 	out, err := a.Host(role).Output("curl", "-sf", "--max-time", "2", "http://127.0.0.1:9100/api/v1/status")
 	if err != nil {
 		return nil, err
 	}
-	var st node.Status
+	var st api.Status
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		return nil, fmt.Errorf("%s status: %w", role, err)
 	}
@@ -243,7 +243,7 @@ func (a *ActiveActive) Status(role string) (*node.Status, error) {
 
 // BackendState returns the state (up, draining, down) a node's status gives a backend
 // address in a service.
-func BackendState(st *node.Status, service string, addr netip.Addr) (string, error) {
+func BackendState(st *api.Status, service string, addr netip.Addr) (api.BackendState, error) {
 	for _, s := range st.Services {
 		if s.Name != service {
 			continue

@@ -25,7 +25,6 @@ import (
 	"github.com/manifoldlb/manifold/internal/api/apitest"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/metrics"
-	"github.com/manifoldlb/manifold/internal/node"
 )
 
 const apiToken = "lab-t0ken-5e3c"
@@ -121,20 +120,20 @@ func (al *apiLab) get(path string) ([]byte, error) {
 	return body, err
 }
 
-func (al *apiLab) service(t *testing.T, name string) node.ServiceStatus {
+func (al *apiLab) service(t *testing.T, name string) api.ServiceStatus {
 	t.Helper()
 	body, err := al.get("/api/v1/services/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var s node.ServiceStatus
+	var s api.ServiceStatus
 	if err := json.Unmarshal(body, &s); err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-func backendOf(s node.ServiceStatus, addr string) *node.BackendStatus {
+func backendOf(s api.ServiceStatus, addr string) *api.BackendStatus {
 	for i := range s.Backends {
 		if s.Backends[i].Address == addr {
 			return &s.Backends[i]
@@ -325,7 +324,7 @@ func TestAPIOperatorSurface(t *testing.T) {
 			t.Logf("manifold ctl %s:\n%s", strings.Join(args, " "), out)
 		}
 		out, err = al.lb.Output(manifoldBin, "ctl", "backends", "web-ipv4", "-o", "json")
-		var s node.ServiceStatus
+		var s api.ServiceStatus
 		if err != nil || json.Unmarshal([]byte(out), &s) != nil || backendOf(s, be3v4).Weight != 4 {
 			t.Errorf("ctl backends -o json: %v\n%s", err, out)
 		}
@@ -419,7 +418,7 @@ func TestAPIKill9(t *testing.T) {
 		// what the node runs now is the base of the next round
 		weight.acked = int(w.Weight)
 		if code, body, err := al.call("GET", "/api/v1/services/churn", ""); err == nil && code == 200 {
-			var c node.ServiceStatus
+			var c api.ServiceStatus
 			if err := json.Unmarshal(body, &c); err != nil {
 				t.Fatal(err)
 			}

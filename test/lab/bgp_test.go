@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"github.com/manifoldlb/manifold/internal/api"
 	"net/netip"
 	"strings"
 	"syscall"
@@ -373,7 +374,7 @@ func TestActiveActive(t *testing.T) {
 
 // waitBackendState waits until every node gives backend be (both families) the state
 // want in the web services, and returns how long that took.
-func waitBackendState(t *testing.T, a *ActiveActive, nodes []string, be *Host, want string, timeout time.Duration) time.Duration {
+func waitBackendState(t *testing.T, a *ActiveActive, nodes []string, be *Host, want api.BackendState, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	err := Eventually(timeout, 20*time.Millisecond, func() error {

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/manifoldlb/manifold/internal/api"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -353,7 +354,7 @@ func (b *bench) waitHop(present bool, timeout time.Duration) ([]time.Time, error
 
 // waitBackend waits until every node gives the backend at addr the state want in
 // the IPv4 web service, and returns when each node was first seen so.
-func (b *bench) waitBackend(addr netip.Addr, want string, timeout time.Duration) ([]time.Time, error) {
+func (b *bench) waitBackend(addr netip.Addr, want api.BackendState, timeout time.Duration) ([]time.Time, error) {
 	var conds []func() error
 	for _, n := range b.a.Nodes {
 		conds = append(conds, func() error {

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/manifoldlb/manifold/internal/api"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -323,7 +324,7 @@ func (d *demo) forwarded(role string) (uint64, error) {
 
 // waitBackend waits until every node gives the backend at addr the state want in
 // the IPv4 web service, and returns how long that took.
-func (d *demo) waitBackend(nodes []string, addr netip.Addr, want string, timeout time.Duration) (time.Duration, error) {
+func (d *demo) waitBackend(nodes []string, addr netip.Addr, want api.BackendState, timeout time.Duration) (time.Duration, error) {
 	start := time.Now()
 	err := lab.Eventually(timeout, 20*time.Millisecond, func() error {
 		for _, role := range nodes {

@@ -1,13 +1,12 @@
 package node
 
 import (
-	"net/netip"
 	"sync"
 	"time"
 
-	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/datapath"
-	"github.com/manifoldlb/manifold/internal/health"
+	"github.com/manifoldlb/manifold/internal/reconcile"
 )
 
 // rateInterval is how often the packet and byte counters are sampled for the rates
@@ -40,18 +39,17 @@ func newRateMeter() *rateMeter {
 	return &rateMeter{last: map[rateKey]sample{}, rates: map[rateKey]rate{}}
 }
 
-// run samples the counters of b's services every rateInterval until stop is closed.
-func (m *rateMeter) run(b *statusBoard, lb *datapath.LB, stop <-chan struct{}) {
-	t := time.NewTicker(rateInterval)
+// run samples the counters of the services of view every rateInterval until stop is
+// closed.
+func (m *rateMeter) run(view func() reconcile.View, lb *datapath.LB, clk clock.Clock, stop <-chan struct{}) {
+	t := clk.NewTicker(rateInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-stop:
 			return
-		case now := <-t.C:
-			b.mu.Lock()
-			services := b.services
-			b.mu.Unlock()
+		case now := <-t.C():
+			services := view().Services
 			cur := map[rateKey]datapath.Counters{}
 			for _, s := range services {
 				if c, err := lb.ServiceCounters(s.ID); err == nil {
@@ -98,35 +96,4 @@ func (m *rateMeter) get(k rateKey) (pps, bps float64) {
 	defer m.mu.Unlock()
 	r := m.rates[k]
 	return r.packets, r.bytes
-}
-
-// healthChecks returns the checker's state of every target.
-func (b *statusBoard) healthChecks() map[health.Target]health.Status {
-	out := map[health.Target]health.Status{}
-	if b.checker == nil {
-		return out
-	}
-	for _, s := range b.checker.Status() {
-		out[s.Target] = s
-	}
-	return out
-}
-
-// healthOf is the health of a backend of a service, as the status shows it.
-func healthOf(s *config.Service, addr netip.Addr, checks map[health.Target]health.Status) BackendHealth {
-	t := health.Target{Addr: addr, Check: s.Health}
-	if s.Health.Kind == config.HealthNone || s.Health.Kind == "" {
-		return BackendHealth{Check: "none", Up: true}
-	}
-	h := BackendHealth{Check: t.String()}
-	st, ok := checks[t]
-	if !ok {
-		return h
-	}
-	h.Up, h.LastError, h.Checks, h.Failures = st.Up, st.LastError, st.Checks, st.Failures
-	h.LatencySeconds = st.LastLatency.Seconds()
-	if !st.LastCheck.IsZero() {
-		h.LastCheck = st.LastCheck.UTC().Format(time.RFC3339Nano)
-	}
-	return h
 }

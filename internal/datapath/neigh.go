@@ -1,4 +1,4 @@
-package node
+package datapath
 
 import (
 	"errors"
@@ -10,14 +10,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// neighbours keeps the link-layer address of every backend's next hop resolved.
+// Neighbours keeps the link-layer address of every backend's next hop resolved.
 //
 // XDP rewrites MAC addresses from the kernel's neighbour table (bpf_fib_lookup), but
 // forwarded XDP traffic never makes the kernel resolve or refresh an entry. A next hop
 // with no valid entry would drop every packet (counted as no_neigh). So the node asks
 // the kernel to manage those entries (NTF_EXT_MANAGED, Linux 5.16+: resolved at once
 // and kept fresh) and removes the ones it created when it stops.
-type neighbours struct {
+type Neighbours struct {
 	log     *slog.Logger
 	created map[neighKey]bool
 }
@@ -27,12 +27,12 @@ type neighKey struct {
 	ifindex int
 }
 
-func newNeighbours(log *slog.Logger) *neighbours {
-	return &neighbours{log: log, created: map[neighKey]bool{}}
+func NewNeighbours(log *slog.Logger) *Neighbours {
+	return &Neighbours{log: log, created: map[neighKey]bool{}}
 }
 
-// ensure resolves the next hops towards every address in backends.
-func (n *neighbours) ensure(backends []netip.Addr) {
+// Ensure resolves the next hops towards every address in backends.
+func (n *Neighbours) Ensure(backends []netip.Addr) {
 	seen := map[neighKey]bool{}
 	for _, b := range backends {
 		hop, err := nextHop(b)
@@ -66,7 +66,7 @@ func nextHop(dst netip.Addr) (neighKey, error) {
 	return neighKey{ip: hop.Unmap(), ifindex: r.LinkIndex}, nil
 }
 
-func (n *neighbours) ensureOne(k neighKey) error {
+func (n *Neighbours) ensureOne(k neighKey) error {
 	family := netlink.FAMILY_V4
 	if k.ip.Is6() {
 		family = netlink.FAMILY_V6
@@ -101,8 +101,8 @@ func (n *neighbours) ensureOne(k neighKey) error {
 	return nil
 }
 
-// release deletes the managed entries the node created.
-func (n *neighbours) release() {
+// Release deletes the managed entries the node created.
+func (n *Neighbours) Release() {
 	for k := range n.created {
 		family := netlink.FAMILY_V4
 		if k.ip.Is6() {

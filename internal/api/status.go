@@ -1,0 +1,116 @@
+package api
+
+// The node's state as the API returns it. These are the wire types of GET
+// /api/v1/status and /api/v1/services: the daemon fills them, ctl, metrics and the lab
+// decode them; none of those imports the daemon.
+
+// Status is the body of GET /api/v1/status.
+type Status struct {
+	Node             string            `json:"node"`
+	Interfaces       []InterfaceStatus `json:"interfaces"`
+	BGP              *BGPStatus        `json:"bgp,omitempty"` // absent without a bgp section
+	Services         []ServiceStatus   `json:"services"`
+	FlowTableEntries int               `json:"flow_table_entries"`
+	FlowTableSize    uint32            `json:"flow_table_size"` // capacity
+	Drops            map[string]uint64 `json:"drops"`
+	Reloads          uint64            `json:"reloads"`
+	ReloadFailures   uint64            `json:"reload_failures"`
+	Config           ConfigInfo        `json:"config"` // the config file the node runs
+}
+
+// BGPStatus is the speaker's state: its peers, as GoBGP reports them.
+type BGPStatus struct {
+	ASN      uint32       `json:"asn"`
+	RouterID string       `json:"router_id"`
+	Peers    []PeerStatus `json:"peers"`
+}
+
+type PeerStatus struct {
+	Address string `json:"address"`
+	ASN     uint32 `json:"asn"`
+	// State is the BGP FSM state: idle, connect, active, opensent, openconfirm,
+	// established.
+	State string `json:"state"`
+	Up    bool   `json:"up"` // established
+	// UpSince is when the session was last established (RFC 3339), "" when down.
+	UpSince         string `json:"up_since,omitempty"`
+	UpdatesSent     uint64 `json:"updates_sent"`
+	UpdatesReceived uint64 `json:"updates_received"`
+}
+
+type InterfaceStatus struct {
+	Name    string `json:"name"`
+	XDPMode string `json:"xdp_mode"`
+}
+
+type ServiceStatus struct {
+	Name       string `json:"name"`
+	VIP        string `json:"vip"`
+	Port       uint16 `json:"port"`
+	Protocol   string `json:"protocol"`
+	Forwarding string `json:"forwarding"`
+	Scheduler  string `json:"scheduler"`
+	// Announced says whether this node announces the VIP over BGP now; Reason says
+	// why (or why not), e.g. "no healthy backend".
+	Announced bool   `json:"announced"`
+	Reason    string `json:"announce_reason,omitempty"`
+	Packets   uint64 `json:"packets"`
+	Bytes     uint64 `json:"bytes"`
+	// PacketsPerSecond and BytesPerSecond are over the last second.
+	PacketsPerSecond float64         `json:"packets_per_second"`
+	BytesPerSecond   float64         `json:"bytes_per_second"`
+	Backends         []BackendStatus `json:"backends"`
+	// Spec is the service's config, defaults filled in; PUT takes it back as is.
+	Spec ServiceSpec `json:"spec"`
+}
+
+// BackendState is where a backend stands in its service's Maglev ring.
+type BackendState string
+
+const (
+	BackendUp       BackendState = "up"       // in the ring: healthy, weight > 0
+	BackendDraining BackendState = "draining" // keeps its flows, gets no new ones
+	BackendDown     BackendState = "down"     // failed its health check: gets nothing
+)
+
+type BackendStatus struct {
+	Address          string        `json:"address"`
+	Weight           uint32        `json:"weight"`
+	State            BackendState  `json:"state"`
+	Health           BackendHealth `json:"health"`
+	Packets          uint64        `json:"packets"`
+	Bytes            uint64        `json:"bytes"`
+	PacketsPerSecond float64       `json:"packets_per_second"`
+	BytesPerSecond   float64       `json:"bytes_per_second"`
+}
+
+// BackendHealth is the health check of a backend and its last result.
+type BackendHealth struct {
+	Check          string  `json:"check"` // tcp://10.0.1.1:80, http://…, or none
+	Up             bool    `json:"up"`
+	LastCheck      string  `json:"last_check,omitempty"` // RFC 3339; absent before the first check
+	LastError      string  `json:"last_error,omitempty"`
+	LatencySeconds float64 `json:"latency_seconds"` // of the last check
+	Checks         uint64  `json:"checks"`
+	Failures       uint64  `json:"failures"`
+}
+
+// Service returns the service of that name, if st has one.
+func (st *Status) Service(name string) (*ServiceStatus, bool) {
+	for i := range st.Services {
+		if st.Services[i].Name == name {
+			return &st.Services[i], true
+		}
+	}
+	return nil, false
+}
+
+// Backend returns the backend of that address, if s has one.
+func (s *ServiceStatus) Backend(addr string) (*BackendStatus, bool) {
+	for i := range s.Backends {
+		if s.Backends[i].Address == addr {
+			return &s.Backends[i], true
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,100 @@
+package reconcile
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Announcement is whether this node announces a service's VIP, and why.
+type Announcement struct {
+	Announced bool
+	Reason    string
+}
+
+// Reasons a VIP is or is not announced, as logged and shown by the API.
+const (
+	ReasonNoBGP       = "no bgp section: routing is left to the operator"
+	ReasonStopping    = "node stopping"
+	ReasonNotAttached = "data plane not attached"
+	ReasonNoBackend   = "no healthy backend"
+	reasonRemoved     = "service removed from the config"
+)
+
+// wantedAnnouncements is the announce policy, for every service served: a VIP is
+// announced while the node has BGP, is not stopping, has its data plane attached, and
+// the service has at least one healthy backend (a draining one counts: its flows still
+// need the node).
+func (c *Controller) wantedAnnouncements() map[string]Announcement {
+	out := map[string]Announcement{}
+	for _, s := range c.served {
+		healthy := 0
+		for j := range s.Backends {
+			if c.healthy(s, &s.Backends[j]) {
+				healthy++
+			}
+		}
+		switch {
+		case c.speaker == nil:
+			out[s.Name] = Announcement{Reason: ReasonNoBGP}
+		case c.stopping:
+			out[s.Name] = Announcement{Reason: ReasonStopping}
+		case !c.attached:
+			out[s.Name] = Announcement{Reason: ReasonNotAttached}
+		case healthy == 0:
+			out[s.Name] = Announcement{Reason: ReasonNoBackend}
+		default:
+			out[s.Name] = Announcement{Announced: true, Reason: fmt.Sprintf("%d of %d backends healthy", healthy, len(s.Backends))}
+		}
+	}
+	return out
+}
+
+// syncAnnouncements brings the speaker in line with wantedAnnouncements. Several
+// services may share a VIP (other ports): the VIP is announced while any of them
+// wants it. Only VIPs of served services are ever announced; a VIP no service has any
+// more is withdrawn. A speaker error is logged, and the next sync tries again.
+func (c *Controller) syncAnnouncements() {
+	want := c.wantedAnnouncements()
+	c.announce = want
+	if c.speaker == nil {
+		return
+	}
+	vips := map[netip.Addr][]string{} // VIP → services that want it announced
+	reasons := map[netip.Addr]string{}
+	for _, s := range c.served {
+		st := want[s.Name]
+		if st.Announced {
+			vips[s.VIP] = append(vips[s.VIP], s.Name)
+		} else if _, ok := reasons[s.VIP]; !ok {
+			reasons[s.VIP] = st.Reason
+		}
+	}
+	announced := map[netip.Addr]bool{}
+	for _, vip := range c.speaker.Announced() {
+		announced[vip] = true
+	}
+	for vip, services := range vips {
+		if announced[vip] {
+			continue
+		}
+		if err := c.speaker.Announce(vip); err != nil {
+			c.log.Error("announce failed", "vip", vip, "err", err)
+			continue
+		}
+		c.log.Info("VIP announced", "vip", vip, "services", services, "reason", want[services[0]].Reason)
+	}
+	for vip := range announced {
+		if _, keep := vips[vip]; keep {
+			continue
+		}
+		reason, ok := reasons[vip]
+		if !ok {
+			reason = reasonRemoved
+		}
+		if err := c.speaker.Withdraw(vip); err != nil {
+			c.log.Error("withdraw failed", "vip", vip, "err", err)
+			continue
+		}
+		c.log.Info("VIP withdrawn", "vip", vip, "reason", reason)
+	}
+}

@@ -1,0 +1,313 @@
+package reconcile
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/manifoldlb/manifold/internal/bgp"
+	"github.com/manifoldlb/manifold/internal/clock"
+	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/health"
+)
+
+// The controller: from one desired state (the services of every source, and the
+// backends' health) it derives and applies everything the node writes.
+//
+//	source updates ──► Submit ─┐ (merge sources, Commit, then:)
+//	health changes ──► HealthChanged ─┼─► health targets ─► BPF maps (Reconciler.Apply)
+//	attach / stop  ──► Attached, Stop ┘     ─► neighbour entries ─► BGP announcements ─► View
+//
+// A refused update (a conflict between sources, a failed Commit, a kernel error) leaves
+// everything as it was: the maps are restored, the health targets put back, the source
+// told to Revert. Every method but View must be called from one goroutine, the node's run
+// loop; View is safe from any.
+
+// Health is the health checker as the controller drives it; *health.Checker implements it.
+type Health interface {
+	Set(targets []health.Target)
+	Up(t health.Target) bool
+}
+
+// Neighbours keeps the link-layer next hops of the backends resolved (XDP forwards
+// through the kernel's neighbour table but never makes it resolve an entry).
+type Neighbours interface {
+	Ensure(backends []netip.Addr)
+}
+
+// Options are the controller's parts. Speaker is nil when the node has no bgp section.
+type Options struct {
+	Dataplane  Dataplane
+	Settings   config.Node // read on every packet: entropy source, new-flow bound
+	Speaker    bgp.Speaker
+	BGP        *config.BGP // the speaker's config (ASN, router id, drain time); nil without
+	Health     Health
+	Neighbours Neighbours
+	Clock      clock.Clock
+	Log        *slog.Logger
+}
+
+// Controller is the node's one writer of the data plane, the health targets, the
+// neighbour entries and the BGP announcements.
+type Controller struct {
+	log        *slog.Logger
+	clock      clock.Clock
+	maps       *Reconciler
+	settings   config.Node
+	speaker    bgp.Speaker
+	bgp        *config.BGP
+	health     Health
+	neighbours Neighbours
+
+	sources  map[string][]config.Service // by source: what each last sent and got applied
+	served   []*config.Service           // the union, sorted by name
+	attached bool
+	stopping bool
+	announce map[string]Announcement // by service name
+
+	mu   sync.Mutex // guards view
+	view View
+}
+
+// View is what the controller last applied, for the status and metrics (read on other
+// goroutines than the run loop).
+type View struct {
+	Services []ServiceStatus         // sorted by name
+	Announce map[string]Announcement // by service name
+	// Revisions is the last applied revision of each source.
+	Revisions map[string]string
+}
+
+// ConflictError is an update refused because another source serves the same name or
+// VIP:port/protocol.
+type ConflictError struct{ Message string }
+
+func (e *ConflictError) Error() string { return e.Message }
+
+// KernelError is an update the kernel refused; the previous state was restored.
+type KernelError struct{ Err error }
+
+func (e *KernelError) Error() string {
+	return fmt.Sprintf("the kernel refused the change, nothing was changed: %v", e.Err)
+}
+func (e *KernelError) Unwrap() error { return e.Err }
+
+func NewController(o Options) *Controller {
+	if o.Clock == nil {
+		o.Clock = clock.Real()
+	}
+	c := &Controller{
+		log: o.Log, clock: o.Clock, maps: New(o.Dataplane), settings: o.Settings,
+		speaker: o.Speaker, bgp: o.BGP, health: o.Health, neighbours: o.Neighbours,
+		sources: map[string][]config.Service{}, announce: map[string]Announcement{},
+	}
+	c.view = View{Announce: map[string]Announcement{}, Revisions: map[string]string{}}
+	return c
+}
+
+// Submit applies a source's update as one transaction: check it against the other
+// sources, Commit it, set the health targets, write the maps; on a kernel error put
+// everything back and Revert. Then the neighbours, the announcements and the view follow.
+func (c *Controller) Submit(u Update) error {
+	next := maps.Clone(c.sources)
+	next[u.Source] = u.Services
+	served, err := union(next)
+	if err != nil {
+		return err
+	}
+	if u.Commit != nil {
+		if err := u.Commit(); err != nil {
+			return err
+		}
+	}
+	if err := c.apply(served); err != nil {
+		if u.Revert != nil {
+			if rerr := u.Revert(); rerr != nil {
+				c.log.Error("the kernel refused an update and its source could not take it back: the source now differs from what the node runs",
+					"source", u.Source, "revision", u.Revision, "err", rerr)
+			}
+		}
+		return &KernelError{Err: err}
+	}
+	c.sources = next
+	c.setRevision(u.Source, u.Revision)
+	c.settle()
+	return nil
+}
+
+// apply writes served and the current health to the health checker and the maps. On a
+// kernel error the maps are restored by the Reconciler and the targets here.
+func (c *Controller) apply(served []*config.Service) error {
+	c.health.Set(targets(served))
+	cfg := &config.Config{Node: c.settings, Services: derefAll(served)}
+	if err := c.maps.Apply(cfg, c.healthy); err != nil {
+		c.health.Set(targets(c.served))
+		return err
+	}
+	c.served = served
+	return nil
+}
+
+// HealthChanged re-applies the maps after a backend's health changed.
+func (c *Controller) HealthChanged() {
+	cfg := &config.Config{Node: c.settings, Services: derefAll(c.served)}
+	if err := c.maps.Apply(cfg, c.healthy); err != nil {
+		c.log.Error("applying a health change failed", "err", err)
+	}
+	c.settle()
+}
+
+// Attached says the data plane is attached: VIPs with a healthy backend may be announced.
+func (c *Controller) Attached() {
+	c.attached = true
+	c.settle()
+}
+
+// Refresh re-resolves the backends' next hops (routes change) and republishes the view.
+func (c *Controller) Refresh() {
+	c.neighbours.Ensure(backendAddrs(c.served))
+	c.publish()
+}
+
+// Stop withdraws every VIP, keeps forwarding for bgp.drain_time so the routers move the
+// traffic away, then closes the BGP sessions. It returns early, closing the sessions at
+// once, when abort is closed.
+func (c *Controller) Stop(abort <-chan struct{}) {
+	c.stopping = true
+	c.settle()
+	if c.speaker == nil {
+		return
+	}
+	if d := c.bgp.DrainTime; d > 0 {
+		c.log.Info("draining: VIPs withdrawn, still forwarding", "drain_time", d)
+		clock.Sleep(c.clock, d, abort)
+	}
+	if err := c.speaker.Close(); err != nil {
+		c.log.Error("closing BGP sessions", "err", err)
+	}
+	c.log.Info("BGP sessions closed")
+}
+
+// settle brings what follows from the served services and their health in line after
+// any change: next hops, announcements, the view.
+func (c *Controller) settle() {
+	c.neighbours.Ensure(backendAddrs(c.served))
+	c.syncAnnouncements()
+	c.publish()
+}
+
+func (c *Controller) healthy(s *config.Service, b *config.Backend) bool {
+	if !hasCheck(s) {
+		return true
+	}
+	return c.health.Up(health.Target{Addr: b.Address, Check: s.Health})
+}
+
+func (c *Controller) setRevision(source, rev string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.view.Revisions = maps.Clone(c.view.Revisions)
+	c.view.Revisions[source] = rev
+}
+
+func (c *Controller) publish() {
+	services := c.maps.Snapshot()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.view.Services = services
+	c.view.Announce = maps.Clone(c.announce)
+}
+
+// View returns what the controller last applied. The caller must not modify it.
+func (c *Controller) View() View {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.view
+}
+
+// BGP is the speaker and its config, for the status (nil, nil without bgp). Both are
+// fixed for the controller's lifetime, so any goroutine may read them.
+func (c *Controller) BGP() (bgp.Speaker, *config.BGP) { return c.speaker, c.bgp }
+
+// DrainTime is how long Stop keeps forwarding after withdrawing (0 without bgp).
+func (c *Controller) DrainTime() time.Duration {
+	if c.bgp == nil {
+		return 0
+	}
+	return c.bgp.DrainTime
+}
+
+// union merges the sources' services, sorted by name; two sources may not serve the
+// same name or the same VIP:port/protocol.
+func union(sources map[string][]config.Service) ([]*config.Service, error) {
+	names := slices.Sorted(maps.Keys(sources))
+	byName := map[string]string{}      // service name → source
+	byKey := map[serviceKeyOf]string{} // VIP:port/protocol → "source/service"
+	var out []*config.Service
+	for _, src := range names {
+		svcs := sources[src]
+		for i := range svcs {
+			s := &svcs[i]
+			if other, ok := byName[s.Name]; ok && other != src {
+				return nil, &ConflictError{fmt.Sprintf("service %s of %s: %s serves a service of that name", s.Name, src, other)}
+			}
+			byName[s.Name] = src
+			k := serviceKeyOf{s.VIP, s.Port, s.Protocol}
+			if other, ok := byKey[k]; ok && other != src+"/"+s.Name {
+				return nil, &ConflictError{fmt.Sprintf("service %s of %s: %s serves %s port %d/%s", s.Name, src, other, s.VIP, s.Port, s.Protocol)}
+			}
+			byKey[k] = src + "/" + s.Name
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b *config.Service) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+type serviceKeyOf struct {
+	vip   netip.Addr
+	port  uint16
+	proto config.Protocol
+}
+
+func derefAll(ss []*config.Service) []config.Service {
+	out := make([]config.Service, len(ss))
+	for i, s := range ss {
+		out[i] = *s
+	}
+	return out
+}
+
+func hasCheck(s *config.Service) bool {
+	return s.Health.Kind != config.HealthNone && s.Health.Kind != ""
+}
+
+// targets are the health-check targets of the services: one per backend of a checked
+// service (the checker runs identical targets once).
+func targets(ss []*config.Service) []health.Target {
+	var out []health.Target
+	for _, s := range ss {
+		if !hasCheck(s) {
+			continue
+		}
+		for _, b := range s.Backends {
+			out = append(out, health.Target{Addr: b.Address, Check: s.Health})
+		}
+	}
+	return out
+}
+
+func backendAddrs(ss []*config.Service) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		for _, b := range s.Backends {
+			out = append(out, b.Address)
+		}
+	}
+	return out
+}

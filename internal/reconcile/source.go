@@ -1,0 +1,37 @@
+package reconcile
+
+import (
+	"context"
+
+	"github.com/manifoldlb/manifold/internal/config"
+)
+
+// Update is a new desired state from one source of services: every service that source
+// wants now. Sources are the config file today; the fleet store, Kubernetes and the
+// steering controller next. Each source owns the services it sends; the controller
+// serves the union, and refuses an update that would take a name or a VIP:port/protocol
+// another source already serves.
+type Update struct {
+	Source   string           // "file", …: the name of the source, stable for its lifetime
+	Services []config.Service // validated (config.Parse or the source's own check)
+	Revision string           // the source's name for this state, for logs
+	// Commit, when set, makes the update durable before the data plane follows it (the
+	// file store writes and fsyncs the file); Revert undoes a committed update when
+	// the kernel refuses it. An update whose Commit fails changes nothing.
+	Commit func() error
+	Revert func() error
+}
+
+// Sink takes a source's updates: the node's run loop, which hands each to
+// Controller.Submit and returns its error. Submit fails with the context's error when
+// the node is stopping.
+type Sink interface {
+	Submit(ctx context.Context, u Update) error
+}
+
+// Source feeds the Sink it was made with until ctx ends (the node runs every source on
+// a goroutine of its own). Adding a source of desired state is writing one of these;
+// nothing in this package changes.
+type Source interface {
+	Run(ctx context.Context) error
+}
