@@ -157,9 +157,10 @@ func (h *harness) status(t *testing.T, tg Target) Status {
 // tcpServer is a real TCP listener that accepts and immediately closes connections,
 // reporting each one.
 type tcpServer struct {
-	ln    net.Listener
-	conns chan string // the remote address of every accepted connection
-	done  chan struct{}
+	ln      net.Listener
+	conns   chan string   // the remote address of every accepted connection
+	closing chan struct{} // closed by close: the accept loop stops reporting
+	done    chan struct{}
 }
 
 func listenTCP(t *testing.T, addr string) *tcpServer {
@@ -168,7 +169,7 @@ func listenTCP(t *testing.T, addr string) *tcpServer {
 	if err != nil {
 		t.Fatalf("listen %s: %v", addr, err)
 	}
-	s := &tcpServer{ln: ln, conns: make(chan string, 1024), done: make(chan struct{})}
+	s := &tcpServer{ln: ln, conns: make(chan string, 1024), closing: make(chan struct{}), done: make(chan struct{})}
 	go func() { // owned by the test: ends when s.close closes the listener
 		defer close(s.done)
 		for {
@@ -176,8 +177,12 @@ func listenTCP(t *testing.T, addr string) *tcpServer {
 			if err != nil {
 				return
 			}
-			s.conns <- c.RemoteAddr().String()
 			c.Close()
+			select { // a runaway prober may fill conns: the test fails, and must not hang
+			case s.conns <- c.RemoteAddr().String():
+			case <-s.closing:
+				return
+			}
 		}
 	}()
 	t.Cleanup(s.close)
@@ -185,6 +190,11 @@ func listenTCP(t *testing.T, addr string) *tcpServer {
 }
 
 func (s *tcpServer) close() {
+	select {
+	case <-s.closing: // closed already (a test closes it, then its cleanup does)
+	default:
+		close(s.closing)
+	}
 	s.ln.Close()
 	<-s.done
 }
@@ -347,7 +357,11 @@ func TestSchedule(t *testing.T) {
 		}
 		began := h.clock.Now()
 		h.clock.Advance(d)
-		release <- struct{}{}
+		select {
+		case release <- struct{}{}:
+		case <-time.After(wait):
+			t.Fatalf("the check did not wait for its answer within %v", wait)
+		}
 		return began
 	}
 	// next advances the clock to the next check, and returns how long that was after
