@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,6 +129,10 @@ func startSpeaker(t *testing.T, r *router, asn, peerASN uint32, password string)
 	return s
 }
 
+// eventually polls cond until it holds, failing the test after timeout. GoBGP runs its
+// sessions on its own wall-clock timers (connect retry, idle hold), which cannot take
+// an injected clock, and tells no event of what the tests wait for (a route in a peer's
+// RIB): the tests poll the condition itself, and timeout is only a bound on failure.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -144,7 +150,8 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() er
 
 func wantRoutes(t *testing.T, r *router, want map[string]string) {
 	t.Helper()
-	eventually(t, 5*time.Second, "routes on the router", func() error {
+	// A session may need a connect retry, an idle hold and the retry after it.
+	eventually(t, 3*ConnectRetry, "routes on the router", func() error {
 		if got := r.routes(t); fmt.Sprint(got) != fmt.Sprint(want) {
 			return fmt.Errorf("router has %v, want %v", got, want)
 		}
@@ -177,8 +184,16 @@ func TestAnnounceWithdrawBothFamilies(t *testing.T) {
 			}
 			wantRoutes(t, r, map[string]string{"198.51.100.10/32": "10.0.0.11", "2001:db8:100::10/128": "fd00::11"})
 			// The router's own routes are refused: the node's RIB holds its VIPs only.
+			// GoBGP puts a received route in the peer's Adj-RIB-In and decides on the
+			// global RIB in one step under its lock; once the route shows in the
+			// Adj-RIB-In, the import policy has run.
 			r.originate(t, "0.0.0.0/0", "10.255.0.1")
-			time.Sleep(500 * time.Millisecond)
+			eventually(t, 5*time.Second, "the router's route received by the node", func() error {
+				if got := adjIn(t, s.srv, "127.0.0.1"); got["0.0.0.0/0"] != "10.255.0.1" {
+					return fmt.Errorf("Adj-RIB-In of the router holds %v", got)
+				}
+				return nil
+			})
 			if got := rib(t, s.srv, false); len(got) != 2 {
 				t.Errorf("the node's RIB holds %v, want its two VIPs only", got)
 			}
@@ -222,9 +237,16 @@ func TestAnnounceWithoutNextHopOfTheFamily(t *testing.T) {
 }
 
 // TestPeerDownIsRetried: a peer that is not there at first is connected to once it
-// appears, without restarting the speaker.
+// appears, without restarting the speaker. At first the port accepts TCP but speaks
+// no BGP, and closes the connection: the test sees the failed attempt, where it would
+// have to sleep to be sure that a refused one happened.
 func TestPeerDownIsRetried(t *testing.T) {
-	port := freePort(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
 	log := slog.New(slog.DiscardHandler)
 	s, err := Start(Config{ASN: 65001, RouterID: nodeV4, NextHop4: nodeV4,
 		Peers: []config.Peer{{Address: netip.MustParseAddr("127.0.0.1"), ASN: 65000, Port: uint16(port), HoldTime: 3 * time.Second}}}, log)
@@ -235,9 +257,15 @@ func TestPeerDownIsRetried(t *testing.T) {
 	if err := s.Announce(vip4); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(ConnectRetry + time.Second) // at least one refused attempt
+	ln.(*net.TCPListener).SetDeadline(time.Now().Add(3 * ConnectRetry)) // a bound on failure only
+	conn, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("no connection attempt from the speaker: %v", err)
+	}
+	conn.Close()
+	ln.Close() // from now on the port refuses, until the router listens on it
 	if p := s.Peers()[0]; p.Up() {
-		t.Fatalf("peer up with no router listening: %+v", p)
+		t.Fatalf("peer up with no router: %+v", p)
 	}
 	r := newRouterOnPort(t, port)
 	wantRoutes(t, r, map[string]string{"198.51.100.10/32": "10.0.0.11"})
@@ -276,11 +304,19 @@ func TestMD5(t *testing.T) {
 	})
 	t.Run("wrong key", func(t *testing.T) {
 		r := newRouter(t, 65000, 65001, "s3cret-key")
+		drops := md5Failures(t)
 		s := startSpeaker(t, r, 65001, 65000, "other-key")
 		if err := s.Announce(vip4); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(ConnectRetry + 2*time.Second)
+		// The event that shows the key at work: the router's kernel drops the
+		// speaker's badly signed SYN (and the session cannot come up before one passes).
+		eventually(t, 3*ConnectRetry, "a segment dropped for its MD5 signature", func() error {
+			if n := md5Failures(t); n == drops {
+				return fmt.Errorf("TcpExt TCPMD5Failure still %d", n)
+			}
+			return nil
+		})
 		if p := s.Peers()[0]; p.Up() {
 			t.Fatalf("session up with a wrong MD5 key: %+v", p)
 		}
@@ -288,4 +324,52 @@ func TestMD5(t *testing.T) {
 			t.Fatalf("router got %v over a session with a wrong key", got)
 		}
 	})
+}
+
+// adjIn returns prefix → next hop of the routes received from one peer, before the
+// import policy.
+func adjIn(t *testing.T, srv *server.BgpServer, peer string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := srv.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_ADJ_IN, Name: peer, Family: bgp.RF_IPv4_UC},
+		func(prefix bgp.NLRI, paths []*apiutil.Path) {
+			for _, p := range paths {
+				for _, a := range p.Attrs {
+					if nh, ok := a.(*bgp.PathAttributeNextHop); ok {
+						out[prefix.String()] = nh.Value.String()
+					}
+				}
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// md5Failures reads the network namespace's count of TCP segments dropped for a wrong
+// MD5 signature.
+func md5Failures(t *testing.T) uint64 {
+	t.Helper()
+	data, err := os.ReadFile("/proc/net/netstat")
+	if err != nil {
+		t.Skipf("no TCP counters to see MD5 drops: %v", err)
+	}
+	// Pairs of lines: "TcpExt: name name ..." then "TcpExt: value value ...".
+	lines := strings.Split(string(data), "\n")
+	for i := 0; i+1 < len(lines); i += 2 {
+		names, values := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		if len(names) == 0 || names[0] != "TcpExt:" || len(values) != len(names) {
+			continue
+		}
+		if j := slices.Index(names, "TCPMD5Failure"); j > 0 {
+			n, err := strconv.ParseUint(values[j], 10, 64)
+			if err != nil {
+				t.Fatalf("TcpExt TCPMD5Failure: %v", err)
+			}
+			return n
+		}
+	}
+	t.Skip("the kernel does not count MD5 drops (TcpExt TCPMD5Failure)")
+	return 0
 }

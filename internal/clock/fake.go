@@ -1,6 +1,7 @@
 package clock
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"time"
@@ -8,7 +9,8 @@ import (
 
 // Fake is a Clock that moves only when a test calls Advance. Timers and tickers fire
 // (send on their channel, without blocking: a full channel drops the tick, as the
-// runtime's do) when Advance passes their deadline.
+// runtime's do) when Advance passes their deadline; a timer of a non-positive
+// duration fires at once, as the runtime's does.
 //
 // BlockUntil lets a test wait for the code under test to arm its timers before it
 // advances time: the test waits on an event, never on a sleep.
@@ -69,10 +71,7 @@ func (f *Fake) Advance(d time.Duration) {
 		t := f.waiters[0]
 		f.waiters = f.waiters[1:]
 		f.now = t.when
-		select {
-		case t.c <- t.when:
-		default:
-		}
+		t.fireLocked()
 		if t.period > 0 {
 			t.armLocked(t.period)
 		}
@@ -89,11 +88,39 @@ func (f *Fake) Waiters() int {
 
 // BlockUntil returns once at least n timers or tickers are armed.
 func (f *Fake) BlockUntil(n int) {
+	_ = f.BlockUntilContext(context.Background(), n) // a background context is never done
+}
+
+// BlockUntilContext is BlockUntil bounded by ctx: it returns ctx's error when ctx is
+// done first, so that a test whose code never arms its timer fails instead of hanging.
+func (f *Fake) BlockUntilContext(ctx context.Context, n int) error {
+	// The wake-up takes f.mu, so it cannot slip in between the check of ctx and Wait.
+	stop := context.AfterFunc(ctx, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.armed.Broadcast()
+	})
+	defer stop()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for len(f.waiters) < n {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		f.armed.Wait()
 	}
+	return nil
+}
+
+// NextDeadline is when the earliest armed timer or ticker fires; false when none is
+// armed. A test advances to it to fire exactly the next one.
+func (f *Fake) NextDeadline() (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.waiters) == 0 {
+		return time.Time{}, false
+	}
+	return slices.MinFunc(f.waiters, func(a, b *fakeTimer) int { return a.when.Compare(b.when) }).when, true
 }
 
 type fakeTimer struct {
@@ -105,8 +132,21 @@ type fakeTimer struct {
 
 func (t *fakeTimer) armLocked(d time.Duration) {
 	t.when = t.f.now.Add(d)
+	if d <= 0 && t.period == 0 {
+		t.when = t.f.now // the runtime's timers send the time they fired at, not a past one
+		t.fireLocked()
+		return
+	}
 	t.f.waiters = append(t.f.waiters, t)
 	t.f.armed.Broadcast()
+}
+
+// fireLocked sends the deadline on t's channel, dropping it when the channel is full.
+func (t *fakeTimer) fireLocked() {
+	select {
+	case t.c <- t.when:
+	default:
+	}
 }
 
 // removeLocked disarms t and reports whether it was armed.

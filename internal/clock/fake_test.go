@@ -1,6 +1,8 @@
 package clock
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -86,5 +88,73 @@ func TestSleepInterrupted(t *testing.T) {
 	}
 	if f.Waiters() != 0 {
 		t.Fatal("Sleep left its timer armed")
+	}
+}
+
+func TestFakeTimerOfNoDurationFiresAtOnce(t *testing.T) {
+	f := NewFake(time.Unix(0, 0))
+	for _, d := range []time.Duration{0, -time.Second} {
+		select {
+		case at := <-f.NewTimer(d).C():
+			if !at.Equal(time.Unix(0, 0)) {
+				t.Fatalf("NewTimer(%v) fired at %v, want now", d, at)
+			}
+		default:
+			t.Fatalf("NewTimer(%v) did not fire at once", d)
+		}
+	}
+	tm := f.NewTimer(time.Hour)
+	tm.Reset(0)
+	select {
+	case <-tm.C():
+	default:
+		t.Fatal("Reset(0) did not fire at once")
+	}
+	if f.Waiters() != 0 {
+		t.Fatalf("%d timers armed, want none: all have fired", f.Waiters())
+	}
+	if !Sleep(f, 0, nil) {
+		t.Fatal("Sleep(0) reported it was interrupted")
+	}
+}
+
+func TestBlockUntilContextGivesUp(t *testing.T) {
+	f := NewFake(time.Unix(0, 0))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- f.BlockUntilContext(ctx, 1) }()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("BlockUntilContext = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second): // a failure bound only
+		t.Fatal("BlockUntilContext still blocked 10 s after its context was cancelled")
+	}
+	f.NewTimer(time.Second)
+	if err := f.BlockUntilContext(context.Background(), 1); err != nil {
+		t.Fatalf("BlockUntilContext with a timer armed = %v", err)
+	}
+}
+
+func TestNextDeadline(t *testing.T) {
+	f := NewFake(time.Unix(0, 0))
+	if _, ok := f.NextDeadline(); ok {
+		t.Fatal("NextDeadline reported a deadline with nothing armed")
+	}
+	late := f.NewTimer(5 * time.Second)
+	f.NewTicker(2 * time.Second)
+	if at, ok := f.NextDeadline(); !ok || !at.Equal(time.Unix(2, 0)) {
+		t.Fatalf("NextDeadline = %v, %v; want 2 s (the ticker)", at, ok)
+	}
+	f.Advance(2 * time.Second)
+	f.Advance(2 * time.Second)
+	if at, _ := f.NextDeadline(); !at.Equal(time.Unix(5, 0)) {
+		t.Fatalf("NextDeadline = %v after two ticks, want 5 s (the timer)", at)
+	}
+	late.Stop()
+	if at, _ := f.NextDeadline(); !at.Equal(time.Unix(6, 0)) {
+		t.Fatalf("NextDeadline = %v after the timer stopped, want 6 s (the ticker re-armed)", at)
 	}
 }

@@ -46,6 +46,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/config"
 )
 
@@ -102,6 +103,7 @@ const (
 // concurrent use.
 type Checker struct {
 	log    *slog.Logger
+	clock  clock.Clock  // schedules the checks and times them
 	client *http.Client // shared by every http prober; keep-alives disabled
 
 	setMu sync.Mutex // serializes Set and Close
@@ -135,17 +137,25 @@ type prober struct {
 	failures    uint64
 }
 
-// New returns a Checker with no targets. log may be nil.
+// New returns a Checker with no targets, on the wall clock. log may be nil.
 func New(log *slog.Logger) *Checker {
-	return newChecker(log, eventBuffer)
+	return NewWithClock(log, clock.Real())
 }
 
-func newChecker(log *slog.Logger, buffer int) *Checker {
+// NewWithClock returns a Checker whose intervals, jitter, LastCheck times and latencies
+// run on clk (tests pass a [clock.Fake]). The timeout of each check stays a wall-clock
+// deadline: it bounds a real dial and HTTP exchange. log may be nil.
+func NewWithClock(log *slog.Logger, clk clock.Clock) *Checker {
+	return newChecker(log, clk, eventBuffer)
+}
+
+func newChecker(log *slog.Logger, clk clock.Clock, buffer int) *Checker {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Checker{
 		log:     log,
+		clock:   clk,
 		client:  newHTTPClient(),
 		probers: make(map[Target]*prober),
 		pending: make(map[Target]Event),
@@ -335,24 +345,20 @@ func (c *Checker) run(p *prober) {
 	defer close(p.done)
 	interval, timeout := timing(p.target.Check)
 	jitter := time.Duration(rand.Int64N(int64(interval)/10 + 1)) // ≤ 10% of interval
-	// The timer is reset before every wait: the first check runs at once.
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	for {
-		start := time.Now()
+		start := c.clock.Now()
+		// A real deadline, not one of c.clock: it must cut a real socket short, which
+		// a test's fake clock would never do.
 		ctx, cancel := context.WithTimeout(p.ctx, timeout)
 		err := probe(ctx, c.client, p.target)
 		cancel()
-		latency := time.Since(start)
+		latency := c.clock.Now().Sub(start)
 		c.record(p, start, latency, err)
 
 		wait := interval - latency + jitter
 		jitter = 0 // only the first wait: it shifts the phase of the prober
-		timer.Reset(max(wait, 0))
-		select {
-		case <-p.ctx.Done():
+		if !clock.Sleep(c.clock, wait, p.ctx.Done()) {
 			return
-		case <-timer.C:
 		}
 	}
 }
