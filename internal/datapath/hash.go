@@ -6,8 +6,7 @@ import (
 	"net/netip"
 )
 
-// hashSeed is LB_HASH_SEED of bpf/lib/consts.h.
-const hashSeed = 0x6d616e69
+const hashSeed = uint32(lbLbSharedLB_HASH_SEED)
 
 // Flow is a 5-tuple as the data plane sees it.
 type Flow struct {
