@@ -63,6 +63,9 @@ enum lb_shared {
 	/* Seed of the flow hash. Every node must use the same one so that a flow hashes to
 	 * the same Maglev slot everywhere; the Go side (FlowHash) predicts slots with it. */
 	LB_HASH_SEED = 0x6d616e69, /* "mani" */
+	/* Prefix length of node.entropy_prefix4: the flow hash picks the other bits. (The
+	 * IPv6 one is a /64, the two words of lb_settings.entropy6.) */
+	LB_ENTROPY4_BITS = 16,
 };
 
 /* BTF holds only the types something in the object uses, and bpf2go exports only

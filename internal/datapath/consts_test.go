@@ -29,10 +29,11 @@ func TestConstantsAgreeWithObjects(t *testing.T) {
 		values map[string]uint64 // enumerator → the Go side's value
 	}{
 		{lb, "lb_shared", map[string]uint64{
-			"LB_MAX_SERVICES": uint64(MaxServices),
-			"LB_MAX_BACKENDS": uint64(MaxBackends),
-			"LB_VIP_SLOTS":    uint64(vipSlots),
-			"LB_HASH_SEED":    uint64(hashSeed),
+			"LB_MAX_SERVICES":  uint64(MaxServices),
+			"LB_MAX_BACKENDS":  uint64(MaxBackends),
+			"LB_VIP_SLOTS":     uint64(vipSlots),
+			"LB_HASH_SEED":     uint64(hashSeed),
+			"LB_ENTROPY4_BITS": uint64(entropy4Bits),
 		}},
 		{lb, "lb_family", families},
 		{decap, "lb_family", families},

@@ -148,6 +148,7 @@ const (
 	lbLbSharedLB_MAX_BACKENDS lbLbShared = 65536
 	lbLbSharedLB_VIP_SLOTS    lbLbShared = 65536
 	lbLbSharedLB_HASH_SEED    lbLbShared = 1835101801
+	lbLbSharedLB_ENTROPY4BITS lbLbShared = 16
 )
 
 type lbLbVip struct {

@@ -6,6 +6,9 @@ import (
 	"net/netip"
 )
 
+// The program's flow hash in Go, bit for bit: with it the tests know which backend the
+// program must pick for a flow, and can pin flows as the program would.
+
 const hashSeed = uint32(lbLbSharedLB_HASH_SEED)
 
 // Flow is a 5-tuple as the data plane sees it.
