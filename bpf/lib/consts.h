@@ -2,26 +2,9 @@
 #ifndef LB_CONSTS_H
 #define LB_CONSTS_H
 
-/* Number of services (VIP:port/proto) a node can hold. Bounds lb_vips and lb_maglev;
- * 16k leaves room for the "10 000 services" programming benchmark. */
-#ifndef LB_MAX_SERVICES
-#define LB_MAX_SERVICES 16384
-#endif
-
 /* Number of distinct VIP addresses (several services may share one address). */
 #ifndef LB_MAX_VIP_ADDRS
 #define LB_MAX_VIP_ADDRS 16384
-#endif
-
-/* Slots of each VIP address filter array (vipaddr.h), a power of two: the slot is a
- * 16-bit fold of the address. Four times LB_MAX_VIP_ADDRS, so that few addresses share
- * a slot; 512 KiB (IPv4) and 1.25 MiB (IPv6). */
-#define LB_VIP_SLOTS 65536
-
-/* Number of (service, backend) slots. Slot 0 is reserved to mean "no backend", so a
- * zeroed flow entry can never point at a live backend. */
-#ifndef LB_MAX_BACKENDS
-#define LB_MAX_BACKENDS 65536
 #endif
 
 /* Default number of flow-table entries; the daemon overrides max_entries before load
@@ -63,8 +46,31 @@
 /* Length of the window in which node.new_flow_rate is counted, in ns. */
 #define LB_FLOW_RATE_WINDOW_NS 1000000000ULL
 
-/* Seed of the flow hash. Every node must use the same one so that a flow hashes to the
- * same Maglev slot everywhere; the Go mirror (internal/datapath/hash.go) uses it too. */
-#define LB_HASH_SEED 0x6d616e69 /* "mani" */
+/* The numbers the daemon needs as well as the program. An enum, not macros, so that
+ * bpf2go exports it to Go (-type lb_shared): internal/datapath takes these from the
+ * generated code and never copies one by hand. */
+enum lb_shared {
+	/* Services (VIP:port/proto) a node can hold. Bounds lb_vips and lb_maglev; 16k
+	 * leaves room for the "10 000 services" programming benchmark. */
+	LB_MAX_SERVICES = 16384,
+	/* (service, backend) slots. Slot 0 is reserved to mean "no backend", so a zeroed
+	 * flow entry can never point at a live backend. */
+	LB_MAX_BACKENDS = 65536,
+	/* Slots of each VIP address filter array (vipaddr.h), a power of two: the slot is
+	 * a 16-bit fold of the address. Four times LB_MAX_VIP_ADDRS, so that few addresses
+	 * share a slot; 512 KiB (IPv4) and 1.25 MiB (IPv6). */
+	LB_VIP_SLOTS = 65536,
+	/* Seed of the flow hash. Every node must use the same one so that a flow hashes to
+	 * the same Maglev slot everywhere; the Go side (FlowHash) predicts slots with it. */
+	LB_HASH_SEED = 0x6d616e69, /* "mani" */
+	/* Prefix length of node.entropy_prefix4: the flow hash picks the other bits. (The
+	 * IPv6 one is a /64, the two words of lb_settings.entropy6.) */
+	LB_ENTROPY4_BITS = 16,
+};
+
+/* BTF holds only the types something in the object uses, and bpf2go exports only
+ * types in BTF: this global puts enum lb_shared there. Nothing reads it; hidden, so that
+ * bpf2go makes no Go variable of it. */
+__attribute__((visibility("hidden"))) enum lb_shared lb_shared_btf;
 
 #endif

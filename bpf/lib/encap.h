@@ -43,7 +43,7 @@ static __always_inline __be32 outer_src4(__u32 hash)
 {
 	if (!node_settings.entropy4)
 		return node_addr4;
-	return node_settings.entropy4 | bpf_htonl(hash & 0xffff);
+	return node_settings.entropy4 | bpf_htonl(hash & ((1U << (32 - LB_ENTROPY4_BITS)) - 1));
 }
 
 static __always_inline void outer_src6(__u32 *dst, __u32 hash)

@@ -1,6 +1,6 @@
-/* jhash.h: Bob Jenkins' lookup3 hash over 32-bit words, the flow hash. The Go mirror in
- * internal/datapath/hash.go must stay bit-identical: every node hashes a flow to the
- * same Maglev slot only if they agree. */
+/* jhash.h: Bob Jenkins' lookup3 hash over 32-bit words, the flow hash. The datapath
+ * tests carry a Go copy (internal/datapath/flowhash_test.go) that must stay bit-identical:
+ * with it they predict the backend the program picks. */
 #ifndef LB_JHASH_H
 #define LB_JHASH_H
 

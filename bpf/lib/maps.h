@@ -1,5 +1,6 @@
 /* maps.h: the load balancer's maps, one purpose each. Written only by the daemon's
- * reconciler (internal/datapath), except lb_flows and the counters. */
+ * reconciler (internal/reconcile, through internal/datapath), except lb_flows and the
+ * counters, which the program writes. */
 #ifndef LB_MAPS_H
 #define LB_MAPS_H
 

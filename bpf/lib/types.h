@@ -6,9 +6,11 @@
 #include <linux/types.h>
 
 /* Address families as stored in keys: the IP version number, so a zero family marks an
- * unused or unset slot. */
-#define LB_FAMILY_V4 4
-#define LB_FAMILY_V6 6
+ * unused or unset slot. Packed: one byte, as the structs hold it. */
+enum __attribute__((packed)) lb_family {
+	LB_FAMILY_V4 = 4,
+	LB_FAMILY_V6 = 6,
+};
 
 /* IP protocol numbers of the encapsulations, written by lb.c and stripped by decap.c. */
 #define IPPROTO_IPIP_V4 4  /* IPv4 in IP */
@@ -22,7 +24,7 @@
 /* An IPv4 or IPv6 address; IPv4 lives in addr[0] with addr[1..3] zero. */
 struct lb_addr {
 	__be32 addr[4];
-	__u8 family;
+	enum lb_family family;
 	__u8 pad[3];
 };
 
@@ -31,7 +33,7 @@ struct lb_vip_key {
 	__be32 addr[4];
 	__be16 port;
 	__u8 proto;
-	__u8 family;
+	enum lb_family family;
 };
 
 /* lb4_vip_slots / lb6_vip_slots value: the first probe of the VIP address filter
@@ -47,12 +49,14 @@ struct lb6_vip_slot {
 };
 
 /* Service flags. */
-#define LB_VIP_F_SOURCE_HASH (1U << 0) /* maglev-source: hash the client address only */
+enum lb_vip_flags {
+	LB_VIP_F_SOURCE_HASH = 1 << 0, /* maglev-source: hash the client address only */
+};
 
 struct lb_vip {
 	__u32 service_id;  /* index into lb_maglev and lb_service_stats */
 	__u32 table_size;  /* entries of this service's Maglev ring */
-	__u32 flags;       /* LB_VIP_F_* */
+	enum lb_vip_flags flags; /* an OR of LB_VIP_F_* */
 };
 
 /* Backend states. Draining keeps established flows but is absent from the Maglev ring;
@@ -67,7 +71,7 @@ enum lb_backend_state {
 /* How packets reach a backend: its service's `forwarding`. Kept with the backend, not
  * the service, because an established flow reaches its backend without looking at the
  * service at all. */
-enum lb_encap {
+enum __attribute__((packed)) lb_encap {
 	LB_ENCAP_IPIP = 0, /* IPv4-in-IPv4 / IPv6-in-IPv6 */
 	LB_ENCAP_GUE = 1,  /* GUE variant 1: outer IP + UDP, then the client's IP packet */
 };
@@ -77,8 +81,8 @@ struct lb_backend {
 	__be32 addr[4];
 	__u32 service_id; /* a flow entry is honoured only for its own service */
 	enum lb_backend_state state;
-	__u8 family;
-	__u8 encap;       /* enum lb_encap */
+	enum lb_family family;
+	enum lb_encap encap;
 	__be16 gue_port;  /* UDP destination port when encap is GUE */
 };
 

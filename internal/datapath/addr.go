@@ -22,17 +22,12 @@ func addrWords(a netip.Addr) (w [4]uint32) {
 	return w
 }
 
-// Families as the programs store them: the IP version number, zero for an unused slot.
-const (
-	familyV4 = 4
-	familyV6 = 6
-)
-
-func familyOf(a netip.Addr) uint8 {
+// familyOf is the family the programs store with an address (enum lb_family).
+func familyOf(a netip.Addr) lbLbFamily {
 	if a.Is4() {
-		return familyV4
+		return lbLbFamilyLB_FAMILY_V4
 	}
-	return familyV6
+	return lbLbFamilyLB_FAMILY_V6
 }
 
 // be16 turns a port into the host-order value whose memory holds it in network order.
@@ -44,5 +39,6 @@ func be16(port uint16) uint16 {
 
 // decapKey is a VIP as the decapsulation program's lb_decap_vips keys it.
 func decapKey(a netip.Addr) decapLbAddr {
-	return decapLbAddr{Addr: addrWords(a), Family: familyOf(a)}
+	// the same enum lb_family of bpf/lib/types.h, generated once per program
+	return decapLbAddr{Addr: addrWords(a), Family: decapLbFamily(familyOf(a))}
 }

@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
@@ -42,15 +41,6 @@ func (lb *LB) ServiceCounters(id uint32) (Counters, error) {
 		return c, fmt.Errorf("lb_service_stats %d: %w", id, err)
 	}
 	return c, nil
-}
-
-// DropReasons names every drop reason as metrics and the CLI show it.
-func DropReasons() []string {
-	names := make([]string, 0, lbLbDropReasonLB_DROP_MAX)
-	for r := lbLbDropReason(1); r < lbLbDropReasonLB_DROP_MAX; r++ {
-		names = append(names, dropReasonName(r))
-	}
-	return names
 }
 
 // dropReasonNames are the metric label values of enum lb_drop_reason; a test fails
@@ -101,15 +91,6 @@ var eventNames = map[lbLbEvent]string{
 	lbLbEventLB_EV_ICMP_TOO_BIG_SENT: "icmp_too_big_sent",
 }
 
-// EventNames lists every event counter by name.
-func EventNames() []string {
-	names := make([]string, 0, lbLbEventLB_EV_MAX)
-	for e := lbLbEvent(0); e < lbLbEventLB_EV_MAX; e++ {
-		names = append(names, eventName(e))
-	}
-	return names
-}
-
 func eventName(e lbLbEvent) string {
 	if n, ok := eventNames[e]; ok {
 		return n
@@ -149,22 +130,4 @@ func (lb *LB) FlowCount() (int, error) {
 		n++
 	}
 	return n, it.Err()
-}
-
-// FlowBackend returns the backend id the flow table holds for f, 0 when none.
-func (lb *LB) FlowBackend(f Flow) (uint32, error) {
-	var v lbLbFlow
-	if err := lb.objs.LbFlows.Lookup(f.key(), &v); err != nil {
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return 0, nil
-		}
-		return 0, err
-	}
-	return v.BackendId, nil
-}
-
-// PutFlow pins flow f to backend id of service serviceID, as if the program had seen
-// it (tests, and state carried over by an operator).
-func (lb *LB) PutFlow(f Flow, id, serviceID uint32) error {
-	return lb.objs.LbFlows.Put(f.key(), lbLbFlow{BackendId: id, ServiceId: serviceID, Hash: FlowHash(f, false)})
 }

@@ -35,21 +35,10 @@ func LoadDecap(guePort uint16) (*Decap, error) {
 	return d, nil
 }
 
-// Program is the tc program, for BPF_PROG_TEST_RUN.
-func (d *Decap) Program() *ebpf.Program { return d.objs.ManifoldDecap }
-
 // AddVIP lets packets whose inner destination is vip be decapsulated.
 func (d *Decap) AddVIP(vip netip.Addr) error {
 	if err := d.objs.LbDecapVips.Put(decapKey(vip), uint32(1)); err != nil {
 		return fmt.Errorf("lb_decap_vips put %s: %w", vip, err)
-	}
-	return nil
-}
-
-// RemoveVIP stops decapsulating packets for vip.
-func (d *Decap) RemoveVIP(vip netip.Addr) error {
-	if err := d.objs.LbDecapVips.Delete(decapKey(vip)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("lb_decap_vips delete %s: %w", vip, err)
 	}
 	return nil
 }
@@ -113,32 +102,6 @@ func (d *Decap) attachClsact(ifindex int) error {
 		return netlink.FilterDel(filter)
 	}
 	return nil
-}
-
-// DecapCounters are the backend's decapsulation counters summed over CPUs.
-type DecapCounters struct {
-	IPIP4, IPIP6, GUE4, GUE6, NotVIP, Errors uint64
-}
-
-func (d *Decap) Counters() (DecapCounters, error) {
-	var out DecapCounters
-	for c, dst := range map[decapLbDecapCounter]*uint64{
-		decapLbDecapCounterLB_DECAP_IPIP4:   &out.IPIP4,
-		decapLbDecapCounterLB_DECAP_IPIP6:   &out.IPIP6,
-		decapLbDecapCounterLB_DECAP_GUE4:    &out.GUE4,
-		decapLbDecapCounterLB_DECAP_GUE6:    &out.GUE6,
-		decapLbDecapCounterLB_DECAP_NOT_VIP: &out.NotVIP,
-		decapLbDecapCounterLB_DECAP_ERROR:   &out.Errors,
-	} {
-		var per []uint64
-		if err := d.objs.LbDecapStats.Lookup(uint32(c), &per); err != nil {
-			return out, fmt.Errorf("lb_decap_stats %d: %w", c, err)
-		}
-		for _, v := range per {
-			*dst += v
-		}
-	}
-	return out, nil
 }
 
 // Close detaches and releases the program.

@@ -16,7 +16,7 @@ import (
 type decapLbAddr struct {
 	_      structs.HostLayout
 	Addr   [4]uint32
-	Family uint8
+	Family decapLbFamily
 	Pad    [3]uint8
 }
 
@@ -30,6 +30,13 @@ const (
 	decapLbDecapCounterLB_DECAP_NOT_VIP decapLbDecapCounter = 4
 	decapLbDecapCounterLB_DECAP_ERROR   decapLbDecapCounter = 5
 	decapLbDecapCounterLB_DECAP_MAX     decapLbDecapCounter = 6
+)
+
+type decapLbFamily uint8
+
+const (
+	decapLbFamilyLB_FAMILY_V4 decapLbFamily = 4
+	decapLbFamilyLB_FAMILY_V6 decapLbFamily = 6
 )
 
 // Names of all BPF objects in the ELF.

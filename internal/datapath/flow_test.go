@@ -2,7 +2,6 @@ package datapath_test
 
 import (
 	"net/netip"
-	"strings"
 	"testing"
 
 	"github.com/gopacket/gopacket/layers"
@@ -192,13 +191,5 @@ func TestCounters(t *testing.T) {
 	}
 	if c, _ := b.lb.BackendCounters(idWeb); c.Packets != 0 {
 		t.Errorf("a freed backend slot keeps its counters: %+v", c)
-	}
-}
-
-func TestDropReasonsAllNamed(t *testing.T) {
-	for _, name := range datapath.DropReasons() {
-		if name == "" || strings.HasPrefix(name, "reason_") {
-			t.Errorf("drop reason without a name: %q", name)
-		}
 	}
 }

@@ -42,9 +42,9 @@ func (lb *LB) BackendAddr(id uint32) (netip.Addr, error) {
 		binary.NativeEndian.PutUint32(b[4*i:], w)
 	}
 	switch v.Family {
-	case familyV4:
+	case lbLbFamilyLB_FAMILY_V4:
 		return netip.AddrFrom4([4]byte(b[:4])), nil
-	case familyV6:
+	case lbLbFamilyLB_FAMILY_V6:
 		return netip.AddrFrom16(b), nil
 	}
 	return netip.Addr{}, nil

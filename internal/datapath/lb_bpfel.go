@@ -38,8 +38,8 @@ type lbLbBackend struct {
 	Addr      [4]uint32
 	ServiceId uint32
 	State     lbLbBackendState
-	Family    uint8
-	Encap     uint8
+	Family    lbLbFamily
+	Encap     lbLbEncap
 	GuePort   uint16
 }
 
@@ -75,6 +75,13 @@ const (
 	lbLbDropReasonLB_DROP_MAX        lbLbDropReason = 11
 )
 
+type lbLbEncap uint8
+
+const (
+	lbLbEncapLB_ENCAP_IPIP lbLbEncap = 0
+	lbLbEncapLB_ENCAP_GUE  lbLbEncap = 1
+)
+
 type lbLbEvent uint32
 
 const (
@@ -83,6 +90,13 @@ const (
 	lbLbEventLB_EV_ICMP_TO_BACKEND   lbLbEvent = 2
 	lbLbEventLB_EV_ICMP_TOO_BIG_SENT lbLbEvent = 3
 	lbLbEventLB_EV_MAX               lbLbEvent = 4
+)
+
+type lbLbFamily uint8
+
+const (
+	lbLbFamilyLB_FAMILY_V4 lbLbFamily = 4
+	lbLbFamilyLB_FAMILY_V6 lbLbFamily = 6
 )
 
 type lbLbFlow struct {
@@ -127,19 +141,35 @@ type lbLbSettings struct {
 	NewFlowsPerCpu uint32
 }
 
+type lbLbShared uint32
+
+const (
+	lbLbSharedLB_MAX_SERVICES lbLbShared = 16384
+	lbLbSharedLB_MAX_BACKENDS lbLbShared = 65536
+	lbLbSharedLB_VIP_SLOTS    lbLbShared = 65536
+	lbLbSharedLB_HASH_SEED    lbLbShared = 1835101801
+	lbLbSharedLB_ENTROPY4BITS lbLbShared = 16
+)
+
 type lbLbVip struct {
 	_         structs.HostLayout
 	ServiceId uint32
 	TableSize uint32
-	Flags     uint32
+	Flags     lbLbVipFlags
 }
+
+type lbLbVipFlags uint32
+
+const (
+	lbLbVipFlagsLB_VIP_F_SOURCE_HASH lbLbVipFlags = 1
+)
 
 type lbLbVipKey struct {
 	_      structs.HostLayout
 	Addr   [4]uint32
 	Port   uint16
 	Proto  uint8
-	Family uint8
+	Family lbLbFamily
 }
 
 // Names of all BPF objects in the ELF.

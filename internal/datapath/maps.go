@@ -11,10 +11,10 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-// Capacities compiled into the program (bpf/lib/consts.h).
+// Capacities compiled into the program (enum lb_shared, bpf/lib/consts.h).
 const (
-	MaxServices = 16384
-	MaxBackends = 65536 // ids 1..MaxBackends-1; 0 means "no backend"
+	MaxServices = uint32(lbLbSharedLB_MAX_SERVICES)
+	MaxBackends = uint32(lbLbSharedLB_MAX_BACKENDS) // ids 1..MaxBackends-1; 0 means "no backend"
 )
 
 // ServiceKey is what the program matches a packet against: VIP, port (0 = any), protocol.
@@ -30,15 +30,6 @@ type Service struct {
 	TableSize  uint32
 	SourceHash bool // maglev-source
 }
-
-// Flags of lb_vip (bpf/lib/types.h LB_VIP_F_*).
-const vipFlagSourceHash = 1 << 0
-
-// Encapsulations of lb_backend (bpf/lib/types.h enum lb_encap).
-const (
-	encapIPIP = 0
-	encapGUE  = 1
-)
 
 // BackendState is the state the program honours on every packet.
 type BackendState uint32
@@ -81,7 +72,7 @@ func vipKey(k ServiceKey) lbLbVipKey {
 func (lb *LB) PutService(k ServiceKey, s Service) error {
 	v := lbLbVip{ServiceId: s.ID, TableSize: s.TableSize}
 	if s.SourceHash {
-		v.Flags |= vipFlagSourceHash
+		v.Flags |= lbLbVipFlagsLB_VIP_F_SOURCE_HASH
 	}
 	if err := lb.objs.LbVips.Put(vipKey(k), v); err != nil {
 		return fmt.Errorf("lb_vips put %v: %w", k, err)
@@ -165,9 +156,9 @@ func (lb *LB) DeleteRing(serviceID uint32) error {
 
 // PutBackend writes backend slot id.
 func (lb *LB) PutBackend(id uint32, b Backend) error {
-	v := lbLbBackend{Addr: addrWords(b.Addr), ServiceId: b.ServiceID, State: lbLbBackendState(b.State), Family: familyOf(b.Addr), Encap: encapIPIP}
+	v := lbLbBackend{Addr: addrWords(b.Addr), ServiceId: b.ServiceID, State: lbLbBackendState(b.State), Family: familyOf(b.Addr), Encap: lbLbEncapLB_ENCAP_IPIP}
 	if b.GUE {
-		v.Encap = encapGUE
+		v.Encap = lbLbEncapLB_ENCAP_GUE
 		v.GuePort = be16(b.GUEPort)
 	}
 	if err := lb.objs.LbBackends.Put(id, v); err != nil {

@@ -23,8 +23,8 @@ type Settings struct {
 
 // Prefix lengths of the entropy prefixes: the program fills the remaining bits.
 const (
-	Entropy4Bits = 16
-	Entropy6Bits = 64
+	entropy4Bits = int(lbLbSharedLB_ENTROPY4BITS)
+	entropy6Bits = 32 * len(lbLbSettings{}.Entropy6) // the program keeps the /64 as two words
 )
 
 // PutSettings writes s into the loaded program's node settings. The bound is counted per
@@ -33,15 +33,15 @@ const (
 func (lb *LB) PutSettings(s Settings) error {
 	var v lbLbSettings
 	if s.Entropy4.IsValid() {
-		if !s.Entropy4.Addr().Is4() || s.Entropy4.Bits() != Entropy4Bits {
-			return fmt.Errorf("entropy prefix %s: want an IPv4 /%d", s.Entropy4, Entropy4Bits)
+		if !s.Entropy4.Addr().Is4() || s.Entropy4.Bits() != entropy4Bits {
+			return fmt.Errorf("entropy prefix %s: want an IPv4 /%d", s.Entropy4, entropy4Bits)
 		}
 		a := s.Entropy4.Masked().Addr().As4()
 		v.Entropy4 = binary.NativeEndian.Uint32(a[:])
 	}
 	if s.Entropy6.IsValid() {
-		if !s.Entropy6.Addr().Is6() || s.Entropy6.Bits() != Entropy6Bits {
-			return fmt.Errorf("entropy prefix %s: want an IPv6 /%d", s.Entropy6, Entropy6Bits)
+		if !s.Entropy6.Addr().Is6() || s.Entropy6.Bits() != entropy6Bits {
+			return fmt.Errorf("entropy prefix %s: want an IPv6 /%d", s.Entropy6, entropy6Bits)
 		}
 		w := addrWords(s.Entropy6.Masked().Addr())
 		v.Entropy6 = [2]uint32{w[0], w[1]}

@@ -14,8 +14,7 @@ import (
 // the addresses hashing there and how many do. The program asks the hash map only for a
 // slot more than one address shares; the LB, their only writer, remembers which.
 
-// vipSlots is LB_VIP_SLOTS of bpf/lib/consts.h.
-const vipSlots = 65536
+const vipSlots = uint32(lbLbSharedLB_VIP_SLOTS)
 
 // vipSlot mirrors vip_slot() of bpf/lib/vipaddr.h over the address's words.
 func vipSlot(a netip.Addr) uint32 {

@@ -6,8 +6,10 @@ import (
 	"net/netip"
 )
 
-// hashSeed is LB_HASH_SEED of bpf/lib/consts.h.
-const hashSeed = 0x6d616e69
+// The program's flow hash in Go, bit for bit: with it the tests know which backend the
+// program must pick for a flow, and can pin flows as the program would.
+
+const hashSeed = uint32(lbLbSharedLB_HASH_SEED)
 
 // Flow is a 5-tuple as the data plane sees it.
 type Flow struct {
