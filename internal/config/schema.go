@@ -39,13 +39,16 @@ type Field struct {
 	// services[].health.interval.
 	Path     string
 	Type     FieldType
-	Required bool     // when the mapping holding it is present
-	Default  string   // as a file would write it; "" when absent means nothing or depends on other keys (Doc says)
-	Enum     []string // the values of a TypeEnum
-	Range    *Range   // the accepted values of a TypeInt or TypeDuration; nil: any
-	OrZero   bool     // 0 is accepted besides Range (a duration that turns something off)
-	Example  string   // the value the README's example gives
-	Doc      string   // one line for users
+	Required bool   // when the mapping holding it is present
+	Default  string // as a file would write it; "" when absent means nothing or depends on other keys (Doc says)
+	// DefaultIf: Default applies only with some values of other keys (Doc says which),
+	// so the API's document, which cannot say so, leaves it to the description.
+	DefaultIf bool
+	Enum      []string // the values of a TypeEnum
+	Range     *Range   // the accepted values of a TypeInt or TypeDuration; nil: any
+	OrZero    bool     // 0 is accepted besides Range (a duration that turns something off)
+	Example   string   // the value the README's example gives
+	Doc       string   // one line for users
 }
 
 // NodeSchema is the file of `manifold run`, in the order the README shows it.
@@ -112,10 +115,10 @@ var NodeSchema = []Field{
 	{Path: "services[].health.kind", Type: TypeEnum, Enum: enum(HealthTCP, HealthHTTP, HealthNone), Default: def(DefaultHealthKind), Example: "tcp"},
 	{Path: "services[].health.port", Type: TypeInt, Range: &Range{1, math.MaxUint16}, Example: "80",
 		Doc: "default: the service port (required when the service port is 0)"},
-	{Path: "services[].health.path", Type: TypeString, Default: DefaultHealthPath, Example: "/healthz", Doc: "http only"},
+	{Path: "services[].health.path", Type: TypeString, Default: DefaultHealthPath, DefaultIf: true, Example: "/healthz", Doc: "http only"},
 	{Path: "services[].health.interval", Type: TypeDuration, Default: def(DefaultHealthInterval), Range: durations(MinHealthInterval, math.MaxInt64),
 		Example: "1s"},
-	{Path: "services[].health.timeout", Type: TypeDuration, Default: def(DefaultHealthTimeout), Example: "500ms",
+	{Path: "services[].health.timeout", Type: TypeDuration, Default: def(DefaultHealthTimeout), DefaultIf: true, Example: "500ms",
 		Doc: "or the interval when shorter; more than 0, at most the interval"},
 	{Path: "services[].health.rise", Type: TypeInt, Default: def(DefaultHealthRise), Range: &Range{1, MaxRiseFall}, Example: "2",
 		Doc: "consecutive successes to come up"},
