@@ -7,8 +7,9 @@ import (
 // ServiceSpec is a service as the API shows it: every field of the config file's
 // service, defaults filled in. PUT /api/v1/services/{name} accepts it back as is (the
 // body of a PUT is read by the config parser, with the file's field names), so
-// `GET … | jq .spec | PUT` is a faithful round trip; spec_test.go keeps it so when
-// config.Service grows a field.
+// `GET … | jq .spec | PUT` is a faithful round trip. spec_test.go keeps it so: its keys
+// are those of a service in the config schema (config.NodeSchema), and a spec written
+// as YAML parses back into the service it shows.
 type ServiceSpec struct {
 	Name       string        `json:"name" yaml:"name"`
 	VIP        string        `json:"vip" yaml:"vip"`

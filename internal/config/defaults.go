@@ -7,7 +7,8 @@ import (
 
 // Defaults of the fields a config file may leave out. A field given as null ("key:"
 // with no value) is absent too. Defaults only fill fields absent from the file: an
-// explicit `weight: 0` or `port: 0` is kept.
+// explicit `weight: 0` or `port: 0` is kept. The schema (schema.go) shows them;
+// TestDefaultsAreTheSchemas keeps applyDefaults to it.
 const (
 	// node.xdp_mode: try native XDP, fall back to generic with a warning.
 	DefaultXDPMode = XDPAuto

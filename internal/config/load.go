@@ -32,7 +32,7 @@ func Load(path string) (*Config, error) {
 // error messages. On any problem it returns nil and an Errors listing all of them.
 func Parse(file string, data []byte) (*Config, error) {
 	p := newParser(file)
-	root := p.document(data, "node, bgp, services")
+	root := p.document(data, strings.Join(keysOf(NodeSchema, ""), ", "))
 	if root == nil {
 		return nil, p.errs.sorted()
 	}
@@ -60,7 +60,7 @@ func LoadBackend(path string) (*BackendAgent, error) {
 // only in error messages. On any problem it returns nil and an Errors listing all of them.
 func ParseBackend(file string, data []byte) (*BackendAgent, error) {
 	p := newParser(file)
-	root := p.document(data, "backend")
+	root := p.document(data, strings.Join(keysOf(BackendSchema, ""), ", "))
 	if root == nil {
 		return nil, p.errs.sorted()
 	}
@@ -541,9 +541,11 @@ func (p *parser) str(n *yaml.Node, path string) (string, bool) {
 
 var digits = regexp.MustCompile(`^[-+]?[0-9_]+$`)
 
-// integer reads an integer in [lo, hi]. Strings ("80") and floats (80.0) are type
-// errors.
-func (p *parser) integer(n *yaml.Node, path string, lo, hi int64) (int64, bool) {
+// integer reads an integer in the schema's range of the field. Strings ("80") and
+// floats (80.0) are type errors.
+func (p *parser) integer(n *yaml.Node, path string) (int64, bool) {
+	r := fieldAt(path).Range
+	lo, hi := r.Min, r.Max
 	if n.Kind != yaml.ScalarNode {
 		p.fail(n, path, "must be an integer, got %s", kindName(n))
 		return 0, false
@@ -648,8 +650,9 @@ func (p *parser) prefix(n *yaml.Node, path string) (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
-// enum reads a string that must be one of allowed.
-func (p *parser) enum(n *yaml.Node, path string, allowed ...string) (string, bool) {
+// enum reads a string that must be one of the schema's values of the field.
+func (p *parser) enum(n *yaml.Node, path string) (string, bool) {
+	allowed := fieldAt(path).Enum
 	s, ok := p.str(n, path)
 	if !ok {
 		return "", false
@@ -682,12 +685,13 @@ func (p *parser) addrs(n *yaml.Node, path string) []netip.Addr {
 	return out
 }
 
-// The schema. Each walker fills the model from the fields present; defaults.go fills
-// the absent ones and validate.go checks what a single value cannot.
+// The walkers. Each fills the model from the fields present, with the keys, ranges and
+// enum values of schema.go; defaults.go fills the absent ones and validate.go checks
+// what a single value cannot.
 
 func (p *parser) config(n *yaml.Node) *Config {
 	c := &Config{}
-	p.mapping(n, "", []string{"node", "bgp", "services"}, func(key, path string, v *yaml.Node) {
+	p.mapping(n, "", keysOf(NodeSchema, ""), func(key, path string, v *yaml.Node) {
 		switch key {
 		case "node":
 			p.node(v, path, &c.Node)
@@ -705,16 +709,14 @@ func (p *parser) config(n *yaml.Node) *Config {
 }
 
 func (p *parser) node(n *yaml.Node, path string, out *Node) {
-	keys := []string{"name", "interfaces", "xdp_mode", "address", "address6", "api", "api_token", "api_token_file", "flow_table_size",
-		"entropy_source", "entropy_prefix4", "entropy_prefix6", "new_flow_rate"}
-	p.mapping(n, path, keys, func(key, path string, v *yaml.Node) {
+	p.mapping(n, path, keysOf(NodeSchema, "node"), func(key, path string, v *yaml.Node) {
 		switch key {
 		case "name":
 			out.Name, _ = p.str(v, path)
 		case "interfaces":
 			out.Interfaces = p.stringList(v, path)
 		case "xdp_mode":
-			s, _ := p.enum(v, path, string(XDPNative), string(XDPGeneric), string(XDPAuto))
+			s, _ := p.enum(v, path)
 			out.XDPMode = XDPMode(s)
 		case "address":
 			out.Address, _ = p.addr(v, path)
@@ -727,7 +729,7 @@ func (p *parser) node(n *yaml.Node, path string, out *Node) {
 		case "api_token_file":
 			out.APITokenFile, _ = p.str(v, path)
 		case "flow_table_size":
-			x, _ := p.integer(v, path, MinFlowTableSize, MaxFlowTableSize)
+			x, _ := p.integer(v, path)
 			out.FlowTableSize = uint32(x)
 		case "entropy_source":
 			out.EntropySource, _ = p.boolean(v, path)
@@ -736,17 +738,17 @@ func (p *parser) node(n *yaml.Node, path string, out *Node) {
 		case "entropy_prefix6":
 			out.EntropyPrefix6, _ = p.prefix(v, path)
 		case "new_flow_rate":
-			x, _ := p.integer(v, path, 0, math.MaxUint32)
+			x, _ := p.integer(v, path)
 			out.NewFlowRate = uint32(x)
 		}
 	})
 }
 
 func (p *parser) bgp(n *yaml.Node, path string, out *BGP) {
-	p.mapping(n, path, []string{"asn", "router_id", "peers", "drain_time"}, func(key, path string, v *yaml.Node) {
+	p.mapping(n, path, keysOf(NodeSchema, "bgp"), func(key, path string, v *yaml.Node) {
 		switch key {
 		case "asn":
-			x, _ := p.integer(v, path, MinASN, MaxASN)
+			x, _ := p.integer(v, path)
 			out.ASN = uint32(x)
 		case "router_id":
 			out.RouterID, _ = p.addr(v, path)
@@ -762,52 +764,51 @@ func (p *parser) bgp(n *yaml.Node, path string, out *BGP) {
 }
 
 func (p *parser) peer(n *yaml.Node, path string, out *Peer) {
-	p.mapping(n, path, []string{"address", "asn", "port", "hold_time", "password", "ebgp_multihop"}, func(key, path string, v *yaml.Node) {
+	p.mapping(n, path, keysOf(NodeSchema, "bgp.peers[]"), func(key, path string, v *yaml.Node) {
 		switch key {
 		case "address":
 			out.Address, _ = p.addr(v, path)
 		case "asn":
-			x, _ := p.integer(v, path, MinASN, MaxASN)
+			x, _ := p.integer(v, path)
 			out.ASN = uint32(x)
 		case "hold_time":
 			out.HoldTime, _ = p.duration(v, path)
 		case "password":
 			out.Password, _ = p.str(v, path)
 		case "port":
-			x, _ := p.integer(v, path, 1, 65535)
+			x, _ := p.integer(v, path)
 			out.Port = uint16(x)
 		case "ebgp_multihop":
-			x, _ := p.integer(v, path, 1, 255)
+			x, _ := p.integer(v, path)
 			out.EBGPMultihop = uint8(x)
 		}
 	})
 }
 
 func (p *parser) service(n *yaml.Node, path string, out *Service) {
-	keys := []string{"name", "vip", "port", "protocol", "forwarding", "gue_port", "scheduler", "table_size", "backends", "health"}
-	p.mapping(n, path, keys, func(key, path string, v *yaml.Node) {
+	p.mapping(n, path, keysOf(NodeSchema, "services[]"), func(key, path string, v *yaml.Node) {
 		switch key {
 		case "name":
 			out.Name, _ = p.str(v, path)
 		case "vip":
 			out.VIP, _ = p.addr(v, path)
 		case "port":
-			x, _ := p.integer(v, path, 0, 65535)
+			x, _ := p.integer(v, path)
 			out.Port = uint16(x)
 		case "protocol":
-			s, _ := p.enum(v, path, string(TCP), string(UDP))
+			s, _ := p.enum(v, path)
 			out.Protocol = Protocol(s)
 		case "forwarding":
-			s, _ := p.enum(v, path, string(IPIP), string(GUE))
+			s, _ := p.enum(v, path)
 			out.Forwarding = Forwarding(s)
 		case "gue_port":
-			x, _ := p.integer(v, path, 1, 65535)
+			x, _ := p.integer(v, path)
 			out.GUEPort = uint16(x)
 		case "scheduler":
-			s, _ := p.enum(v, path, string(Maglev), string(MaglevSource))
+			s, _ := p.enum(v, path)
 			out.Scheduler = Scheduler(s)
 		case "table_size":
-			x, _ := p.integer(v, path, MinTableSize, MaxTableSize)
+			x, _ := p.integer(v, path)
 			out.TableSize = uint32(x)
 		case "backends":
 			p.list(v, path, func(_ int, ipath string, it *yaml.Node) {
@@ -821,26 +822,25 @@ func (p *parser) service(n *yaml.Node, path string, out *Service) {
 }
 
 func (p *parser) backend(n *yaml.Node, path string, out *Backend) {
-	p.mapping(n, path, []string{"address", "weight"}, func(key, path string, v *yaml.Node) {
+	p.mapping(n, path, keysOf(NodeSchema, "services[].backends[]"), func(key, path string, v *yaml.Node) {
 		switch key {
 		case "address":
 			out.Address, _ = p.addr(v, path)
 		case "weight":
-			x, _ := p.integer(v, path, 0, MaxWeight)
+			x, _ := p.integer(v, path)
 			out.Weight = uint32(x)
 		}
 	})
 }
 
 func (p *parser) health(n *yaml.Node, path string, out *Health) {
-	keys := []string{"kind", "port", "path", "interval", "timeout", "rise", "fall"}
-	p.mapping(n, path, keys, func(key, path string, v *yaml.Node) {
+	p.mapping(n, path, keysOf(NodeSchema, "services[].health"), func(key, path string, v *yaml.Node) {
 		switch key {
 		case "kind":
-			s, _ := p.enum(v, path, string(HealthTCP), string(HealthHTTP), string(HealthNone))
+			s, _ := p.enum(v, path)
 			out.Kind = HealthKind(s)
 		case "port":
-			x, _ := p.integer(v, path, 1, 65535)
+			x, _ := p.integer(v, path)
 			out.Port = uint16(x)
 		case "path":
 			out.Path, _ = p.str(v, path)
@@ -849,10 +849,10 @@ func (p *parser) health(n *yaml.Node, path string, out *Health) {
 		case "timeout":
 			out.Timeout, _ = p.duration(v, path)
 		case "rise":
-			x, _ := p.integer(v, path, 1, MaxRiseFall)
+			x, _ := p.integer(v, path)
 			out.Rise = int(x)
 		case "fall":
-			x, _ := p.integer(v, path, 1, MaxRiseFall)
+			x, _ := p.integer(v, path)
 			out.Fall = int(x)
 		}
 	})
@@ -860,15 +860,15 @@ func (p *parser) health(n *yaml.Node, path string, out *Health) {
 
 func (p *parser) backendFile(n *yaml.Node) *BackendAgent {
 	a := &BackendAgent{}
-	p.mapping(n, "", []string{"backend"}, func(_, path string, v *yaml.Node) {
-		p.mapping(v, path, []string{"interface", "vips", "gue_port"}, func(key, path string, v *yaml.Node) {
+	p.mapping(n, "", keysOf(BackendSchema, ""), func(_, path string, v *yaml.Node) {
+		p.mapping(v, path, keysOf(BackendSchema, "backend"), func(key, path string, v *yaml.Node) {
 			switch key {
 			case "interface":
 				a.Interface, _ = p.str(v, path)
 			case "vips":
 				a.VIPs = p.addrs(v, path)
 			case "gue_port":
-				x, _ := p.integer(v, path, 1, 65535)
+				x, _ := p.integer(v, path)
 				a.GUEPort = uint16(x)
 			}
 		})

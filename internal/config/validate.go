@@ -10,8 +10,10 @@ import (
 	"time"
 )
 
-// Limits of the accepted values. Ranges of single integers are checked while parsing
-// (load.go); everything else here, after defaults are applied.
+// Limits of the accepted values, given to the schema (schema.go). Ranges of single
+// integers are checked while parsing (load.go, from the schema); everything else here,
+// after defaults are applied (TestBoundsAreTheSchemas keeps the durations' bounds to
+// the schema).
 const (
 	MinFlowTableSize  = 1024
 	MaxFlowTableSize  = 1 << 24 // 16777216

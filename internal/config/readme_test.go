@@ -1,0 +1,93 @@
+package config
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the README's config reference from the schema")
+
+const readme = "../../README.md"
+
+// The README's example files, each between "<!-- config-table:NAME -->" and
+// "<!-- end -->", with the column of their comments.
+var readmeTables = []struct {
+	name   string
+	schema []Field
+	col    int
+}{
+	{"node", NodeSchema, 28},
+	{"backend", BackendSchema, 44},
+}
+
+// TestREADME checks that the README's config reference is what the schema generates.
+func TestREADME(t *testing.T) {
+	data, err := os.ReadFile(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := data
+	for _, tab := range readmeTables {
+		begin := []byte("<!-- config-table:" + tab.name + " -->\n")
+		i := bytes.Index(out, begin)
+		j := bytes.Index(out[max(i, 0):], []byte("<!-- end -->"))
+		if i < 0 || j < 0 {
+			t.Fatalf("README.md has no %s...<!-- end --> section", begin)
+		}
+		j += i
+		var lines []line
+		for _, f := range tab.schema {
+			lines = append(lines, line{path: f.Path, value: f.Example, comment: comment(&f)})
+		}
+		gen := "```yaml\n" + render(lines, tab.col) + "```\n"
+		out = append(out[:i+len(begin)], append([]byte(gen), out[j:]...)...)
+	}
+	if bytes.Equal(out, data) {
+		return
+	}
+	if *update {
+		if err := os.WriteFile(readme, out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("README.md's config reference differs from the schema; run go test ./internal/config -run TestREADME -update and review the diff")
+}
+
+// comment is the README's comment on a field: whether it is required, its values, its
+// default and range, then its doc.
+func comment(f *Field) string {
+	var head []string
+	if f.Required {
+		head = append(head, "required")
+	}
+	if len(f.Enum) > 0 {
+		head = append(head, strings.Join(f.Enum, " | "))
+	}
+	if f.Default != "" {
+		head = append(head, "default "+f.Default)
+	}
+	if r := f.Range; r != nil {
+		switch {
+		case f.Type != TypeDuration:
+			head = append(head, fmt.Sprintf("%d..%d", r.Min, r.Max))
+		case r.Max == math.MaxInt64:
+			head = append(head, "at least "+formatDuration(time.Duration(r.Min)))
+		case f.OrZero:
+			head = append(head, fmt.Sprintf("0s or %s..%s", formatDuration(time.Duration(r.Min)), formatDuration(time.Duration(r.Max))))
+		default:
+			head = append(head, fmt.Sprintf("%s..%s", formatDuration(time.Duration(r.Min)), formatDuration(time.Duration(r.Max))))
+		}
+	}
+	s := strings.Join(head, ", ")
+	if s != "" && f.Doc != "" {
+		s += "; "
+	}
+	return s + f.Doc
+}

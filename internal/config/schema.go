@@ -1,0 +1,215 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// The schema: one row per key of a config file. The parser takes its accepted keys,
+// integer ranges and enum values from here; the tests hold the defaults (defaults.go),
+// the duration bounds (validate.go), the API's service schema (api/openapi.json and
+// api.ServiceSpec) and the README's config reference to it, and regenerate the README's
+// reference from it (go test ./internal/config -run TestREADME -update).
+
+// FieldType is the kind of value a key takes.
+type FieldType string
+
+const (
+	TypeString    FieldType = "string"
+	TypeInt       FieldType = "integer"
+	TypeBool      FieldType = "boolean"
+	TypeDuration  FieldType = "duration" // a Go duration: 500ms, 9s, 1m30s
+	TypeAddress   FieldType = "address"  // an IPv4 or IPv6 address
+	TypePrefix    FieldType = "prefix"   // an IPv4 or IPv6 prefix in CIDR notation
+	TypeEnum      FieldType = "enum"     // one of Field.Enum
+	TypeStrings   FieldType = "list of strings"
+	TypeAddresses FieldType = "list of addresses"
+	TypeMapping   FieldType = "mapping" // its keys are the rows below it
+	TypeList      FieldType = "list"    // of mappings, whose keys are the rows below it
+)
+
+// Range is the inclusive range of an integer, or of a duration in nanoseconds.
+type Range struct{ Min, Max int64 }
+
+// Field is one key of a config file.
+type Field struct {
+	// Path names the key from the top of the file; "[]" marks the items of a list:
+	// services[].health.interval.
+	Path     string
+	Type     FieldType
+	Required bool   // when the mapping holding it is present
+	Default  string // as a file would write it; "" when absent means nothing or depends on other keys (Doc says)
+	// DefaultIf: Default applies only with some values of other keys (Doc says which),
+	// so the API's document, which cannot say so, leaves it to the description.
+	DefaultIf bool
+	Enum      []string // the values of a TypeEnum
+	Range     *Range   // the accepted values of a TypeInt or TypeDuration; nil: any
+	OrZero    bool     // 0 is accepted besides Range (a duration that turns something off)
+	Example   string   // the value the README's example gives
+	Doc       string   // one line for users
+}
+
+// NodeSchema is the file of `manifold run`, in the order the README shows it.
+var NodeSchema = []Field{
+	{Path: "node", Type: TypeMapping, Required: true},
+	{Path: "node.name", Type: TypeString, Required: true, Example: "lb1"},
+	{Path: "node.interfaces", Type: TypeStrings, Required: true, Example: "[eth0]", Doc: "XDP attaches to each"},
+	{Path: "node.xdp_mode", Type: TypeEnum, Enum: enum(XDPNative, XDPGeneric, XDPAuto), Default: def(DefaultXDPMode), Example: "auto",
+		Doc: "auto: native, else generic with a warning"},
+	{Path: "node.address", Type: TypeAddress, Required: true, Example: "10.0.0.11", Doc: "this node's address: outer source of encapsulation"},
+	{Path: "node.address6", Type: TypeAddress, Example: "fd00::11", Doc: "optional; an address of the other family, for services of that family"},
+	{Path: "node.api", Type: TypeString, Default: def(DefaultAPI), Example: DefaultAPI, Doc: "the node API"},
+	{Path: "node.api_token", Type: TypeString, Example: `""`,
+		Doc: `default none; API writes need "Authorization: Bearer <token>" (reads too, off loopback)`},
+	{Path: "node.api_token_file", Type: TypeString, Example: `""`, Doc: "or: a file holding the token (not both); read at start"},
+	{Path: "node.flow_table_size", Type: TypeInt, Default: def(DefaultFlowTableSize), Range: &Range{MinFlowTableSize, MaxFlowTableSize},
+		Example: "262144", Doc: "entries of the LRU flow table"},
+	{Path: "node.entropy_source", Type: TypeBool, Default: def(DefaultEntropySource), Example: "false",
+		Doc: "true: outer sources from the prefixes below, by flow hash"},
+	{Path: "node.entropy_prefix4", Type: TypePrefix, Example: "172.16.0.0/16",
+		Doc: fmt.Sprintf("a /%d; required with entropy_source when the node has an IPv4 address", EntropyPrefix4Bits)},
+	{Path: "node.entropy_prefix6", Type: TypePrefix, Example: "fd00:e::/64",
+		Doc: fmt.Sprintf("a /%d; required with entropy_source when the node has an IPv6 address", EntropyPrefix6Bits)},
+	{Path: "node.new_flow_rate", Type: TypeInt, Default: def(DefaultNewFlowRate), Range: &Range{0, math.MaxUint32}, Example: "16384",
+		Doc: "new flows per second the flow table takes (0: no bound), see Packets"},
+
+	{Path: "bgp", Type: TypeMapping, Doc: "optional; without it the node forwards and routing is left to the operator"},
+	{Path: "bgp.asn", Type: TypeInt, Required: true, Range: &Range{MinASN, MaxASN}, Example: "65001", Doc: "the node's AS"},
+	{Path: "bgp.router_id", Type: TypeAddress, Required: true, Example: "10.0.0.11", Doc: "an IPv4 address"},
+	{Path: "bgp.peers", Type: TypeList, Required: true, Doc: "at least one"},
+	{Path: "bgp.peers[].address", Type: TypeAddress, Required: true, Example: "10.0.0.1", Doc: "IPv4 or IPv6, unique"},
+	{Path: "bgp.peers[].asn", Type: TypeInt, Required: true, Range: &Range{MinASN, MaxASN}, Example: "65000",
+		Doc: "the node's own ASN makes it iBGP, any other eBGP"},
+	{Path: "bgp.peers[].port", Type: TypeInt, Default: def(DefaultPeerPort), Range: &Range{1, math.MaxUint16}, Example: "179",
+		Doc: "the peer's TCP port"},
+	{Path: "bgp.peers[].hold_time", Type: TypeDuration, Default: def(DefaultHoldTime), Range: durations(MinHoldTime, MaxHoldTime), OrZero: true,
+		Example: "9s", Doc: "0s: no keepalives; whole seconds; keepalive = hold/3"},
+	{Path: "bgp.peers[].password", Type: TypeString, Example: `""`,
+		Doc: fmt.Sprintf("TCP MD5 key (RFC 2385), at most %d bytes; never logged", MaxPasswordLen)},
+	{Path: "bgp.peers[].ebgp_multihop", Type: TypeInt, Range: &Range{1, math.MaxUint8}, Example: "2",
+		Doc: "eBGP only: TTL for a peer that is not directly connected"},
+	{Path: "bgp.drain_time", Type: TypeDuration, Default: def(DefaultDrainTime), Range: durations(0, MaxDrainTime), Example: "2s",
+		Doc: "on SIGTERM, time between withdrawing and detaching"},
+
+	{Path: "services", Type: TypeList},
+	{Path: "services[].name", Type: TypeString, Required: true, Example: "web", Doc: "[a-zA-Z0-9._-]{1,63}, unique"},
+	{Path: "services[].vip", Type: TypeAddress, Required: true, Example: "198.51.100.10", Doc: "IPv4 or IPv6"},
+	{Path: "services[].port", Type: TypeInt, Default: def(DefaultPort), Range: &Range{0, math.MaxUint16}, Example: "80",
+		Doc: "0 = every port of the VIP"},
+	{Path: "services[].protocol", Type: TypeEnum, Enum: enum(TCP, UDP), Default: def(DefaultProtocol), Example: "tcp"},
+	{Path: "services[].forwarding", Type: TypeEnum, Enum: enum(IPIP, GUE), Default: def(DefaultForwarding), Example: "ipip"},
+	{Path: "services[].gue_port", Type: TypeInt, Default: def(DefaultGUEPort), Range: &Range{1, math.MaxUint16}, Example: "6080",
+		Doc: "UDP destination port of GUE packets (the backends' backend.gue_port)"},
+	{Path: "services[].scheduler", Type: TypeEnum, Enum: enum(Maglev, MaglevSource), Default: def(DefaultScheduler), Example: "maglev",
+		Doc: "maglev hashes the 5-tuple, maglev-source the client address only (affinity)"},
+	{Path: "services[].table_size", Type: TypeInt, Default: def(DefaultTableSize), Range: &Range{MinTableSize, MaxTableSize}, Example: "65537",
+		Doc: "a prime, larger than the number of backends"},
+	{Path: "services[].backends", Type: TypeList},
+	{Path: "services[].backends[].address", Type: TypeAddress, Required: true, Example: "10.0.1.1",
+		Doc: "same family as the vip, unique within the service"},
+	{Path: "services[].backends[].weight", Type: TypeInt, Default: def(DefaultWeight), Range: &Range{0, MaxWeight}, Example: "1",
+		Doc: "0 = draining: keeps its flows, gets no new ones"},
+	{Path: "services[].health", Type: TypeMapping, Doc: "optional (kind none by default: every backend is up)"},
+	{Path: "services[].health.kind", Type: TypeEnum, Enum: enum(HealthTCP, HealthHTTP, HealthNone), Default: def(DefaultHealthKind), Example: "tcp"},
+	{Path: "services[].health.port", Type: TypeInt, Range: &Range{1, math.MaxUint16}, Example: "80",
+		Doc: "default: the service port (required when the service port is 0)"},
+	{Path: "services[].health.path", Type: TypeString, Default: DefaultHealthPath, DefaultIf: true, Example: "/healthz", Doc: "http only"},
+	{Path: "services[].health.interval", Type: TypeDuration, Default: def(DefaultHealthInterval), Range: durations(MinHealthInterval, math.MaxInt64),
+		Example: "1s"},
+	{Path: "services[].health.timeout", Type: TypeDuration, Default: def(DefaultHealthTimeout), DefaultIf: true, Example: "500ms",
+		Doc: "or the interval when shorter; more than 0, at most the interval"},
+	{Path: "services[].health.rise", Type: TypeInt, Default: def(DefaultHealthRise), Range: &Range{1, MaxRiseFall}, Example: "2",
+		Doc: "consecutive successes to come up"},
+	{Path: "services[].health.fall", Type: TypeInt, Default: def(DefaultHealthFall), Range: &Range{1, MaxRiseFall}, Example: "2",
+		Doc: "consecutive failures to go down"},
+}
+
+// BackendSchema is the file of `manifold backend`.
+var BackendSchema = []Field{
+	{Path: "backend", Type: TypeMapping, Required: true},
+	{Path: "backend.interface", Type: TypeString, Required: true, Example: "eth0", Doc: "tc ingress decapsulation attaches here"},
+	{Path: "backend.vips", Type: TypeAddresses, Required: true, Example: "[198.51.100.10, 2001:db8:100::10]",
+		Doc: "added to lo, the only inner destinations decapsulated"},
+	{Path: "backend.gue_port", Type: TypeInt, Default: def(DefaultGUEPort), Range: &Range{1, math.MaxUint16}, Example: "6080",
+		Doc: "UDP port of the GUE packets decapsulated (services[].gue_port)"},
+}
+
+func enum[T ~string](values ...T) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = string(v)
+	}
+	return out
+}
+
+func durations(lo, hi time.Duration) *Range { return &Range{int64(lo), int64(hi)} }
+
+// def writes a default as a file would.
+func def(v any) string {
+	if d, ok := v.(time.Duration); ok {
+		return formatDuration(d)
+	}
+	return fmt.Sprint(v)
+}
+
+// formatDuration writes a duration as people write them in a config file: 5m, not
+// 5m0s; 65535s, not 18h12m15s.
+func formatDuration(d time.Duration) string {
+	switch {
+	case d != 0 && d%time.Minute == 0 && d < time.Hour:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	case d%time.Second == 0:
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return d.String()
+}
+
+// fields indexes both schemas by path.
+var fields = func() map[string]*Field {
+	m := map[string]*Field{}
+	for _, s := range [][]Field{NodeSchema, BackendSchema} {
+		for i := range s {
+			m[s[i].Path] = &s[i]
+		}
+	}
+	return m
+}()
+
+// fieldAt returns the row of a field path of a file (services[2].port is the row
+// services[].port). The walkers ask only for their own keys, so a miss is a bug.
+func fieldAt(path string) *Field {
+	var b strings.Builder
+	for i := 0; i < len(path); i++ {
+		b.WriteByte(path[i])
+		if path[i] == '[' {
+			for i+1 < len(path) && path[i+1] != ']' {
+				i++
+			}
+		}
+	}
+	f, ok := fields[b.String()]
+	if !ok {
+		panic("config: no schema row for " + path)
+	}
+	return f
+}
+
+// keysOf lists the keys of the mapping at parent ("" for the top of the file;
+// "services[]" for a service), in schema order.
+func keysOf(schema []Field, parent string) []string {
+	var keys []string
+	for _, f := range schema {
+		if parentPath(f.Path) == parent {
+			keys = append(keys, f.key())
+		}
+	}
+	return keys
+}
+
+// key is the field's own name: interval for services[].health.interval.
+func (f *Field) key() string {
+	k := f.Path[strings.LastIndexByte(f.Path, '.')+1:]
+	return strings.TrimSuffix(k, "[]")
+}
