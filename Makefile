@@ -3,9 +3,6 @@
 
 GO      ?= go
 BIN     := bin/manifold
-# Debian packages the build, the tests and the demo use.
-DEB_PKGS := clang llvm libbpf-dev bpftool iproute2 ethtool nginx curl bird2 frr tcpdump python3-scapy prometheus \
-	wrk haproxy libnginx-mod-stream nftables python3-matplotlib
 # Tests that need root (BPF, namespaces) skip with a reason without it.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
@@ -13,11 +10,14 @@ TEST_FLAGS ?= -race -count=1 -timeout 25m
 
 all: build
 
-# deps installs missing Debian packages. policy-rc.d keeps apt from starting the
-# packaged nginx service: the lab runs its own nginx inside namespaces.
+# deps installs the missing Debian packages of internal/hostprog's table, the one list
+# of the programs the build, the tests, the demo and the benchmarks run. policy-rc.d
+# keeps apt from starting the packaged nginx service: the lab runs its own nginx
+# inside namespaces.
 deps:
 	@command -v $(GO) >/dev/null || { echo "Go is required (go.mod names the version); install it first"; exit 1; }
-	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@pkgs=$$($(GO) run ./internal/hostprog/debpkgs) || exit 1; \
+	missing=""; for p in $$pkgs; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; \
