@@ -3,6 +3,7 @@
 
 GO      ?= go
 BIN     := bin/manifold
+BENCH   := bin/manifold-bench
 # Tests that need root (BPF, namespaces) skip with a reason without it.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
@@ -25,8 +26,10 @@ deps:
 		rm -f /usr/sbin/policy-rc.d; exit $$rc; \
 	fi
 
+# build builds the node's binary and, apart, the benchmarks' (which link the test rig).
 build:
 	$(GO) build -o $(BIN) ./cmd/manifold
+	$(GO) build -o $(BENCH) ./cmd/manifold-bench
 
 # generate recompiles the BPF programs (bpf2go) into the committed Go bindings.
 generate:
@@ -62,12 +65,12 @@ demo: deps build
 PARTS = bench/results/parts
 bench: deps build
 	@mkdir -p $(PARTS)
-	./$(BIN) bench dataplane --json $(PARTS)/dataplane.json
-	./$(BIN) bench pktrate --json $(PARTS)/pktrate.json
+	./$(BENCH) dataplane --json $(PARTS)/dataplane.json
+	./$(BENCH) pktrate --json $(PARTS)/pktrate.json
 	$(GO) run ./test/lab/httpbench -manifold $(BIN) -json $(PARTS)/http.json
-	./$(BIN) bench controlplane --json $(PARTS)/controlplane.json
+	./$(BENCH) controlplane --json $(PARTS)/controlplane.json
 	$(GO) run ./test/lab/cpbench -manifold $(BIN) -json $(PARTS)/convergence.json
-	./$(BIN) bench report --out bench/results --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
+	./$(BENCH) report --out bench/results --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
 		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/convergence.json
 	/usr/bin/python3 bench/plot.py bench/results/latest.json bench/results
 
