@@ -3,9 +3,7 @@
 
 GO      ?= go
 BIN     := bin/manifold
-# Debian packages the build, the tests and the demo use.
-DEB_PKGS := clang llvm libbpf-dev bpftool iproute2 ethtool nginx curl bird2 frr tcpdump python3-scapy prometheus \
-	wrk haproxy libnginx-mod-stream nftables python3-matplotlib
+BENCH   := bin/manifold-bench
 # Tests that need root (BPF, namespaces) skip with a reason without it.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
@@ -13,11 +11,14 @@ TEST_FLAGS ?= -race -count=1 -timeout 25m
 
 all: build
 
-# deps installs missing Debian packages. policy-rc.d keeps apt from starting the
-# packaged nginx service: the lab runs its own nginx inside namespaces.
+# deps installs the missing Debian packages of internal/hostprog's table, the one list
+# of the programs the build, the tests, the demo and the benchmarks run. policy-rc.d
+# keeps apt from starting the packaged nginx service: the lab runs its own nginx
+# inside namespaces.
 deps:
 	@command -v $(GO) >/dev/null || { echo "Go is required (go.mod names the version); install it first"; exit 1; }
-	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@pkgs=$$($(GO) run ./internal/hostprog/debpkgs) || exit 1; \
+	missing=""; for p in $$pkgs; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; \
@@ -25,8 +26,10 @@ deps:
 		rm -f /usr/sbin/policy-rc.d; exit $$rc; \
 	fi
 
+# build builds the node's binary and, apart, the benchmarks' (which link the test rig).
 build:
 	$(GO) build -o $(BIN) ./cmd/manifold
+	$(GO) build -o $(BENCH) ./cmd/manifold-bench
 
 # generate recompiles the BPF programs (bpf2go) into the committed Go bindings.
 generate:
@@ -62,12 +65,12 @@ demo: deps build
 PARTS = bench/results/parts
 bench: deps build
 	@mkdir -p $(PARTS)
-	./$(BIN) bench dataplane --json $(PARTS)/dataplane.json
-	./$(BIN) bench pktrate --json $(PARTS)/pktrate.json
+	./$(BENCH) dataplane --json $(PARTS)/dataplane.json
+	./$(BENCH) pktrate --json $(PARTS)/pktrate.json
 	$(GO) run ./test/lab/httpbench -manifold $(BIN) -json $(PARTS)/http.json
-	./$(BIN) bench controlplane --json $(PARTS)/controlplane.json
+	./$(BENCH) controlplane --json $(PARTS)/controlplane.json
 	$(GO) run ./test/lab/cpbench -manifold $(BIN) -json $(PARTS)/convergence.json
-	./$(BIN) bench report --out bench/results --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
+	./$(BENCH) report --out bench/results --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
 		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/convergence.json
 	/usr/bin/python3 bench/plot.py bench/results/latest.json bench/results
 

@@ -1,4 +1,4 @@
-// Package bench holds manifold's benchmarks: `manifold bench …` and `make bench` run
+// Package bench holds manifold's benchmarks: `manifold-bench …` and `make bench` run
 // them; they report numbers and ratios against references measured in the same run,
 // and never pass or fail on time.
 package bench

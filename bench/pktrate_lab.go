@@ -1,12 +1,12 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -15,11 +15,11 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/manifoldlb/manifold/internal/datapath/dptest"
+	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
-
-	"github.com/manifoldlb/manifold/internal/datapath/dptest"
 )
 
 // The packet-rate lab: three namespaces in a line, each link a veth pair.
@@ -228,7 +228,7 @@ func (l *rateLab) removeNamespaces() error {
 		if _, err := os.Stat(filepath.Join("/run/netns", name)); errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+		if out, err := hostprog.Command(hostprog.IP, "netns", "del", name).CombinedOutput(); err != nil {
 			errs = append(errs, fmt.Errorf("ip netns del %s: %w: %s", name, err, strings.TrimSpace(string(out))))
 		}
 	}
@@ -239,7 +239,7 @@ func (l *rateLab) removeNamespaces() error {
 // sysfs) with its loopback up.
 func addNamespace(name string) (labNS, error) {
 	ns := labNS{name: name}
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+	if out, err := hostprog.Command(hostprog.IP, "netns", "add", name).CombinedOutput(); err != nil {
 		return ns, fmt.Errorf("ip netns add %s: %w: %s", name, err, strings.TrimSpace(string(out)))
 	}
 	var err error
@@ -288,11 +288,11 @@ func (ns labNS) do(fn func() error) error {
 }
 
 // exec runs a short command in the namespace and returns its error with its output.
-func (ns labNS) exec(stdin string, name string, args ...string) error {
-	cmd := exec.Command("ip", append([]string{"netns", "exec", ns.name, name}, args...)...)
+func (ns labNS) exec(stdin string, prog hostprog.Program, args ...string) error {
+	cmd := hostprog.InNetns(context.Background(), ns.name, prog, args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s: %s %s: %w: %s", ns.name, name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("%s: %s %s: %w: %s", ns.name, prog.Name(), strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
@@ -330,7 +330,7 @@ func attachXDP(ns labNS, ifc *net.Interface, prog *ebpf.Program) (link.Link, err
 // threaded setting is in sysfs, which shows the devices of the namespace that mounted
 // it: hence `ip netns exec`, which mounts the namespace's own.
 func (ns labNS) threadedNAPI(dev string, cpu int) ([]int, error) {
-	if err := ns.exec("", "sh", "-c", "echo 1 > /sys/class/net/"+dev+"/threaded"); err != nil {
+	if err := ns.exec("", hostprog.Sh, "-c", "echo 1 > /sys/class/net/"+dev+"/threaded"); err != nil {
 		return nil, err
 	}
 	var pids []int

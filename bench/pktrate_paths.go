@@ -7,11 +7,11 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/vishvananda/netlink"
-
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/datapath"
+	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/internal/reconcile"
+	"github.com/vishvananda/netlink"
 )
 
 // The ways the device under test forwards, each set up before its runs and undone
@@ -159,13 +159,13 @@ func (r *rateRig) setupNftables() (func() error, error) {
 		return nil, err
 	}
 	undo := func() error {
-		err := r.lab.dut.exec("", "nft", "delete", "table", "ip", nftTable)
+		err := r.lab.dut.exec("", hostprog.Nft, "delete", "table", "ip", nftTable)
 		return errors.Join(err, r.flushConntrack(), detach())
 	}
 	if err := r.flushConntrack(); err != nil {
 		return nil, errors.Join(err, detach())
 	}
-	if err := r.lab.dut.exec(nftRuleset(), "nft", "-f", "-"); err != nil {
+	if err := r.lab.dut.exec(nftRuleset(), hostprog.Nft, "-f", "-"); err != nil {
 		return nil, errors.Join(err, detach())
 	}
 	return undo, nil

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Draws the benchmark plots from bench/results/latest.json (written by
-`manifold bench report`): ns/packet by path, packets/s by data path, requests/s by
+`manifold-bench report`): ns/packet by path, packets/s by data path, requests/s by
 load balancer. Bars are medians over the runs, whiskers min and max.
 
 usage: plot.py LATEST_JSON OUT_DIR

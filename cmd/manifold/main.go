@@ -4,7 +4,9 @@
 //	manifold backend --config FILE    the backend agent (tc decapsulation, VIPs on lo)
 //	manifold validate --config FILE   check a file without touching the system
 //	manifold ctl [--api URL] COMMAND  operator CLI against a node's API (status, drain, …)
-//	manifold bench dataplane          per-packet cost of the data plane
+//
+// The benchmarks are another binary, manifold-bench, so that this one does not carry
+// their test rig (TestNoTestRigLinked).
 package main
 
 import (
@@ -30,8 +32,9 @@ Usage:
   manifold backend --config FILE    run the backend agent (foreground)
   manifold validate --config FILE   check a node or backend config file
   manifold ctl [--api URL] COMMAND  operate a running node (manifold ctl: the commands)
-  manifold bench dataplane          measure the data plane (needs root)
   manifold version
+
+The benchmarks are a binary of their own: manifold-bench (make build builds both).
 `
 
 var version = "dev"
@@ -53,7 +56,7 @@ func main() {
 	case "ctl":
 		err = ctl(args, os.Stdout)
 	case "bench":
-		err = benchCmd(args, os.Stdout)
+		err = errors.New("the benchmarks are a binary of their own: bin/manifold-bench (make build)")
 	case "version", "--version":
 		fmt.Println("manifold", version)
 	case "help", "-h", "--help":

@@ -7,10 +7,10 @@ package metrics
 import (
 	"fmt"
 	"net/http"
-	"os/exec"
 	"strconv"
 	"strings"
 
+	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -168,10 +168,10 @@ func Handler(src Source) http.Handler {
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
-// Promtool runs `promtool check metrics` (the binary at path) on a scrape and returns
-// its complaints as an error. Tests use it on a unit scrape and on a live node's.
-func Promtool(path, scrape string) error {
-	cmd := exec.Command(path, "check", "metrics")
+// Promtool runs `promtool check metrics` on a scrape and returns its complaints as an
+// error. Tests use it on a unit scrape and on a live node's.
+func Promtool(scrape string) error {
+	cmd := hostprog.Command(hostprog.Promtool, "check", "metrics")
 	cmd.Stdin = strings.NewReader(scrape)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -2,10 +2,10 @@ package metrics
 
 import (
 	"net/http/httptest"
-	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -111,12 +111,11 @@ func TestMetricsReportTheSnapshot(t *testing.T) {
 
 // promtool itself (Debian package prometheus) accepts the whole scrape.
 func TestPromtoolCheckMetrics(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool is not installed (apt-get install prometheus)")
+	if err := hostprog.Check(hostprog.Promtool); err != nil {
+		t.Skip(err)
 	}
 	body, _ := scrape(t, full)
-	if err := Promtool(promtool, body); err != nil {
+	if err := Promtool(body); err != nil {
 		t.Error(err)
 	}
 }

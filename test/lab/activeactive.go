@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
 // The active-active topology: a router running BIRD with one eBGP session per LB node,
@@ -230,7 +231,7 @@ func (a *ActiveActive) WaitRoutes(vips []netip.Addr, timeout time.Duration, node
 
 // Status asks a node's API for its status.
 func (a *ActiveActive) Status(role string) (*api.Status, error) {
-	out, err := a.Host(role).Output("curl", "-sf", "--max-time", "2", "http://127.0.0.1:9100/api/v1/status")
+	out, err := a.Host(role).Output(hostprog.Curl, "-sf", "--max-time", "2", "http://127.0.0.1:9100/api/v1/status")
 	if err != nil {
 		return nil, err
 	}

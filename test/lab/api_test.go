@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/api/apitest"
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/internal/metrics"
 )
 
@@ -77,7 +77,7 @@ func (al *apiLab) restart(t *testing.T) *Node {
 	t.Helper()
 	al.restarts++
 	old := al.nodes["lb1"]
-	p, err := al.Start(al.lb, fmt.Sprintf("manifold-lb1-run%d", al.restarts), manifoldBin, "run", "--config", old.ConfigPath)
+	p, err := al.Start(al.lb, fmt.Sprintf("manifold-lb1-run%d", al.restarts), hostprog.Built(manifoldBin), "run", "--config", old.ConfigPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestAPIOperatorSurface(t *testing.T) {
 		if err := al.nodes["lb1"].Stop(); err != nil {
 			t.Fatal(err)
 		}
-		out, err := al.lb.Output(manifoldBin, "ctl", "status")
+		out, err := al.lb.Output(hostprog.Built(manifoldBin), "ctl", "status")
 		if err == nil || !strings.Contains(out, "cannot reach the node API at http://127.0.0.1:9100") {
 			t.Errorf("ctl status with the daemon stopped: %v\n%s", err, out)
 		}
@@ -254,9 +254,8 @@ func TestAPIOperatorSurface(t *testing.T) {
 	})
 
 	t.Run("metrics", func(t *testing.T) {
-		promtool, err := exec.LookPath("promtool")
-		if err != nil {
-			t.Skip("promtool is not installed (apt-get install prometheus)")
+		if err := hostprog.Check(hostprog.Promtool); err != nil {
+			t.Skip(err)
 		}
 		before := al.counters(t, al.lb)
 		fwdBefore := forwarded(t, al.lb)
@@ -277,7 +276,7 @@ func TestAPIOperatorSurface(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := metrics.Promtool(promtool, string(body)); err != nil {
+		if err := metrics.Promtool(string(body)); err != nil {
 			t.Error(err)
 		}
 		for _, want := range []string{
@@ -294,7 +293,7 @@ func TestAPIOperatorSurface(t *testing.T) {
 	})
 
 	t.Run("ctl", func(t *testing.T) {
-		out, err := al.lb.Output(manifoldBin, "ctl", "status")
+		out, err := al.lb.Output(hostprog.Built(manifoldBin), "ctl", "status")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -304,26 +303,26 @@ func TestAPIOperatorSurface(t *testing.T) {
 				t.Errorf("ctl status has no %q", want)
 			}
 		}
-		if _, err := al.lb.Output(manifoldBin, "ctl", "drain", "web-ipv4", be3v4); err == nil {
+		if _, err := al.lb.Output(hostprog.Built(manifoldBin), "ctl", "drain", "web-ipv4", be3v4); err == nil {
 			t.Error("ctl drain without MANIFOLD_API_TOKEN succeeded")
 		}
 		t.Setenv("MANIFOLD_API_TOKEN", apiToken)
-		out, err = al.lb.Output(manifoldBin, "ctl", "weight", "web-ipv4", be3v4, "4")
+		out, err = al.lb.Output(hostprog.Built(manifoldBin), "ctl", "weight", "web-ipv4", be3v4, "4")
 		if err != nil || !strings.Contains(out, "backend "+be3v4+" is up, weight 4") {
 			t.Errorf("ctl weight: %v\n%s", err, out)
 		}
-		out, err = al.lb.Output(manifoldBin, "ctl", "config")
+		out, err = al.lb.Output(hostprog.Built(manifoldBin), "ctl", "config")
 		if err != nil || !strings.Contains(out, "weight: 4") || !strings.Contains(out, "in sync") {
 			t.Errorf("ctl config does not show the change: %v\n%s", err, out)
 		}
 		for _, args := range [][]string{{"services"}, {"backends", "web-ipv4"}, {"drain", "web-ipv4", be3v4}, {"undrain", "web-ipv4", be3v4}, {"config"}, {"status"}} {
-			out, err := al.lb.Output(manifoldBin, append([]string{"ctl"}, args...)...)
+			out, err := al.lb.Output(hostprog.Built(manifoldBin), append([]string{"ctl"}, args...)...)
 			if err != nil {
 				t.Errorf("ctl %v: %v", args, err)
 			}
 			t.Logf("manifold ctl %s:\n%s", strings.Join(args, " "), out)
 		}
-		out, err = al.lb.Output(manifoldBin, "ctl", "backends", "web-ipv4", "-o", "json")
+		out, err = al.lb.Output(hostprog.Built(manifoldBin), "ctl", "backends", "web-ipv4", "-o", "json")
 		var s api.ServiceStatus
 		if err != nil || json.Unmarshal([]byte(out), &s) != nil || backendOf(s, be3v4).Weight != 4 {
 			t.Errorf("ctl backends -o json: %v\n%s", err, out)

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
 // The active-active tests: three nodes announce the VIPs to a real BIRD over eBGP
@@ -33,11 +35,12 @@ var activeHealth = &Health{Kind: "http", Port: 80, Path: "/", Interval: checkInt
 func newActiveActive(t *testing.T, spec ActiveActiveSpec) *ActiveActive {
 	t.Helper()
 	requireLab(t)
-	if spec.Router == "frr" && !FRRInstalled() {
-		t.Skip("frr is not installed (apt-get install frr)")
-	}
-	if spec.Router != "frr" && !BirdInstalled() {
-		t.Skip("bird is not installed (apt-get install bird2)")
+	if spec.Router == "frr" {
+		if err := CheckFRR(); err != nil {
+			t.Skip(err)
+		}
+	} else if err := hostprog.Check(hostprog.Bird, hostprog.Birdc); err != nil {
+		t.Skip(err)
 	}
 	if buildErr != nil {
 		t.Fatalf("cannot build manifold (make build shows the same): %v", buildErr)

@@ -4,11 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
 // The lab's router speaks BGP with a real BIRD 2 (Debian bird2): one eBGP session per
@@ -37,12 +38,6 @@ type Bird struct {
 	*Process
 	Socket string
 	router *Host
-}
-
-// BirdInstalled reports whether BIRD 2 is on PATH.
-func BirdInstalled() bool {
-	_, err := exec.LookPath("bird")
-	return err == nil
 }
 
 // BirdConfig renders the router's BIRD configuration.
@@ -103,7 +98,7 @@ func (l *Lab) StartBird(peers []RouterPeer, o RouterOptions) (*Bird, error) {
 		return nil, err
 	}
 	b := &Bird{Socket: filepath.Join(l.Dir, "bird.ctl"), router: l.Router}
-	p, err := l.Start(l.Router, "bird", "bird", "-f", "-c", conf, "-s", b.Socket, "-P", filepath.Join(l.Dir, "bird.pid"))
+	p, err := l.Start(l.Router, "bird", hostprog.Bird, "-f", "-c", conf, "-s", b.Socket, "-P", filepath.Join(l.Dir, "bird.pid"))
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +111,7 @@ func (l *Lab) StartBird(peers []RouterPeer, o RouterOptions) (*Bird, error) {
 
 // Show runs `birdc show ARGS` and returns its output.
 func (b *Bird) Show(args ...string) (string, error) {
-	out, err := exec.Command("birdc", append([]string{"-s", b.Socket, "show"}, args...)...).CombinedOutput()
+	out, err := hostprog.Command(hostprog.Birdc, append([]string{"-s", b.Socket, "show"}, args...)...).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("birdc show %s: %w: %s", strings.Join(args, " "), err, out)
 	}
@@ -139,7 +134,7 @@ func nextHops(router *Host, vip netip.Addr) ([]netip.Addr, error) {
 	if vip.Is6() {
 		family = "-6"
 	}
-	out, err := router.Output("ip", "-j", family, "route", "show", "exact", netip.PrefixFrom(vip, vip.BitLen()).String())
+	out, err := router.Output(hostprog.IP, "-j", family, "route", "show", "exact", netip.PrefixFrom(vip, vip.BitLen()).String())
 	if err != nil {
 		return nil, err
 	}

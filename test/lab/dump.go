@@ -1,10 +1,12 @@
 package lab
 
 import (
+	"context"
 	"fmt"
 	"io"
-	"os/exec"
 	"strings"
+
+	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
 // TB is the part of *testing.T that Dump uses.
@@ -35,29 +37,31 @@ func (l *Lab) WriteState(w io.Writer) {
 			continue
 		}
 		fmt.Fprintf(w, "\n===== %s (%s) =====\n", h.NS, h.Kind)
-		cmds := [][]string{
-			{"ip", "addr"},
-			{"ip", "route"},
-			{"ip", "-6", "route"},
-			{"ip", "-d", "-s", "link"},
-			{"ip", "neigh"},
+		type command struct {
+			prog hostprog.Program
+			args []string
+		}
+		cmds := []command{
+			{hostprog.IP, []string{"addr"}},
+			{hostprog.IP, []string{"route"}},
+			{hostprog.IP, []string{"-6", "route"}},
+			{hostprog.IP, []string{"-d", "-s", "link"}},
+			{hostprog.IP, []string{"neigh"}},
 		}
 		var links []string
 		if ls, err := h.nl.LinkList(); err == nil {
 			for _, link := range ls {
 				if name := link.Attrs().Name; name != "lo" {
 					links = append(links, name)
-					cmds = append(cmds, []string{"tc", "filter", "show", "dev", name, "ingress"})
+					cmds = append(cmds, command{hostprog.TC, []string{"filter", "show", "dev", name, "ingress"}})
 				}
 			}
 		}
 		// tc shows the classic filters; bpftool also shows tcx and netkit attachments.
-		if _, err := exec.LookPath("bpftool"); err == nil {
-			cmds = append(cmds, []string{"bpftool", "net", "show"})
-		}
+		cmds = append(cmds, command{hostprog.Bpftool, []string{"net", "show"}})
 		for _, c := range cmds {
-			out, err := exec.Command("ip", append([]string{"netns", "exec", h.NS}, c...)...).CombinedOutput()
-			fmt.Fprintf(w, "$ %s\n%s", strings.Join(c, " "), out)
+			out, err := hostprog.InNetns(context.Background(), h.NS, c.prog, c.args...).CombinedOutput()
+			fmt.Fprintf(w, "$ %s %s\n%s", c.prog.Name(), strings.Join(c.args, " "), out)
 			if err != nil {
 				fmt.Fprintf(w, "(%v)\n", err)
 			}

@@ -3,29 +3,26 @@ package lab
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
 // FRR as the lab's router, the other routing suite the README gives a worked example
 // for: zebra (the FIB) and bgpd, in the router namespace, as the frr user.
 
-// FRRDir is where Debian's frr package keeps its daemons.
-const FRRDir = "/usr/lib/frr"
-
-// FRRInstalled reports whether FRR's zebra and bgpd are installed.
-func FRRInstalled() bool {
-	for _, d := range []string{"zebra", "bgpd"} {
-		if _, err := os.Stat(filepath.Join(FRRDir, d)); err != nil {
-			return false
-		}
+// CheckFRR returns what is missing of FRR: its programs, or the frr user its
+// package creates and its daemons run as.
+func CheckFRR() error {
+	if err := hostprog.Check(hostprog.Zebra, hostprog.BGPd, hostprog.Vtysh); err != nil {
+		return err
 	}
 	_, err := user.Lookup("frr")
-	return err == nil
+	return err
 }
 
 // FRRConfig renders bgpd's configuration: one peer group for the LB nodes, multipath
@@ -104,12 +101,12 @@ func (l *Lab) StartFRR(peers []RouterPeer, o RouterOptions) (*FRR, error) {
 		}
 	}
 	common := func(daemon string) []string {
-		return []string{filepath.Join(FRRDir, daemon), "-N", l.Prefix, "-f", filepath.Join(dir, daemon+".conf"),
+		return []string{"-N", l.Prefix, "-f", filepath.Join(dir, daemon+".conf"),
 			"-i", filepath.Join(dir, daemon+".pid"), "-z", filepath.Join(dir, "zserv.api"),
 			"--vty_socket", dir, "-u", "frr", "-g", "frr"}
 	}
 	f := &FRR{dir: dir}
-	if f.Zebra, err = l.Start(l.Router, "zebra", common("zebra")...); err != nil {
+	if f.Zebra, err = l.Start(l.Router, "zebra", hostprog.Zebra, common("zebra")...); err != nil {
 		return nil, err
 	}
 	if err := f.Zebra.WaitReady(10*time.Second, func() error {
@@ -118,7 +115,7 @@ func (l *Lab) StartFRR(peers []RouterPeer, o RouterOptions) (*FRR, error) {
 	}); err != nil {
 		return f, fmt.Errorf("zebra: %w", err)
 	}
-	if f.BGPd, err = l.Start(l.Router, "bgpd", append(common("bgpd"), "-p", "179")...); err != nil {
+	if f.BGPd, err = l.Start(l.Router, "bgpd", hostprog.BGPd, append(common("bgpd"), "-p", "179")...); err != nil {
 		return f, err
 	}
 	if err := f.BGPd.WaitReady(10*time.Second, func() error { _, err := f.Show("bgp summary"); return err }); err != nil {
@@ -129,7 +126,7 @@ func (l *Lab) StartFRR(peers []RouterPeer, o RouterOptions) (*FRR, error) {
 
 // Show runs `vtysh -c "show ARGS"` against the lab's daemons.
 func (f *FRR) Show(args string) (string, error) {
-	out, err := exec.Command("vtysh", "--vty_socket", f.dir, "-c", "show "+args).CombinedOutput()
+	out, err := hostprog.Command(hostprog.Vtysh, "--vty_socket", f.dir, "-c", "show "+args).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("vtysh show %s: %w: %s", args, err, out)
 	}

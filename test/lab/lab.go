@@ -23,13 +23,13 @@
 package lab
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +39,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	bpflink "github.com/cilium/ebpf/link"
+	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
@@ -125,8 +126,8 @@ func New(spec Spec) (l *Lab, err error) {
 	if len(spec.Hosts) > 250 {
 		return nil, fmt.Errorf("lab: %d hosts, at most 250", len(spec.Hosts))
 	}
-	if _, err := exec.LookPath("ethtool"); err != nil {
-		return nil, errors.New("lab: ethtool is not installed (apt-get install ethtool)")
+	if _, err := hostprog.Ethtool.Path(); err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
 	}
 	if err := Cleanup(spec.Prefix); err != nil {
 		return nil, err
@@ -233,7 +234,7 @@ func (l *Lab) Close() error {
 
 func (l *Lab) addNamespace(role string, kind Kind) (*Host, error) {
 	h := &Host{Role: role, NS: l.Prefix + "-" + role, Kind: kind}
-	if out, err := exec.Command("ip", "netns", "add", h.NS).CombinedOutput(); err != nil {
+	if out, err := hostprog.Command(hostprog.IP, "netns", "add", h.NS).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("ip netns add %s: %w: %s", h.NS, err, strings.TrimSpace(string(out)))
 	}
 	var err error
@@ -303,7 +304,7 @@ func (l *Lab) addHost(i int, hs HostSpec) (*Host, error) {
 		// them to an "offload" that never happens (CHECKSUM_PARTIAL). An XDP program
 		// sees no skb, so a packet it encapsulates would reach the backend with the
 		// checksum unfinished and be dropped there. Make the client finish its own.
-		steps = append(steps, func() error { return h.Exec("ethtool", "-K", HostLink, "tx", "off") })
+		steps = append(steps, func() error { return h.Exec(hostprog.Ethtool, "-K", HostLink, "tx", "off") })
 	}
 	if hs.Kind == LBNode {
 		steps = append(steps,
@@ -315,7 +316,7 @@ func (l *Lab) addHost(i int, hs HostSpec) (*Host, error) {
 				})
 			},
 			// XDP_TX out of a veth needs NAPI on the peer, which GRO gives it ...
-			func() error { return l.Router.Exec("ethtool", "-K", h.RouterLink, "gro", "on") },
+			func() error { return l.Router.Exec(hostprog.Ethtool, "-K", h.RouterLink, "gro", "on") },
 			// ... but the veth driver kicks the peer's NAPI after XDP_TX only when the
 			// peer has an XDP program of its own (veth_xdp_flush): with GRO alone the
 			// frames wait in the peer's ring until something else polls it.
@@ -346,18 +347,17 @@ func (h *Host) Sysctl(settings map[string]string) error {
 
 // Exec runs a short command inside the host's namespace and returns its error with its
 // output.
-func (h *Host) Exec(name string, args ...string) error {
-	_, err := h.Output(name, args...)
+func (h *Host) Exec(prog hostprog.Program, args ...string) error {
+	_, err := h.Output(prog, args...)
 	return err
 }
 
 // Output runs a short command inside the host's namespace and returns its combined
 // output.
-func (h *Host) Output(name string, args ...string) (string, error) {
-	argv := append([]string{"netns", "exec", h.NS, name}, args...)
-	out, err := exec.Command("ip", argv...).CombinedOutput()
+func (h *Host) Output(prog hostprog.Program, args ...string) (string, error) {
+	out, err := hostprog.InNetns(context.Background(), h.NS, prog, args...).CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("%s: %s %s: %w: %s", h.NS, name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return string(out), fmt.Errorf("%s: %s %s: %w: %s", h.NS, prog.Name(), strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
 }
@@ -589,7 +589,7 @@ func Cleanup(prefix string) error {
 	}
 	var pids []int
 	for _, ns := range names {
-		out, err := exec.Command("ip", "netns", "pids", ns).Output()
+		out, err := hostprog.Command(hostprog.IP, "netns", "pids", ns).Output()
 		if err != nil {
 			continue // a half-made namespace: deleting it below is all there is to do
 		}
@@ -602,7 +602,7 @@ func Cleanup(prefix string) error {
 	killAll(pids, 3*time.Second)
 	var errs []error
 	for _, ns := range names {
-		if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+		if out, err := hostprog.Command(hostprog.IP, "netns", "del", ns).CombinedOutput(); err != nil {
 			errs = append(errs, fmt.Errorf("ip netns del %s: %w: %s", ns, err, strings.TrimSpace(string(out))))
 		}
 	}

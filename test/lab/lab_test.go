@@ -3,11 +3,8 @@ package lab
 import (
 	"flag"
 	"fmt"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"net/netip"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -15,6 +12,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Every test builds its own lab under this prefix, one test at a time.
@@ -89,7 +90,7 @@ func buildManifold() (string, error) {
 		}
 		return bin, nil
 	}
-	cmd := exec.Command("go", "build", "-o", "bin/manifold", "./cmd/manifold")
+	cmd := hostprog.Command(hostprog.Go, "build", "-o", "bin/manifold", "./cmd/manifold")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build -o bin/manifold ./cmd/manifold: %w\n%s", err, out)
@@ -103,11 +104,8 @@ func requireLab(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	if !NginxInstalled() {
-		t.Skip("nginx is not installed (apt-get install nginx)")
-	}
-	if _, err := exec.LookPath("ethtool"); err != nil {
-		t.Skip("ethtool is not installed (apt-get install ethtool)")
+	if err := hostprog.Check(hostprog.Nginx, hostprog.Ethtool, hostprog.Curl); err != nil {
+		t.Skip(err)
 	}
 }
 
@@ -397,7 +395,7 @@ func TestSpreadAndDSR(t *testing.T) {
 // scraped from its /metrics.
 func forwarded(t *testing.T, lb *Host) uint64 {
 	t.Helper()
-	out, err := lb.Output("curl", "-sf", "http://127.0.0.1:9100/metrics")
+	out, err := lb.Output(hostprog.Curl, "-sf", "http://127.0.0.1:9100/metrics")
 	if err != nil {
 		t.Fatalf("scrape %s /metrics: %v", lb.Role, err)
 	}
@@ -441,7 +439,7 @@ func TestBadReloadChangesNothing(t *testing.T) {
 	if !node.Running() {
 		t.Fatalf("manifold run exited after a bad reload: %v", node.ExitErr())
 	}
-	out, err := tl.Host("lb1").Output("curl", "-sf", "http://127.0.0.1:9100/metrics")
+	out, err := tl.Host("lb1").Output(hostprog.Curl, "-sf", "http://127.0.0.1:9100/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
 // Load sends HTTP requests on new connections from a namespace, to each VIP in turn,
@@ -60,7 +61,7 @@ func (l *Load) Finish() (sent, failed int, firstErr error) {
 
 // Preflight checks what a lab program (the demo, a benchmark) needs before it touches
 // anything: root, the manifold binary (made absolute in place) and the tools.
-func Preflight(program string, manifold *string, tools ...string) error {
+func Preflight(program string, manifold *string, tools ...hostprog.Program) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("%s needs root (network namespaces, BPF)", program)
 	}
@@ -72,10 +73,5 @@ func Preflight(program string, manifold *string, tools ...string) error {
 		return fmt.Errorf("%s not found: run `make build` first", *manifold)
 	}
 	*manifold = abs
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("%s is not installed (`make deps` installs it)", tool)
-		}
-	}
-	return nil
+	return hostprog.Check(tools...)
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
 // NodeConfig is the part of a `manifold run` config file the lab uses.
@@ -113,7 +115,7 @@ func (l *Lab) StartNode(manifold string, h *Host, cfg NodeConfig) (*Node, error)
 	if err := writeFileAtomic(n.ConfigPath, cfg.YAML()); err != nil {
 		return nil, err
 	}
-	p, err := l.Start(h, "manifold-"+h.Role, manifold, "run", "--config", n.ConfigPath)
+	p, err := l.Start(h, "manifold-"+h.Role, hostprog.Built(manifold), "run", "--config", n.ConfigPath)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +161,7 @@ func (l *Lab) StartBackendAgent(manifold string, h *Host, vips ...netip.Addr) (*
 	if err := writeFileAtomic(path, []byte(b.String())); err != nil {
 		return nil, err
 	}
-	p, err := l.Start(h, "backend-"+h.Role, manifold, "backend", "--config", path)
+	p, err := l.Start(h, "backend-"+h.Role, hostprog.Built(manifold), "backend", "--config", path)
 	if err != nil {
 		return nil, err
 	}

@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
 // nginxConf is one backend's web server: a single foreground process (no master, so
@@ -37,12 +38,6 @@ http {
 }
 `
 
-// NginxInstalled reports whether nginx is on PATH.
-func NginxInstalled() bool {
-	_, err := exec.LookPath("nginx")
-	return err == nil
-}
-
 // StartNginx runs nginx in h's namespace, answering every request with h's role and a
 // newline, on port 80 of every IPv4 and IPv6 address; it returns once both listen.
 func (l *Lab) StartNginx(h *Host) (*Process, error) {
@@ -56,7 +51,7 @@ func (l *Lab) StartNginx(h *Host) (*Process, error) {
 		return nil, err
 	}
 	// -e: where errors go before the config is read, or nginx opens /var/log/nginx.
-	p, err := l.Start(h, name, "nginx", "-e", "stderr", "-p", dir, "-c", conf)
+	p, err := l.Start(h, name, hostprog.Nginx, "-e", "stderr", "-p", dir, "-c", conf)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
 // StopTimeout is how long Stop waits after SIGTERM before it sends SIGKILL.
@@ -29,14 +32,16 @@ type Process struct {
 	waitErr error
 }
 
-// Start runs argv inside h's namespace. The lab stops it in Close if nobody did before.
-func (l *Lab) Start(h *Host, name string, argv ...string) (*Process, error) {
+// Start runs prog with args inside h's namespace. The lab stops it in Close if nobody
+// did before.
+func (l *Lab) Start(h *Host, name string, prog hostprog.Program, args ...string) (*Process, error) {
 	logPath := filepath.Join(l.Dir, name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	cmd := exec.Command("ip", append([]string{"netns", "exec", h.NS}, argv...)...)
+	argv := append([]string{prog.Name()}, args...)
+	cmd := hostprog.InNetns(context.Background(), h.NS, prog, args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	// A process group of its own: Ctrl-C in a terminal reaches only the test or the

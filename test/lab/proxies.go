@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
 // The conventional load balancers manifold is measured against, run on a lab host:
@@ -84,12 +85,6 @@ stream {
 	return b.String()
 }
 
-// HAProxyInstalled reports whether haproxy is on PATH.
-func HAProxyInstalled() bool {
-	_, err := exec.LookPath("haproxy")
-	return err == nil
-}
-
 // StartHAProxy runs HAProxy with p's configuration on h, in the foreground (-db) with
 // a master process (-W), which stops its worker on SIGTERM and exits with status 0
 // (a lone worker dies of the signal); it returns once p.Listen accepts connections.
@@ -99,7 +94,7 @@ func (l *Lab) StartHAProxy(h *Host, p TCPProxy) (*Process, error) {
 	if err := os.WriteFile(path, []byte(p.HAProxyConfig()), 0o644); err != nil {
 		return nil, err
 	}
-	proc, err := l.Start(h, name, "haproxy", "-W", "-db", "-f", path)
+	proc, err := l.Start(h, name, hostprog.HAProxy, "-W", "-db", "-f", path)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +110,7 @@ var modulesPathRe = regexp.MustCompile(`--modules-path=(\S+)`)
 func NginxStreamModule() (string, error) { return nginxStreamModule() }
 
 var nginxStreamModule = sync.OnceValues(func() (string, error) {
-	out, err := exec.Command("nginx", "-V").CombinedOutput()
+	out, err := hostprog.Command(hostprog.Nginx, "-V").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("nginx -V: %w", err)
 	}
@@ -154,7 +149,7 @@ func (l *Lab) StartNginxStream(h *Host, p TCPProxy) (*Process, error) {
 		return nil, err
 	}
 	// -e: where errors go before the config is read (see StartNginx)
-	proc, err := l.Start(h, name, "nginx", "-e", "stderr", "-p", dir, "-c", conf)
+	proc, err := l.Start(h, name, hostprog.Nginx, "-e", "stderr", "-p", dir, "-c", conf)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +223,7 @@ func (l *Lab) ApplyDNAT(h *Host, d DNAT) error {
 	if err := os.WriteFile(path, []byte(d.Ruleset()), 0o644); err != nil {
 		return err
 	}
-	return h.Exec("nft", "-f", path)
+	return h.Exec(hostprog.Nft, "-f", path)
 }
 
 // AddLoopbackAddr makes a an address of h, on lo, as a host-length prefix: a VIP that

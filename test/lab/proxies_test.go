@@ -3,11 +3,12 @@ package lab
 import (
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
 var testProxy = TCPProxy{
@@ -27,14 +28,14 @@ func TestHAProxyConfig(t *testing.T) {
 			t.Errorf("config lacks %q:\n%s", want, cfg)
 		}
 	}
-	if !HAProxyInstalled() {
-		t.Skip("haproxy is not installed (apt-get install haproxy)")
+	if err := hostprog.Check(hostprog.HAProxy); err != nil {
+		t.Skip(err)
 	}
 	path := filepath.Join(t.TempDir(), "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("haproxy", "-c", "-f", path).CombinedOutput(); err != nil {
+	if out, err := hostprog.Command(hostprog.HAProxy, "-c", "-f", path).CombinedOutput(); err != nil {
 		t.Errorf("haproxy -c: %v\n%s\n%s", err, out, cfg)
 	}
 }
@@ -48,8 +49,8 @@ func TestNginxStreamConfig(t *testing.T) {
 			t.Errorf("config lacks %q:\n%s", want, cfg)
 		}
 	}
-	if !NginxInstalled() {
-		t.Skip("nginx is not installed (apt-get install nginx)")
+	if err := hostprog.Check(hostprog.Nginx, hostprog.Unshare, hostprog.Sh, hostprog.IP); err != nil {
+		t.Skip(err)
 	}
 	module, err := NginxStreamModule()
 	if err != nil {
@@ -66,8 +67,11 @@ func TestNginxStreamConfig(t *testing.T) {
 	if err := os.WriteFile(path, []byte(local.NginxStreamConfig(dir, module)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	check := "ip link set lo up && exec nginx -t -q -e stderr -p " + dir + " -c " + path
-	if out, err := exec.Command("unshare", "--net", "sh", "-c", check).CombinedOutput(); err != nil {
+	ip, _ := hostprog.IP.Path()
+	nginx, _ := hostprog.Nginx.Path()
+	sh, _ := hostprog.Sh.Path()
+	check := ip + " link set lo up && exec " + nginx + " -t -q -e stderr -p " + dir + " -c " + path
+	if out, err := hostprog.Command(hostprog.Unshare, "--net", sh, "-c", check).CombinedOutput(); err != nil {
 		t.Errorf("nginx -t: %v\n%s", err, out)
 	}
 }
@@ -97,15 +101,15 @@ func TestDNATRuleset(t *testing.T) {
 		if os.Geteuid() != 0 {
 			continue // nft -c needs netlink, and that root
 		}
-		if _, err := exec.LookPath("nft"); err != nil {
-			t.Skip("nft is not installed (apt-get install nftables)")
+		if err := hostprog.Check(hostprog.Nft); err != nil {
+			t.Skip(err)
 		}
 		path := filepath.Join(t.TempDir(), "dnat.nft")
 		if err := os.WriteFile(path, []byte(rules), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		// -c: check only, nothing is committed to this namespace's ruleset
-		if out, err := exec.Command("nft", "-c", "-f", path).CombinedOutput(); err != nil {
+		if out, err := hostprog.Command(hostprog.Nft, "-c", "-f", path).CombinedOutput(); err != nil {
 			t.Errorf("nft -c: %v\n%s\n%s", err, out, rules)
 		}
 	}
@@ -116,14 +120,11 @@ func TestDNATRuleset(t *testing.T) {
 // reaches something else, fails here before it gives a benchmark figure.
 func TestLBComparison(t *testing.T) {
 	requireLab(t)
-	if !HAProxyInstalled() {
-		t.Skip("haproxy is not installed (apt-get install haproxy)")
+	if err := hostprog.Check(hostprog.HAProxy, hostprog.Nft); err != nil {
+		t.Skip(err)
 	}
 	if _, err := NginxStreamModule(); err != nil {
 		t.Skip(err)
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("nft is not installed (apt-get install nftables)")
 	}
 	if buildErr != nil {
 		t.Fatalf("cannot build manifold (make build shows the same): %v", buildErr)

@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
 // The wire format checked by a dissector that is not ours: packets captured with
@@ -18,12 +19,10 @@ import (
 // what "Packets" in the README promises — IPIP and GUE as a backend receives them, and
 // the node's ICMP answers as a client receives them.
 func TestWireFormat(t *testing.T) {
-	for _, tool := range []string{"tcpdump", "/usr/bin/python3"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (apt-get install tcpdump python3-scapy)", tool)
-		}
+	if err := hostprog.Check(hostprog.Tcpdump, hostprog.Python3, hostprog.Ping); err != nil {
+		t.Skip(err)
 	}
-	if err := exec.Command("/usr/bin/python3", "-c", "import scapy").Run(); err != nil {
+	if err := hostprog.Command(hostprog.Python3, "-c", "import scapy").Run(); err != nil {
 		t.Skip("scapy is not installed (apt-get install python3-scapy)")
 	}
 	tl := startLab(t, []string{"lb1"}, nil)
@@ -67,11 +66,11 @@ func TestWireFormat(t *testing.T) {
 		for _, f := range families {
 			size := map[bool]string{false: "1472", true: "1452"}[f.vip.Is6()] // 1500-byte packets
 			pkts := tl.capture(t, tl.client, "icmp or icmp6", func() {
-				if out, err := tl.client.Output("ping", "-c", "2", "-W", "1", f.vip.String()); err != nil {
+				if out, err := tl.client.Output(hostprog.Ping, "-c", "2", "-W", "1", f.vip.String()); err != nil {
 					t.Errorf("ping %s: %v\n%s", f.vip, err, out)
 				}
 				// answered too: an echo reply is not encapsulated, whatever its size
-				if out, err := tl.client.Output("ping", "-c", "1", "-W", "1", "-M", "do", "-s", size, f.vip.String()); err != nil {
+				if out, err := tl.client.Output(hostprog.Ping, "-c", "1", "-W", "1", "-M", "do", "-s", size, f.vip.String()); err != nil {
 					t.Errorf("ping %s: %v\n%s", f.vip, err, out)
 				}
 				// full-sized TCP segments (DF) do not fit once encapsulated
@@ -180,7 +179,7 @@ func (tl *testLab) capture(t *testing.T, h *Host, filter string, traffic func())
 	// a name (and log) of its own: "listening on" must be this tcpdump's
 	name := fmt.Sprintf("tcpdump-%s-%d", h.Role, time.Now().UnixNano())
 	pcap := filepath.Join(tl.Dir, name+".pcap")
-	p, err := tl.Start(h, name, "tcpdump", "-Z", "root", "--immediate-mode", "-i", HostLink, "-n", "-U", "-s", "0", "-w", pcap, filter)
+	p, err := tl.Start(h, name, hostprog.Tcpdump, "-Z", "root", "--immediate-mode", "-i", HostLink, "-n", "-U", "-s", "0", "-w", pcap, filter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +195,7 @@ func (tl *testLab) capture(t *testing.T, h *Host, filter string, traffic func())
 	if err := os.WriteFile(script, []byte(decodeScript), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("/usr/bin/python3", script, pcap).Output()
+	out, err := hostprog.Command(hostprog.Python3, script, pcap).Output()
 	if err != nil {
 		t.Fatalf("scapy on %s: %v", pcap, err)
 	}

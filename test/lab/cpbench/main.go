@@ -1,7 +1,7 @@
 // Command cpbench measures how fast manifold's control plane moves traffic, on the
 // active-active lab (as root, after `make build`):
 //
-//	go run ./test/lab/cpbench -manifold bin/manifold -json bench/results/controlplane.json -rounds 5
+//	go run ./test/lab/cpbench -manifold bin/manifold -json bench/results/parts/convergence.json
 //
 // lb1 and lb2 announce the VIPs all along; lb3 is the node under test. Every round
 // measures, once each, how long the router takes to add lb3 as a next hop of the web
@@ -33,6 +33,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/test/lab"
 )
 
@@ -90,7 +91,7 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int) (err error)
 	if rounds < 1 {
 		return fmt.Errorf("-rounds %d: at least 1", rounds)
 	}
-	if err := lab.Preflight("cpbench", &manifold, "nginx", "ethtool", "ip", "bird", "birdc", "curl"); err != nil {
+	if err := lab.Preflight("cpbench", &manifold, hostprog.Nginx, hostprog.Ethtool, hostprog.IP, hostprog.Bird, hostprog.Birdc, hostprog.Curl); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "mfcpb-")

@@ -24,10 +24,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/test/lab"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-
-	"github.com/manifoldlb/manifold/test/lab"
 )
 
 const prefix = "mfdemo"
@@ -76,7 +76,7 @@ type demo struct {
 }
 
 func run(ctx context.Context, manifold string, requests int) (err error) {
-	if err := lab.Preflight("the demo", &manifold, "nginx", "ethtool", "ip", "bird", "birdc", "curl"); err != nil {
+	if err := lab.Preflight("the demo", &manifold, hostprog.Nginx, hostprog.Ethtool, hostprog.IP, hostprog.Bird, hostprog.Birdc, hostprog.Curl); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "mfdemo-")
@@ -261,7 +261,7 @@ func (d *demo) showRoutes(vips ...netip.Addr) error {
 		if vip.Is6() {
 			argv = append([]string{"-6"}, argv...)
 		}
-		out, err := d.a.Router.Output("ip", argv...)
+		out, err := d.a.Router.Output(hostprog.IP, argv...)
 		if err != nil {
 			return err
 		}
@@ -304,7 +304,7 @@ func (d *demo) spread(vip netip.Addr, n int) (perBackend map[string]int, perNode
 // forwarded is the number of packets a node has forwarded to backends, from its
 // Prometheus metrics.
 func (d *demo) forwarded(role string) (uint64, error) {
-	out, err := d.a.Host(role).Output("curl", "-sf", "--max-time", "2", "http://127.0.0.1:9100/metrics")
+	out, err := d.a.Host(role).Output(hostprog.Curl, "-sf", "--max-time", "2", "http://127.0.0.1:9100/metrics")
 	if err != nil {
 		return 0, err
 	}
@@ -409,7 +409,7 @@ func printBackends(perBackend map[string]int, total int, backends []*lab.Host) {
 }
 
 func (d *demo) printStatus(role string) {
-	out, err := d.a.Host(role).Output(d.manifold, "ctl", "status")
+	out, err := d.a.Host(role).Output(hostprog.Built(d.manifold), "ctl", "status")
 	if err != nil {
 		first, _, _ := strings.Cut(strings.TrimSpace(err.Error()), "\n")
 		fmt.Printf("  (manifold ctl status is not available: %s)\n", first)

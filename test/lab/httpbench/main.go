@@ -2,7 +2,7 @@
 // the load balancers it is compared with, on the lab's comparison topology (as root,
 // after `make build`):
 //
-//	go run ./test/lab/httpbench -manifold bin/manifold -json bench/results/http.json
+//	go run ./test/lab/httpbench -manifold bin/manifold -json bench/results/parts/http.json
 //
 // One client runs wrk against the same two backends directly, through manifold
 // (DSR), through nftables DNAT, through HAProxy in TCP mode and through nginx stream.
@@ -19,7 +19,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -27,6 +26,7 @@ import (
 	"time"
 
 	"github.com/manifoldlb/manifold/bench"
+	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/test/lab"
 )
 
@@ -94,7 +94,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	if cfg.duration == 0 {
 		return errors.New("-duration 0: at least 1s")
 	}
-	if err := lab.Preflight("httpbench", &cfg.manifold, "wrk", "haproxy", "nginx", "nft", "ethtool", "ip"); err != nil {
+	if err := lab.Preflight("httpbench", &cfg.manifold, hostprog.Wrk, hostprog.HAProxy, hostprog.Nginx, hostprog.Nft, hostprog.Ethtool, hostprog.IP); err != nil {
 		return err
 	}
 	if _, err := lab.NginxStreamModule(); err != nil {
@@ -191,20 +191,19 @@ func (b *bencher) wrk(m lab.LBMode, d time.Duration) (bench.WrkResult, error) {
 		return bench.WrkResult{}, b.ctx.Err()
 	case <-time.After(settle):
 	}
-	args := []string{"netns", "exec", b.c.Client.NS, "wrk",
-		fmt.Sprintf("-t%d", wrkThreads), fmt.Sprintf("-c%d", wrkConnections),
+	args := []string{fmt.Sprintf("-t%d", wrkThreads), fmt.Sprintf("-c%d", wrkConnections),
 		fmt.Sprintf("-d%ds", int(d/time.Second)), "--latency"}
 	if m.Name == lab.ModeDirect {
 		args = append(args, "-s", b.script)
 	}
 	args = append(args, lab.URL(m.Addrs[0], 80))
 	// `ip netns exec` execs wrk: cancelling kills wrk itself
-	out, err := exec.CommandContext(b.ctx, "ip", args...).CombinedOutput()
+	out, err := hostprog.InNetns(b.ctx, b.c.Client.NS, hostprog.Wrk, args...).CombinedOutput()
 	if b.ctx.Err() != nil {
 		return bench.WrkResult{}, b.ctx.Err()
 	}
 	if err != nil {
-		return bench.WrkResult{}, fmt.Errorf("%s: wrk %s: %w\n%s", m.Name, strings.Join(args[4:], " "), err, out)
+		return bench.WrkResult{}, fmt.Errorf("%s: wrk %s: %w\n%s", m.Name, strings.Join(args, " "), err, out)
 	}
 	r, err := bench.ParseWrk(string(out))
 	if err != nil {
@@ -256,7 +255,7 @@ func saveState(c *lab.LBComparison, dir string) {
 		return
 	}
 	defer f.Close()
-	if out, err := c.Proxy.Output("nft", "list", "ruleset"); err == nil {
+	if out, err := c.Proxy.Output(hostprog.Nft, "list", "ruleset"); err == nil {
 		fmt.Fprintf(f, "===== proxy: nft list ruleset =====\n%s", out)
 	}
 	c.WriteState(f)

@@ -6,16 +6,15 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/manifoldlb/manifold/bench"
+	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/test/lab"
+	"golang.org/x/sys/unix"
 )
 
 const section = "http"
@@ -97,9 +96,9 @@ nftables DNAT (%[12]s) on proxy, the kube-proxy way: DNAT to a backend picked by
 HAProxy (TCP mode) on proxy: %[13]s, mode tcp, nbthread %[14]d, roundrobin, no logs, no splicing.
 nginx stream on proxy: nginx %[11]s stream proxy, %[14]d worker processes, reuseport listener, round robin.
 Every load balancer runs all along, each on its own VIP (%[15]s); the router routes each VIP to its host. The conventional ones run on a host with no XDP program on either end of its link: on a veth, XDP_PASS is not the near-free verdict it is on a NIC (the driver then receives through NAPI and hands the program each packet as an XDP buffer, copying those short of its headroom), and passing nftables DNAT's packets through manifold's program and the router-side pass program cost it 5-15%% of its req/s in this lab. manifold's traffic carries both (the router-side program is what XDP_TX on a veth needs), a bias against manifold. IPv4 only.`,
-		toolVersion("wrk", "-v"), wrkThreads, wrkConnections, cfg.duration, cfg.rounds, cfg.warmup,
+		toolVersion(hostprog.Wrk, "-v"), wrkThreads, wrkConnections, cfg.duration, cfg.rounds, cfg.warmup,
 		kernel(), numCPU(), cpuModel(), backends, nginxVersion(),
-		toolVersion("nft", "--version"), toolVersion("haproxy", "-v"), proxyWorkers, addrsOf(lab.ComparisonVIPs))
+		toolVersion(hostprog.Nft, "--version"), toolVersion(hostprog.HAProxy, "-v"), proxyWorkers, addrsOf(lab.ComparisonVIPs))
 }
 
 // printReport prints the figures of part as a table, then the targets beside their
@@ -162,8 +161,8 @@ func ms(v float64) string { return fmt.Sprintf("%.2f", v) }
 func ratio(v float64) string { return fmt.Sprintf("%.2f", v) }
 
 // toolVersion is the first line of a tool's version output, without its copyright.
-func toolVersion(name string, args ...string) string {
-	out, _ := exec.Command(name, args...).CombinedOutput()
+func toolVersion(tool hostprog.Program, args ...string) string {
+	out, _ := hostprog.Command(tool, args...).CombinedOutput()
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	line, _, _ = strings.Cut(line, " Copyright")
 	line, _, _ = strings.Cut(line, " - http")
@@ -172,7 +171,7 @@ func toolVersion(name string, args ...string) string {
 
 // nginxVersion is "1.22.1" from "nginx version: nginx/1.22.1".
 func nginxVersion() string {
-	v := toolVersion("nginx", "-v")
+	v := toolVersion(hostprog.Nginx, "-v")
 	if _, after, ok := strings.Cut(v, "nginx/"); ok {
 		return after
 	}

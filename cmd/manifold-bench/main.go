@@ -1,0 +1,137 @@
+// Command manifold-bench runs manifold's benchmarks (`make bench` runs them all):
+//
+//	manifold-bench dataplane      per-packet cost of the data plane (BPF_PROG_TEST_RUN)
+//	manifold-bench pktrate        packets/s through one node in a namespace lab
+//	manifold-bench controlplane   Maglev builds and programming services into the kernel
+//	manifold-bench report         merge the parts' JSON into latest.json and latest.md
+//
+// It is a binary of its own so that bin/manifold, the binary operators run, does not
+// carry the test rig the benchmarks are built on (gopacket, the namespace helpers).
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/manifoldlb/manifold/bench"
+)
+
+const usage = `manifold-bench — manifold's benchmarks (dataplane, pktrate and controlplane need root)
+
+Usage:
+  manifold-bench dataplane [--calls N] [--runs N] [--flood SYNS] [--json FILE]
+  manifold-bench pktrate [--rounds N] [--seconds S] [--json FILE]
+  manifold-bench controlplane [--runs N] [--json FILE]
+  manifold-bench report [--out DIR] [--commit REV] PART.json...
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	cmd, args := os.Args[1], os.Args[2:]
+	var err error
+	switch cmd {
+	case "dataplane":
+		err = dataplane(args, os.Stdout)
+	case "pktrate":
+		err = pktrate(args, os.Stdout)
+	case "controlplane":
+		err = controlplane(args, os.Stdout)
+	case "report":
+		err = report(args, os.Stdout)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "manifold-bench: unknown command %q\n\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "manifold-bench %s: %s\n", cmd, err)
+		os.Exit(1)
+	}
+}
+
+func dataplane(args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("manifold-bench dataplane", flag.ContinueOnError)
+	calls := fs.Int("calls", 100000, "program runs per case and run (each with repeat = 1)")
+	runs := fs.Int("runs", 5, "runs; figures are min/median/max over them")
+	syns := fs.Int("flood", 1000000, "spoofed SYNs of the flood-resistance run (0: skip it)")
+	out := fs.String("json", "", "also write the figures as JSON to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *calls < 1 || *runs < 1 {
+		return errors.New("--calls and --runs must be at least 1")
+	}
+	fmt.Fprintf(w, "Data plane per-packet cost: BPF_PROG_TEST_RUN, repeat = 1 per call, median of %d calls per case and run, %d runs.\n\n", *calls, *runs)
+	part, err := bench.Dataplane(w, *calls, *runs)
+	if err != nil {
+		return err
+	}
+	if *syns > 0 {
+		fmt.Fprintf(w, "\nEstablished flows (idle during the flood, their backends drained) that keep their backend through %d spoofed SYNs:\n\n", *syns)
+		flood, err := bench.Flood(w, 10000, *syns)
+		if err != nil {
+			return err
+		}
+		part.Figures = append(part.Figures, bench.FloodFigures(flood)...)
+	}
+	if *out == "" {
+		return nil
+	}
+	return bench.WritePart(*out, part)
+}
+
+func controlplane(args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("manifold-bench controlplane", flag.ContinueOnError)
+	runs := fs.Int("runs", 3, "runs; figures are min/median/max over them")
+	out := fs.String("json", "", "also write the figures as JSON to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *runs < 1 {
+		return errors.New("--runs must be at least 1")
+	}
+	fmt.Fprintf(w, "Control plane: Maglev table builds and programming services into the kernel, %d runs.\n\n", *runs)
+	part, err := bench.Controlplane(w, *runs)
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		return nil
+	}
+	return bench.WritePart(*out, part)
+}
+
+// report merges the parts written by the benchmarks into latest.json and latest.md.
+func report(args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("manifold-bench report", flag.ContinueOnError)
+	out := fs.String("out", "bench/results", "directory of latest.json and latest.md")
+	commit := fs.String("commit", "", "revision the figures were measured at")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return errors.New("name the part files to merge")
+	}
+	r := bench.Report{Generated: time.Now(), Machine: bench.ThisMachine(*commit)}
+	for _, path := range fs.Args() {
+		p, err := bench.ReadPart(path)
+		if err != nil {
+			return err
+		}
+		r.Parts = append(r.Parts, p)
+	}
+	if err := bench.WriteReport(*out, r); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "wrote %s and %s\n", filepath.Join(*out, "latest.json"), filepath.Join(*out, "latest.md"))
+	return nil
+}

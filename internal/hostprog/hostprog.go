@@ -1,0 +1,179 @@
+// Package hostprog is the one registry of the programs that manifold's tests, demo,
+// benchmarks and build run on the host, each with the Debian package that installs it.
+// Code runs them only through Command, CommandContext and InNetns, so a program that
+// is not in the table cannot be run (TestNoDirectExec enforces it), and `make deps`
+// installs exactly the packages of the table (it prints them with ./debpkgs), so a
+// program in the table cannot be missing from a machine that ran it.
+//
+// Adding a program is one line in the table below.
+package hostprog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+)
+
+// A Program is an executable that the code runs. Its fields are unexported so that
+// outside this package a Program comes only from the table or from Built.
+type Program struct {
+	name string
+	// path is absolute for a Debian program: it is where the package installs it, so
+	// that PATH (a pyenv shim, a locally built copy) cannot substitute another.
+	path string
+	// pkg is the Debian package that installs path; "" for Go and for Built.
+	pkg   string
+	built bool // a binary this repository builds (bin/manifold)
+}
+
+// A File is something the programs load rather than run, or a script of the
+// repository uses, that is also installed from a Debian package.
+type File struct {
+	Path    string
+	Package string
+	Use     string // who needs it, for the reader
+}
+
+var programs []Program
+
+func debian(name, path, pkg string) Program {
+	p := Program{name: name, path: path, pkg: pkg}
+	programs = append(programs, p)
+	return p
+}
+
+// The table. Paths are those of Debian 12 with the merged /usr it installs by default.
+var (
+	Bird      = debian("bird", "/usr/sbin/bird", "bird2")
+	Birdc     = debian("birdc", "/usr/sbin/birdc", "bird2")
+	BGPd      = debian("bgpd", "/usr/lib/frr/bgpd", "frr")
+	Bpftool   = debian("bpftool", "/usr/sbin/bpftool", "bpftool")
+	Clang     = debian("clang", "/usr/bin/clang", "clang") // run by bpf2go in `make generate`
+	Curl      = debian("curl", "/usr/bin/curl", "curl")
+	Dpkg      = debian("dpkg", "/usr/bin/dpkg", "dpkg")
+	Ethtool   = debian("ethtool", "/usr/sbin/ethtool", "ethtool")
+	HAProxy   = debian("haproxy", "/usr/sbin/haproxy", "haproxy")
+	IP        = debian("ip", "/usr/sbin/ip", "iproute2")
+	LLVMStrip = debian("llvm-strip", "/usr/bin/llvm-strip", "llvm") // run by bpf2go in `make generate`
+	Nft       = debian("nft", "/usr/sbin/nft", "nftables")
+	Nginx     = debian("nginx", "/usr/sbin/nginx", "nginx")
+	Ping      = debian("ping", "/usr/bin/ping", "iputils-ping")
+	Promtool  = debian("promtool", "/usr/bin/promtool", "prometheus")
+	Python3   = debian("python3", "/usr/bin/python3", "python3-minimal") // also `make bench`'s plots
+	Sh        = debian("sh", "/bin/sh", "dash")
+	TC        = debian("tc", "/usr/sbin/tc", "iproute2")
+	Tcpdump   = debian("tcpdump", "/usr/bin/tcpdump", "tcpdump")
+	Unshare   = debian("unshare", "/usr/bin/unshare", "util-linux")
+	Vtysh     = debian("vtysh", "/usr/bin/vtysh", "frr")
+	Wrk       = debian("wrk", "/usr/bin/wrk", "wrk")
+	Zebra     = debian("zebra", "/usr/lib/frr/zebra", "frr")
+)
+
+// Go is found on PATH: it is installed by hand, in the version go.mod names, because
+// Debian's golang package is older.
+var Go = Program{name: "go"}
+
+var files = []File{
+	{"/usr/include/bpf/bpf_helpers.h", "libbpf-dev", "bpf/include/refresh.sh copies libbpf's headers"},
+	{"/usr/include/linux/bpf.h", "linux-libc-dev", "bpf/include/refresh.sh copies the kernel's uapi headers"},
+	{"/usr/lib/nginx/modules/ngx_stream_module.so", "libnginx-mod-stream", "nginx as a TCP proxy in the HTTP comparison"},
+	{"/usr/lib/python3/dist-packages/matplotlib/__init__.py", "python3-matplotlib", "bench/plot.py draws the plots"},
+	{"/usr/lib/python3/dist-packages/scapy/__init__.py", "python3-scapy", "the wire format test decodes its captures with scapy"},
+}
+
+// Built is a binary this repository builds (`make build`), at path.
+func Built(path string) Program {
+	return Program{name: filepath.Base(path), path: path, built: true}
+}
+
+// Name is the program's name, for messages.
+func (p Program) Name() string { return p.name }
+
+// Package is the Debian package that installs the program, "" when none does.
+func (p Program) Package() string { return p.pkg }
+
+// Path returns where the program is, or an error that says how to install it.
+func (p Program) Path() (string, error) {
+	switch {
+	case p.path == "":
+		path, err := exec.LookPath(p.name)
+		if err != nil {
+			return "", fmt.Errorf("%s is not on PATH: install Go, the version go.mod names", p.name)
+		}
+		return path, nil
+	case p.built:
+		if _, err := os.Stat(p.path); err != nil {
+			return "", fmt.Errorf("%s is missing: run `make build` first", p.path)
+		}
+	default:
+		if _, err := os.Stat(p.path); err != nil {
+			return "", fmt.Errorf("%s is not installed (%s is missing): `make deps` installs it (Debian package %s)", p.name, p.path, p.pkg)
+		}
+	}
+	return p.path, nil
+}
+
+// Check returns an error naming what to install for each of progs that is missing.
+func Check(progs ...Program) error {
+	var errs []error
+	for _, p := range progs {
+		if _, err := p.Path(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Command is exec.Command for p. When p is missing, the command fails to start with
+// the error of Path.
+func Command(p Program, args ...string) *exec.Cmd {
+	return CommandContext(context.Background(), p, args...)
+}
+
+// CommandContext is exec.CommandContext for p; see Command.
+func CommandContext(ctx context.Context, p Program, args ...string) *exec.Cmd {
+	path, err := p.Path()
+	if err != nil {
+		return unstartable(p, err)
+	}
+	return exec.CommandContext(ctx, path, args...)
+}
+
+// unstartable is a command whose Start, Run and Output return err.
+func unstartable(p Program, err error) *exec.Cmd {
+	return &exec.Cmd{Args: []string{p.name}, Err: err}
+}
+
+// InNetns runs p inside the network namespace ns with `ip netns exec`, which execs it:
+// the process is p's own, not a child of ip.
+func InNetns(ctx context.Context, ns string, p Program, args ...string) *exec.Cmd {
+	path, err := p.Path()
+	if err != nil {
+		return unstartable(p, err)
+	}
+	return CommandContext(ctx, IP, append([]string{"netns", "exec", ns, path}, args...)...)
+}
+
+// Programs returns the table.
+func Programs() []Program { return slices.Clone(programs) }
+
+// Files returns the files installed from packages that are not programs the code runs.
+func Files() []File { return slices.Clone(files) }
+
+// Packages returns the Debian packages of the table, sorted, each once: what
+// `make deps` installs.
+func Packages() []string {
+	var pkgs []string
+	for _, p := range programs {
+		pkgs = append(pkgs, p.pkg)
+	}
+	for _, f := range files {
+		pkgs = append(pkgs, f.Package)
+	}
+	slices.Sort(pkgs)
+	return slices.Compact(pkgs)
+}
