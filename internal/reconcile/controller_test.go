@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/netip"
@@ -256,7 +257,11 @@ func TestStopWithdrawsThenDrainsThenCloses(t *testing.T) {
 	writes := r.dp.writes
 	stopped := make(chan struct{})
 	go func() { r.c.Stop(nil); close(stopped) }()
-	r.clock.BlockUntil(1) // Stop waits on its drain timer
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.clock.BlockUntilContext(ctx, 1); err != nil { // Stop waits on its drain timer
+		t.Fatalf("Stop never waited for the drain time: %v", err)
+	}
 	select {
 	case <-stopped:
 		t.Fatal("Stop returned before the drain time passed")

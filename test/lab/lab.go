@@ -223,13 +223,30 @@ func (l *Lab) Close() error {
 			l.logf("lab %s: %s: %v", l.Prefix, p.Name, err)
 		}
 	}
+	races := l.races()
 	l.procs = nil
 	for _, h := range append(slices.Clone(l.Hosts), l.Router) {
 		if h != nil {
 			h.close()
 		}
 	}
-	return Cleanup(l.Prefix)
+	return errors.Join(races, Cleanup(l.Prefix))
+}
+
+// raceMarker opens every report of Go's race detector: the lab runs a -race build of
+// manifold, so a data race in the daemon fails the test that saw it.
+const raceMarker = "WARNING: DATA RACE"
+
+// races returns the race reports in the logs of the lab's processes, if any.
+func (l *Lab) races() error {
+	var errs []error
+	for _, p := range l.procs {
+		log := p.Log()
+		if i := strings.Index(log, raceMarker); i >= 0 {
+			errs = append(errs, fmt.Errorf("%s: the race detector reported a data race:\n%s", p.Name, tail(log[i:], 60)))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (l *Lab) addNamespace(role string, kind Kind) (*Host, error) {
@@ -307,14 +324,8 @@ func (l *Lab) addHost(i int, hs HostSpec) (*Host, error) {
 		steps = append(steps, func() error { return h.Exec(hostprog.Ethtool, "-K", HostLink, "tx", "off") })
 	}
 	if hs.Kind == LBNode {
+		// no forwarding sysctls: manifold run enables forwarding on its interfaces itself
 		steps = append(steps,
-			func() error {
-				return h.Sysctl(map[string]string{
-					"net.ipv4.conf.all.forwarding":  "1",
-					"net.ipv4.conf.eth0.forwarding": "1",
-					"net.ipv6.conf.all.forwarding":  "1",
-				})
-			},
 			// XDP_TX out of a veth needs NAPI on the peer, which GRO gives it ...
 			func() error { return l.Router.Exec(hostprog.Ethtool, "-K", h.RouterLink, "gro", "on") },
 			// ... but the veth driver kicks the peer's NAPI after XDP_TX only when the
@@ -343,6 +354,17 @@ func (h *Host) Sysctl(settings map[string]string) error {
 		}
 		return nil
 	})
+}
+
+// SysctlValue reads a setting inside the host's namespace (net.ipv4.conf.eth0.forwarding).
+func (h *Host) SysctlValue(name string) (string, error) {
+	var v string
+	err := InNamespace(h.NS, func() error {
+		b, err := os.ReadFile("/proc/sys/" + strings.ReplaceAll(name, ".", "/"))
+		v = strings.TrimSpace(string(b))
+		return err
+	})
+	return v, err
 }
 
 // Exec runs a short command inside the host's namespace and returns its error with its

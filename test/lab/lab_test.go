@@ -49,8 +49,9 @@ var families = []family{
 
 func (f family) url() string { return URL(f.vip, 80) }
 
-// manifoldBin is built once by TestMain; MANIFOLD_BIN names a prebuilt one instead
-// (a relative path is taken from the module root, like `make build`'s bin/manifold).
+// manifoldBin is built once by TestMain, with the race detector; MANIFOLD_BIN names a
+// prebuilt one instead (a relative path is taken from the module root, like `make
+// build`'s bin/manifold).
 var (
 	manifoldBin string
 	buildErr    error
@@ -90,12 +91,14 @@ func buildManifold() (string, error) {
 		}
 		return bin, nil
 	}
-	cmd := hostprog.Command(hostprog.Go, "build", "-o", "bin/manifold", "./cmd/manifold")
+	// -race: the daemon's goroutines (run loop, API, health checks, BGP) run under the
+	// race detector, and Lab.Close fails the test whose daemon reported a race.
+	cmd := hostprog.Command(hostprog.Go, "build", "-race", "-o", "bin/manifold-race", "./cmd/manifold")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build -o bin/manifold ./cmd/manifold: %w\n%s", err, out)
+		return "", fmt.Errorf("go build -race -o bin/manifold-race ./cmd/manifold: %w\n%s", err, out)
 	}
-	return filepath.Join(root, "bin", "manifold"), nil
+	return filepath.Join(root, "bin", "manifold-race"), nil
 }
 
 // requireLab skips a test that cannot build a lab on this machine.
@@ -664,11 +667,27 @@ func TestDaemonsUndoOnExit(t *testing.T) {
 		t.Logf("%s: no tcx ingress program seen while the agent runs (%v): the check after it exits proves little", be.Role, err)
 	}
 
+	// the lab leaves forwarding off on the node: manifold run turns it on, says so, and
+	// puts it back when it exits
+	forwarding := []string{"net.ipv4.conf." + HostLink + ".forwarding", "net.ipv6.conf." + HostLink + ".forwarding"}
+	for _, name := range forwarding {
+		if v, err := lb.SysctlValue(name); err != nil || v != "1" {
+			t.Errorf("%s: %s = %q (%v) while manifold run serves, want 1", lb.NS, name, v, err)
+		}
+		if !strings.Contains(tl.nodes[lb.Role].Log(), `msg="sysctl set" name=`+name+" value=1") {
+			t.Errorf("manifold run did not log that it set %s", name)
+		}
+	}
 	if err := tl.nodes[lb.Role].Stop(); err != nil {
 		t.Errorf("manifold run: %v", err)
 	}
 	if id, err := lb.XDPProgID(HostLink); err != nil || id != 0 {
 		t.Errorf("%s:%s after manifold run exited: XDP program id %d (%v), want none", lb.NS, HostLink, id, err)
+	}
+	for _, name := range forwarding {
+		if v, err := lb.SysctlValue(name); err != nil || v != "0" {
+			t.Errorf("%s: %s = %q (%v) after manifold run exited, want the 0 it found", lb.NS, name, v, err)
+		}
 	}
 
 	if err := tl.agents[be.Role].Stop(); err != nil {
