@@ -485,22 +485,7 @@ func TestParseBackendErrors(t *testing.T) {
 	}
 }
 
-func TestIsPrime(t *testing.T) {
-	var primes []uint64
-	for n := uint64(0); n < 60; n++ {
-		if isPrime(n) {
-			primes = append(primes, n)
-		}
-	}
-	want := []uint64{2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59}
-	if !reflect.DeepEqual(primes, want) {
-		t.Errorf("primes below 60: %v", primes)
-	}
-	for n, want := range map[uint64]bool{65537: true, 65536: false, MaxTableSize: true, 1048575: false, 251: true, 4294967291: true, 4294967297: false} {
-		if isPrime(n) != want {
-			t.Errorf("isPrime(%d) = %v", n, !want)
-		}
-	}
+func TestNextPrime(t *testing.T) {
 	if n := nextPrime(65536); n != 65537 {
 		t.Errorf("nextPrime(65536) = %d", n)
 	}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/manifoldlb/manifold/internal/maglev"
 )
 
 // FuzzParse checks that any input gives either a valid config or a non-empty Errors of
@@ -128,7 +130,7 @@ func checkConfig(t *testing.T, c *Config) {
 			!slices.Contains([]Protocol{TCP, UDP}, s.Protocol) ||
 			!slices.Contains([]Forwarding{IPIP, GUE}, s.Forwarding) ||
 			!slices.Contains([]Scheduler{Maglev, MaglevSource}, s.Scheduler) ||
-			!isPrime(uint64(s.TableSize)) || s.TableSize > MaxTableSize || int(s.TableSize) <= len(s.Backends) {
+			!maglev.IsPrime(uint64(s.TableSize)) || s.TableSize > MaxTableSize || int(s.TableSize) <= len(s.Backends) {
 			t.Errorf("bad service %+v", s)
 		}
 		keys[k], names[s.Name] = true, true

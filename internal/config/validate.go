@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/maglev"
 )
 
 // Limits of the accepted values, given to the schema (schema.go). Ranges of single
@@ -222,7 +224,7 @@ func (p *parser) validateServices(c *Config) {
 		}
 
 		if p.usable(f("table_size")) {
-			if !isPrime(uint64(s.TableSize)) {
+			if !maglev.IsPrime(uint64(s.TableSize)) {
 				p.errorAt(f("table_size"), "%d is not prime (try %d)", s.TableSize, nextPrime(uint64(s.TableSize)))
 			} else if p.usable(f("backends")) && uint64(s.TableSize) <= uint64(len(s.Backends)) {
 				if try := nextPrime(uint64(max(len(s.Backends)+1, MinTableSize))); try <= MaxTableSize {
@@ -412,26 +414,9 @@ func validHostname(s string) bool {
 	return true
 }
 
-// isPrime reports whether n is prime, by trial division: meant for table sizes (at
-// most MaxTableSize), not for arbitrary 64-bit numbers.
-func isPrime(n uint64) bool {
-	if n < 2 {
-		return false
-	}
-	if n%2 == 0 {
-		return n == 2
-	}
-	for d := uint64(3); d <= n/d; d += 2 {
-		if n%d == 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // nextPrime returns the smallest prime ≥ n.
 func nextPrime(n uint64) uint64 {
-	for !isPrime(n) {
+	for !maglev.IsPrime(n) {
 		n++
 	}
 	return n

@@ -95,7 +95,7 @@ type cursor struct {
 // the SET of (Key, Weight) pairs — never on the order of the slice (returned indices
 // refer to the caller's order, of course).
 func Build(seed string, backends []Backend, size uint32) ([]int32, error) {
-	if !isPrime(uint64(size)) {
+	if !IsPrime(uint64(size)) {
 		return nil, fmt.Errorf("maglev: table size %d is not prime", size)
 	}
 	// Table entries are int32 indices into backends.
@@ -190,8 +190,9 @@ func splitmix64(state *uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// isPrime reports whether n is prime, as Build asks of a table size.
-func isPrime(n uint64) bool {
+// IsPrime reports whether n is prime: Build asks it of a table size, and config of
+// services[].table_size before anything is built.
+func IsPrime(n uint64) bool {
 	// ProbablyPrime(0) runs Baillie-PSW only, which is documented to be exact below 2^64.
 	return new(big.Int).SetUint64(n).ProbablyPrime(0)
 }

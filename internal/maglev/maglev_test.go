@@ -361,13 +361,13 @@ func TestIsPrime(t *testing.T) {
 		18446744073709551615, // 2^64 - 1
 	}
 	for _, n := range primes {
-		if !isPrime(n) {
-			t.Errorf("isPrime(%d) = false, want true", n)
+		if !IsPrime(n) {
+			t.Errorf("IsPrime(%d) = false, want true", n)
 		}
 	}
 	for _, n := range composites {
-		if isPrime(n) {
-			t.Errorf("isPrime(%d) = true, want false", n)
+		if IsPrime(n) {
+			t.Errorf("IsPrime(%d) = true, want false", n)
 		}
 	}
 	for n := range uint64(10000) {
@@ -378,8 +378,8 @@ func TestIsPrime(t *testing.T) {
 				break
 			}
 		}
-		if got := isPrime(n); got != want {
-			t.Fatalf("isPrime(%d) = %v, want %v (trial division)", n, got, want)
+		if got := IsPrime(n); got != want {
+			t.Fatalf("IsPrime(%d) = %v, want %v (trial division)", n, got, want)
 		}
 	}
 }

@@ -1,5 +1,5 @@
 // Package dptest is the test bench of the data plane, shared by its tests and by
-// `manifold bench dataplane`: a network namespace whose routing table and neighbours
+// `manifold-bench dataplane`: a network namespace whose routing table and neighbours
 // bpf_fib_lookup consults, packets built with gopacket, and BPF_PROG_TEST_RUN wrappers.
 package dptest
 

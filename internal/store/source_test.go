@@ -1,0 +1,135 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/manifoldlb/manifold/internal/reconcile"
+)
+
+// sink stands in for the node's run loop: it runs each update's transaction as the
+// controller does (Commit, then the "kernel", Revert when the kernel refuses).
+type sink struct {
+	got    []reconcile.Update
+	refuse error // what the next update gets from the "kernel" after its Commit
+	before error // what the next update gets before its Commit (a conflict)
+}
+
+func (s *sink) Submit(_ context.Context, u reconcile.Update) error {
+	s.got = append(s.got, u)
+	if err := s.before; err != nil {
+		s.before = nil
+		return err
+	}
+	if err := u.Commit(); err != nil {
+		return err
+	}
+	if err := s.refuse; err != nil {
+		s.refuse = nil
+		if rerr := u.Revert(); rerr != nil {
+			return rerr
+		}
+		return &reconcile.KernelError{Err: err}
+	}
+	return nil
+}
+
+func newSource(t *testing.T) (*Source, *sink, *bytes.Buffer) {
+	st := open(t, "node.yaml")
+	var logs bytes.Buffer
+	sk := &sink{}
+	return NewSource(st, sk, slog.New(slog.NewTextHandler(&logs, nil))), sk, &logs
+}
+
+func TestSourceChangeCommitsAndLogs(t *testing.T) {
+	src, sk, logs := newSource(t)
+	if err := src.Change(context.Background(), func(st *Store) (*Change, error) { return st.Drain("web", "10.0.1.2") }); err != nil {
+		t.Fatal(err)
+	}
+	if len(sk.got) != 1 || sk.got[0].Source != SourceName || len(sk.got[0].Services) != 2 {
+		t.Fatalf("updates %+v", sk.got)
+	}
+	if !strings.Contains(read(t, src.Store()), "weight: 0") {
+		t.Errorf("the drain is not in the file:\n%s", read(t, src.Store()))
+	}
+	if !strings.Contains(logs.String(), "config changed through the API") {
+		t.Errorf("not logged: %s", logs.String())
+	}
+}
+
+func TestSourceChangeRefusedByTheKernelLeavesTheFile(t *testing.T) {
+	src, sk, _ := newSource(t)
+	before := read(t, src.Store())
+	sk.refuse = errors.New("map full")
+	err := src.Change(context.Background(), func(st *Store) (*Change, error) { return st.Drain("web", "10.0.1.2") })
+	var se *Error
+	if !errors.As(err, &se) || se.Kind != Failed || !strings.Contains(se.Problems[0].Message, "map full") {
+		t.Fatalf("err = %v, want a Failed store error with the kernel's reason", err)
+	}
+	if read(t, src.Store()) != before {
+		t.Error("the file kept a change the kernel refused")
+	}
+	if src.Store().Config().Services[0].Backends[1].Weight != 1 {
+		t.Error("the store's config kept a change the kernel refused")
+	}
+}
+
+func TestSourceConflictIsAConflictError(t *testing.T) {
+	src, sk, _ := newSource(t)
+	before := read(t, src.Store())
+	sk.before = &reconcile.ConflictError{Message: "service web of file: kubernetes serves a service of that name"}
+	err := src.Change(context.Background(), func(st *Store) (*Change, error) { return st.Drain("web", "10.0.1.2") })
+	var se *Error
+	if !errors.As(err, &se) || se.Kind != Conflict {
+		t.Fatalf("err = %v, want a Conflict store error", err)
+	}
+	if read(t, src.Store()) != before {
+		t.Error("a refused change reached the file")
+	}
+}
+
+// A reload that changes the node or bgp section is refused whole, counted, and never
+// reaches the sink; a good one does.
+func TestSourceReloadRefusesRestartOnlySections(t *testing.T) {
+	src, sk, logs := newSource(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	path := src.Store().Path()
+	orig := read(t, src.Store())
+	for _, tc := range []struct {
+		name, from, to, want string
+	}{
+		{"node section", "name: lb1", "name: lb9", "node: the node section changed"},
+		{"bgp section", "asn: 65001", "asn: 65002", "bgp: the bgp section changed"},
+		{"bad file", "port: 80", "port: eighty", "reload rejected"},
+	} {
+		if err := os.WriteFile(path, []byte(strings.Replace(orig, tc.from, tc.to, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		src.rereadAndApply(ctx)
+		if len(sk.got) != 0 {
+			t.Fatalf("%s: the reload reached the sink", tc.name)
+		}
+		if !strings.Contains(logs.String(), tc.want) {
+			t.Errorf("%s: log lacks %q:\n%s", tc.name, tc.want, logs.String())
+		}
+	}
+	if asked, failed := src.Reloads(); asked != 3 || failed != 3 {
+		t.Errorf("reloads %d, failed %d; want 3 and 3", asked, failed)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(orig, "weight: 3", "weight: 5", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src.rereadAndApply(ctx)
+	if len(sk.got) != 1 || sk.got[0].Services[0].Backends[0].Weight != 5 {
+		t.Fatalf("a good reload: updates %+v", sk.got)
+	}
+	if asked, failed := src.Reloads(); asked != 4 || failed != 3 {
+		t.Errorf("reloads %d, failed %d; want 4 and 3", asked, failed)
+	}
+}
