@@ -232,9 +232,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) bool {
 	switch {
 	case errors.As(err, &se):
 		code := map[store.Kind]int{
-			store.Invalid:  http.StatusBadRequest,
-			store.NotFound: http.StatusNotFound,
-			store.Conflict: http.StatusConflict,
+			store.Invalid:     http.StatusBadRequest,
+			store.NotFound:    http.StatusNotFound,
+			store.Conflict:    http.StatusConflict,
+			store.Unreachable: http.StatusServiceUnavailable,
 		}[se.Kind]
 		if code == 0 {
 			code = http.StatusInternalServerError

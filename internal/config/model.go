@@ -10,9 +10,23 @@ import (
 
 // Config is the node daemon's desired state, as read from `manifold run --config FILE`.
 type Config struct {
-	Node     Node
-	BGP      *BGP // nil when the file has no bgp section: routing is left to the operator
+	Node Node
+	BGP  *BGP // nil when the file has no bgp section: routing is left to the operator
+	// Fleet is nil for a node whose services are in its file; set, the services come
+	// from the fleet store (etcd) and the file has none.
+	Fleet    *Fleet
 	Services []Service
+}
+
+// Fleet is where a node of a fleet finds the fleet's one desired state: etcd.
+type Fleet struct {
+	Endpoints []string // etcd client URLs, http:// or https://
+	Prefix    string   // the key prefix of this fleet, "/manifold" by default
+	// TLS to etcd: a client certificate and key, and the CA that signs the members'
+	// certificates (all optional; an https endpoint without CAFile uses the system's).
+	CertFile, KeyFile, CAFile string
+	// Username and PasswordFile log in to etcd when it has authentication enabled.
+	Username, PasswordFile string
 }
 
 type XDPMode string

@@ -44,6 +44,8 @@ type Store struct {
 	mu   sync.Mutex // guards data and cfg
 	data []byte     // the file as the node runs it
 	cfg  *config.Config
+	// memory: no file behind the document (Memory); edits never look at the disk.
+	memory bool
 }
 
 // Open reads and validates the config file.
@@ -95,10 +97,11 @@ func (s *Store) InSync() bool {
 type Kind int
 
 const (
-	Invalid  Kind = iota + 1 // the request is wrong
-	NotFound                 // no such service or backend
-	Conflict                 // the request clashes with the current state
-	Failed                   // the file could not be read or written, or the change not applied
+	Invalid     Kind = iota + 1 // the request is wrong
+	NotFound                    // no such service or backend
+	Conflict                    // the request clashes with the current state
+	Failed                      // the file could not be read or written, or the change not applied
+	Unreachable                 // the store (the fleet's etcd) cannot be reached; nothing changed
 )
 
 // Problem is one thing wrong with a request; Field is relative to the request body or
@@ -216,12 +219,14 @@ type edit struct {
 // runs: writing the node's version back would throw the operator's edit away.
 func (s *Store) begin() (*edit, error) {
 	data, cfg := s.current()
-	disk, err := os.ReadFile(s.path)
-	if err != nil {
-		return nil, fail(Failed, "", "cannot read the config file: %v", err)
-	}
-	if !bytes.Equal(disk, data) {
-		return nil, changedOnDisk(s.path)
+	if !s.memory {
+		disk, err := os.ReadFile(s.path)
+		if err != nil {
+			return nil, fail(Failed, "", "cannot read the config file: %v", err)
+		}
+		if !bytes.Equal(disk, data) {
+			return nil, changedOnDisk(s.path)
+		}
 	}
 	doc, err := parseTree(data)
 	if err != nil {

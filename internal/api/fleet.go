@@ -1,0 +1,75 @@
+package api
+
+// The fleet's wire types: what each node publishes about itself in the fleet store
+// (under a lease, every second), and GET /api/v1/fleet.
+
+// FleetStatus is the body of GET /api/v1/fleet.
+type FleetStatus struct {
+	// Prefix is the key prefix of the fleet in etcd; Endpoints the store's members.
+	Prefix    string   `json:"prefix"`
+	Endpoints []string `json:"endpoints"`
+	// Revision is the store's revision of the services (of the last write to them);
+	// 0 when the store cannot be read now.
+	Revision int64 `json:"revision"`
+	// Reachable is whether this node reaches the store now; StaleSince says since when
+	// it does not (RFC 3339), and then it serves its last applied revision.
+	Reachable  bool   `json:"reachable"`
+	StaleSince string `json:"stale_since,omitempty"`
+	// Nodes is every node that has published a record, alive or gone, by name.
+	Nodes []FleetNode `json:"nodes"`
+}
+
+// FleetNode is one node as the fleet sees it.
+type FleetNode struct {
+	NodeRecord
+	// Alive is whether the node's lease holds: it published in the last few seconds.
+	Alive bool `json:"alive"`
+	// Lag is how many revisions of the services the node is behind the store (0: it
+	// applied the latest); Agrees says it runs the store's services now.
+	Lag    int64 `json:"lag"`
+	Agrees bool  `json:"agrees"`
+}
+
+// NodeRecord is what a node publishes about itself.
+type NodeRecord struct {
+	Name      string   `json:"name"`
+	Site      string   `json:"site"`
+	Addresses []string `json:"addresses"`
+	// AppliedRevision is the revision of the services the node serves; AppliedAt when it
+	// applied it (RFC 3339). ApplyError says why the node could not apply a later
+	// revision (it keeps the previous state): "" when it serves the latest it read.
+	AppliedRevision int64  `json:"applied_revision"`
+	AppliedAt       string `json:"applied_at"`
+	ApplyError      string `json:"apply_error,omitempty"`
+	// StaleSince is set while the node cannot reach the store.
+	StaleSince string `json:"stale_since,omitempty"`
+	// UpdatedAt is when the node wrote this record (RFC 3339).
+	UpdatedAt string        `json:"updated_at"`
+	BGP       []FleetPeer   `json:"bgp,omitempty"`
+	Services  []ServiceLoad `json:"services"`
+}
+
+// FleetPeer is a BGP session of a node.
+type FleetPeer struct {
+	Address string `json:"address"`
+	Up      bool   `json:"up"`
+}
+
+// ServiceLoad is a service as one node sees and carries it: whether it announces it,
+// its backends' health and the traffic it sends them, per second.
+type ServiceLoad struct {
+	Name             string        `json:"name"`
+	Announced        bool          `json:"announced"`
+	PacketsPerSecond float64       `json:"packets_per_second"`
+	BytesPerSecond   float64       `json:"bytes_per_second"`
+	Backends         []BackendLoad `json:"backends"`
+}
+
+// BackendLoad is one backend of a ServiceLoad.
+type BackendLoad struct {
+	Address          string       `json:"address"`
+	State            BackendState `json:"state"`
+	Healthy          bool         `json:"healthy"`
+	PacketsPerSecond float64      `json:"packets_per_second"`
+	BytesPerSecond   float64      `json:"bytes_per_second"`
+}

@@ -1,0 +1,115 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/manifoldlb/manifold/internal/config"
+)
+
+// A store need not be a file: the fleet keeps each service as a YAML document of its
+// own in etcd, and edits them through the same code as the file's (one validation, the
+// same errors), on a document composed of the node's own sections and the services.
+
+// ServiceDoc is one service as a YAML document: the mapping a config file's services
+// list holds, comments included (a drain's "undrain restores weight N").
+type ServiceDoc struct {
+	Name string
+	YAML []byte
+}
+
+// Compose builds a config document from a node config file's own sections (node, bgp,
+// and whatever else but services) and the service documents, in the order given. The
+// result is parsed and validated by config.Parse as a whole.
+func Compose(file *Store, docs []ServiceDoc) ([]byte, *config.Config, error) {
+	data, _ := file.current()
+	doc, err := parseTree(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	list := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+	for _, d := range docs {
+		var item yaml.Node
+		if err := yaml.Unmarshal(d.YAML, &item); err != nil {
+			return nil, nil, fmt.Errorf("service %s: %w", d.Name, err)
+		}
+		if item.Kind != yaml.DocumentNode || len(item.Content) != 1 || item.Content[0].Kind != yaml.MappingNode {
+			return nil, nil, fmt.Errorf("service %s: not one YAML mapping", d.Name)
+		}
+		expandAliases(&item)
+		list.Content = append(list.Content, item.Content[0])
+	}
+	set(doc.Content[0], "services", list)
+	out, err := render(doc)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := config.Parse(file.path, out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, cfg, nil
+}
+
+// Memory is a store of a document held in memory (Compose's), edited by the same
+// methods as a file's (PutService, Drain, …). Its changes are never written anywhere:
+// the caller takes ServiceDocs from them.
+func Memory(name string, data []byte) (*Store, error) {
+	cfg, err := config.Parse(name, data)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{path: name, data: data, cfg: cfg, memory: true}, nil
+}
+
+// ServiceDocs returns the services of a change as documents, in the order of its list.
+func (ch *Change) ServiceDocs() ([]ServiceDoc, error) {
+	doc, err := parseTree(ch.data)
+	if err != nil {
+		return nil, err
+	}
+	var out []ServiceDoc
+	for _, item := range services(doc).Content {
+		name := get(item, "name")
+		if name == nil || name.Kind != yaml.ScalarNode {
+			return nil, errors.New("a service without a name")
+		}
+		data, err := render(&yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{item}})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ServiceDoc{Name: name.Value, YAML: data})
+	}
+	return out, nil
+}
+
+// ServiceDocsOf returns the services of a file store as documents (for `manifold fleet
+// import`).
+func ServiceDocsOf(s *Store) ([]ServiceDoc, error) {
+	data, cfg := s.current()
+	return (&Change{data: data, Config: cfg}).ServiceDocs()
+}
+
+// ExportSection renders service documents as the services section of a config file.
+func ExportSection(docs []ServiceDoc) ([]byte, error) {
+	list := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+	for _, d := range slices.Clone(docs) {
+		var item yaml.Node
+		if err := yaml.Unmarshal(d.YAML, &item); err != nil || len(item.Content) != 1 {
+			return nil, fmt.Errorf("service %s: not one YAML mapping", d.Name)
+		}
+		list.Content = append(list.Content, item.Content[0])
+	}
+	root := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{strNode("services"), list}}
+	out, err := render(&yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}})
+	return out, err
+}
+
+// Unavailable is the error of a write that could not reach the store (the fleet's
+// etcd): nothing was changed; the API answers 503.
+func Unavailable(format string, args ...any) *Error {
+	return fail(Unreachable, "", format, args...)
+}

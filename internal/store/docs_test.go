@@ -1,0 +1,56 @@
+package store
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// A file's services taken apart into documents and composed again are the same
+// services; a memory store edits them with the file's own code, comments included.
+func TestComposeMemoryAndServiceDocs(t *testing.T) {
+	file := open(t, "node.yaml")
+	docs, err := ServiceDocsOf(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(docs) != 2 || docs[0].Name != "web" || !strings.Contains(string(docs[0].YAML), "# rack 1") {
+		t.Fatalf("docs %+v", docs)
+	}
+	data, cfg, err := Compose(file, docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg.Services, file.Config().Services) {
+		t.Fatalf("composed services differ from the file's")
+	}
+	mem, err := Memory("fleet", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := mem.Drain("web", "10.0.1.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := ch.ServiceDocs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(after[0].YAML), "undrain restores weight 3") || string(after[1].YAML) != string(docs[1].YAML) {
+		t.Fatalf("after drain:\n%s\n%s", after[0].YAML, after[1].YAML)
+	}
+	// a bad edit is refused with the file's own errors, fields relative to the service
+	_, err = mem.PutService("web", []byte(`{"vip": "198.51.100.10", "port": 99999, "backends": [{"address": "10.0.1.1"}]}`))
+	if se, ok := err.(*Error); !ok || se.Kind != Invalid || se.Problems[0].Field != "port" {
+		t.Fatalf("bad put: %v", err)
+	}
+	// a composed document that is not valid as a whole is refused
+	bad := append(docs, ServiceDoc{Name: "dup", YAML: []byte(strings.Replace(string(docs[0].YAML), "name: web", "name: dup", 1))})
+	if _, _, err := Compose(file, bad); err == nil {
+		t.Fatal("two services on one VIP:port composed without an error")
+	}
+	out, err := ExportSection(after)
+	if err != nil || !strings.HasPrefix(string(out), "services:\n") {
+		t.Fatalf("export: %v\n%s", err, out)
+	}
+}
