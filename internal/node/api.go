@@ -37,7 +37,12 @@ func (n *Node) serveAPI() (func(), error) {
 
 	stopRates := make(chan struct{})
 	// owned by Run: stopped by the returned func before Run returns
-	go n.rates.run(n.ctrl.View, n.lb, clock.Real(), stopRates)
+	// (waited for: its last read of the maps must happen before they are closed)
+	ratesDone := make(chan struct{})
+	go func() {
+		defer close(ratesDone)
+		n.rates.run(n.ctrl.View, n.lb, clock.Real(), stopRates)
+	}()
 
 	srv := &http.Server{Handler: n.api.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute}
 	// owned by Run: stopped by the returned func before Run returns
@@ -52,6 +57,7 @@ func (n *Node) serveAPI() (func(), error) {
 		defer cancel()
 		srv.Shutdown(ctx)
 		close(stopRates)
+		<-ratesDone
 	}, nil
 }
 
