@@ -26,6 +26,9 @@ func printStatus(w io.Writer, st *api.Status) {
 	fmt.Fprintf(tw, "Config\t%s\n", configLine(&st.Config))
 	fmt.Fprintf(tw, "Reloads\t%d (%d failed)\n", st.Reloads, st.ReloadFailures)
 	fmt.Fprintf(tw, "Flow table\t%d of %d entries (%s)\n", st.FlowTableEntries, st.FlowTableSize, percent(uint64(st.FlowTableEntries), uint64(st.FlowTableSize)))
+	if f := st.Fleet; f != nil {
+		fmt.Fprintf(tw, "Fleet\t%s\n", fleetLine(f))
+	}
 	if st.BGP == nil {
 		fmt.Fprintf(tw, "BGP\toff (no bgp section: routing is left to the operator)\n")
 	} else {
@@ -221,4 +224,59 @@ func or(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// fleetLine says where a node stands against its fleet store.
+func fleetLine(f *api.FleetState) string {
+	line := fmt.Sprintf("%s, revision %d", f.Prefix, f.AppliedRevision)
+	switch {
+	case !f.Reachable:
+		line += fmt.Sprintf(", STORE UNREACHABLE, stale since %s (serving the last applied revision; writes refused)", or(f.StaleSince, "?"))
+	case f.StoreRevision > f.AppliedRevision:
+		line += fmt.Sprintf(", %d behind the store", f.StoreRevision-f.AppliedRevision)
+	default:
+		line += ", in sync with the store"
+	}
+	if f.ApplyError != "" {
+		line += "; could not apply a later revision: " + f.ApplyError
+	}
+	return line
+}
+
+func printFleet(w io.Writer, f *api.FleetStatus) {
+	tw := table(w)
+	fmt.Fprintf(tw, "Fleet\t%s on %s\n", f.Prefix, strings.Join(f.Endpoints, ", "))
+	fmt.Fprintf(tw, "Revision\t%d\n", f.Revision)
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = table(w)
+	fmt.Fprintln(tw, "NODE\tSITE\tALIVE\tREVISION\tLAG\tAGREES\tBGP UP\tANNOUNCED\tUPDATED\tNOTE")
+	for _, n := range f.Nodes {
+		up := 0
+		for _, p := range n.BGP {
+			if p.Up {
+				up++
+			}
+		}
+		announced := 0
+		for _, s := range n.Services {
+			if s.Announced {
+				announced++
+			}
+		}
+		note := n.ApplyError
+		if n.StaleSince != "" {
+			note = strings.TrimSpace("store unreachable since " + n.StaleSince + " " + note)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%d/%d\t%d/%d\t%s\t%s\n", n.Name, n.Site, yesNo(n.Alive), n.AppliedRevision, n.Lag,
+			yesNo(n.Agrees), up, len(n.BGP), announced, len(n.Services), or(n.UpdatedAt, "-"), or(note, "-"))
+	}
+	tw.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }

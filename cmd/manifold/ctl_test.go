@@ -87,6 +87,14 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(200, f.st.Services)
 	case r.URL.Path == "/api/v1/services/web":
 		reply(200, web)
+	case r.URL.Path == "/api/v1/fleet":
+		reply(200, api.FleetStatus{Prefix: "/manifold", Endpoints: []string{"http://10.0.0.5:2379", "http://10.0.0.6:2379"}, Revision: 42, Reachable: true,
+			Nodes: []api.FleetNode{
+				{NodeRecord: api.NodeRecord{Name: "lb1", Site: "ams1", AppliedRevision: 42, UpdatedAt: "2026-11-23T15:00:01Z",
+					BGP: []api.FleetPeer{{Address: "10.0.0.1", Up: true}}, Services: []api.ServiceLoad{{Name: "web", Announced: true}}}, Alive: true, Agrees: true},
+				{NodeRecord: api.NodeRecord{Name: "lb2", Site: "ams1", AppliedRevision: 40, UpdatedAt: "2026-11-23T14:58:30Z",
+					StaleSince: "2026-11-23T14:58:31Z", BGP: []api.FleetPeer{{Address: "10.0.0.1", Up: false}}, Services: []api.ServiceLoad{{Name: "web"}}}, Lag: 2},
+			}})
 	case r.URL.Path == "/api/v1/config":
 		reply(200, api.ConfigView{ConfigInfo: api.ConfigInfo{File: f.st.Config.File, Revision: f.st.Config.Revision, InSync: f.inSync},
 			YAML: "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\n  api_token: <redacted>\nservices:\n  - name: web\n    vip: 198.51.100.10\n"})
@@ -148,6 +156,7 @@ func TestCtlGolden(t *testing.T) {
 		{"services", []string{"services"}, "GET /api/v1/services", ""},
 		{"backends", []string{"backends", "web"}, "GET /api/v1/services/web", ""},
 		{"config", []string{"config"}, "GET /api/v1/config", ""},
+		{"fleet", []string{"fleet"}, "GET /api/v1/fleet", ""},
 		{"drain", []string{"drain", "web", "10.0.1.1"}, "POST /api/v1/services/web/backends/10.0.1.1/drain", ""},
 		{"weight", []string{"weight", "web", "10.0.1.1", "5"}, "POST /api/v1/services/web/backends/10.0.1.1/weight", `{"weight":5}`},
 	}

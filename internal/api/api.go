@@ -46,7 +46,13 @@ type Node interface {
 	// when the kernel refuses; on any error nothing changed. It fails with the
 	// context's error when the node is stopping.
 	Change(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error
+	// Fleet is every node of the node's fleet: ErrNoFleet without a fleet section, a
+	// store.Error of kind Unreachable when the store cannot be read.
+	Fleet(ctx context.Context) (FleetStatus, error)
 }
+
+// ErrNoFleet is Node.Fleet's error on a node whose services are in its config file.
+var ErrNoFleet = errors.New("this node has no fleet section: its services are in its config file")
 
 // Server serves the API.
 type Server struct {
@@ -130,6 +136,20 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, ConfigView{ConfigInfo: Info(s.Store), YAML: string(y)})
+	})
+	read("GET /api/v1/fleet", func(w http.ResponseWriter, r *http.Request) {
+		f, err := s.Node.Fleet(r.Context())
+		var se *store.Error
+		switch {
+		case errors.Is(err, ErrNoFleet):
+			writeError(w, http.StatusNotFound, store.Problem{Message: err.Error()})
+		case errors.As(err, &se):
+			s.fail(w, r, err)
+		case err != nil:
+			writeError(w, http.StatusInternalServerError, store.Problem{Message: err.Error()})
+		default:
+			writeJSON(w, http.StatusOK, f)
+		}
 	})
 	if s.Metrics != nil {
 		read("GET /metrics", s.Metrics.ServeHTTP)

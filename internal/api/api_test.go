@@ -31,6 +31,20 @@ type fakeNode struct {
 	mu       sync.Mutex
 	refuse   bool // the "kernel" refuses the next change
 	stopping bool
+	// fleet is what Fleet returns: nil for a node without a fleet section;
+	// fleetDown makes the store unreachable.
+	fleet     *api.FleetStatus
+	fleetDown bool
+}
+
+func (f *fakeNode) Fleet(context.Context) (api.FleetStatus, error) {
+	switch {
+	case f.fleet == nil:
+		return api.FleetStatus{}, api.ErrNoFleet
+	case f.fleetDown:
+		return api.FleetStatus{}, store.Unavailable("the fleet store cannot be reached: context deadline exceeded")
+	}
+	return *f.fleet, nil
 }
 
 func (f *fakeNode) Status() api.Status {
@@ -338,6 +352,26 @@ func TestConformance(t *testing.T) {
 	e.node.refuse = true
 	if x := e.do("POST", "/api/v1/services/web/backends/10.0.1.1/undrain", ""); x.Status != 500 {
 		t.Errorf("undrain refused by the kernel: %d", x.Status)
+	}
+
+	// the fleet: none on this node (404), then one (200), then its store gone (503)
+	if x := e.do("GET", "/api/v1/fleet", ""); x.Status != 404 {
+		t.Errorf("fleet of a file node: %d %s", x.Status, x.Body)
+	}
+	e.node.fleet = &api.FleetStatus{Prefix: "/manifold", Endpoints: []string{"http://10.0.0.5:2379"}, Revision: 7, Reachable: true,
+		Nodes: []api.FleetNode{{NodeRecord: api.NodeRecord{Name: "lb1", Site: "ams1", Addresses: []string{"10.0.0.11"}, AppliedRevision: 7,
+			AppliedAt: "2026-11-23T15:00:00Z", UpdatedAt: "2026-11-23T15:00:01Z", BGP: []api.FleetPeer{{Address: "10.0.0.1", Up: true}},
+			Services: []api.ServiceLoad{{Name: "web", Announced: true, PacketsPerSecond: 10, Backends: []api.BackendLoad{
+				{Address: "10.0.1.1", State: api.BackendUp, Healthy: true, PacketsPerSecond: 10}}}}}, Alive: true, Agrees: true}}}
+	if x := e.do("GET", "/api/v1/fleet", ""); x.Status != 200 || decode[api.FleetStatus](t, x).Nodes[0].Site != "ams1" {
+		t.Errorf("fleet: %d %s", x.Status, x.Body)
+	}
+	e.node.fleetDown = true
+	if x := e.do("GET", "/api/v1/fleet", ""); x.Status != 503 {
+		t.Errorf("fleet with its store down: %d %s", x.Status, x.Body)
+	}
+	for _, a := range []string{"", "Bearer wrong"} {
+		e.do("GET", "/api/v1/fleet", "", a)
 	}
 
 	if unseen := check.Unseen(); len(unseen) > 0 {

@@ -15,7 +15,21 @@ type Status struct {
 	Drops            map[string]uint64 `json:"drops"`
 	Reloads          uint64            `json:"reloads"`
 	ReloadFailures   uint64            `json:"reload_failures"`
-	Config           ConfigInfo        `json:"config"` // the config file the node runs
+	Config           ConfigInfo        `json:"config"`          // the config file the node runs
+	Fleet            *FleetState       `json:"fleet,omitempty"` // absent without a fleet section
+}
+
+// FleetState is a node's view of the fleet store.
+type FleetState struct {
+	Prefix          string `json:"prefix"`
+	AppliedRevision int64  `json:"applied_revision"` // the services this node serves
+	StoreRevision   int64  `json:"store_revision"`   // the store's services, as last seen
+	Reachable       bool   `json:"reachable"`
+	// StaleSince is set while the store is unreachable (RFC 3339): the node serves its
+	// last applied revision meanwhile.
+	StaleSince     string `json:"stale_since,omitempty"`
+	ApplyError     string `json:"apply_error,omitempty"`
+	WriteConflicts uint64 `json:"write_conflicts"`
 }
 
 // BGPStatus is the speaker's state: its peers, as GoBGP reports them.

@@ -23,6 +23,7 @@ func TestParseFull(t *testing.T) {
 	want := &Config{
 		Node: Node{
 			Name:          "lb1",
+			Site:          "lb1",
 			Interfaces:    []string{"eth0", "eth1"},
 			XDPMode:       XDPNative,
 			Address:       addr("10.0.0.11"),
@@ -97,6 +98,7 @@ func TestParseDefaults(t *testing.T) {
 	}
 	node := Node{
 		Name:          "lb1",
+		Site:          "lb1",
 		Interfaces:    []string{"eth0"},
 		XDPMode:       XDPAuto,
 		Address:       addr("10.0.0.11"),
@@ -166,11 +168,11 @@ func TestParseErrors(t *testing.T) {
 		want []string
 	}{
 		{"unknown top-level field", hdr + "colour: blue\n",
-			[]string{"t.yaml:5: colour: unknown field (accepted: node, bgp, services)"}},
+			[]string{"t.yaml:5: colour: unknown field (accepted: node, bgp, fleet, services)"}},
 		{"misspelt top-level field", hdr + "service: []\n",
 			[]string{"t.yaml:5: service: unknown field (did you mean services?)"}},
 		{"unknown node field", hdr + "  mtu: 1500\n",
-			[]string{"t.yaml:5: node.mtu: unknown field (accepted: name, interfaces, xdp_mode, address, address6, api, api_token, api_token_file, flow_table_size, entropy_source, entropy_prefix4, entropy_prefix6, new_flow_rate)"}},
+			[]string{"t.yaml:5: node.mtu: unknown field (accepted: name, interfaces, xdp_mode, site, address, address6, api, api_token, api_token_file, flow_table_size, entropy_source, entropy_prefix4, entropy_prefix6, new_flow_rate)"}},
 		{"unknown service field", svc + "    weight: 1\n",
 			[]string{"t.yaml:8: services[0].weight: unknown field (accepted: name, vip, port, protocol, forwarding, gue_port, scheduler, table_size, backends, health)"}},
 		{"entropy prefix of the wrong length and family", hdr + "  entropy_source: true\n  entropy_prefix4: 172.16.0.0/12\n  entropy_prefix6: 10.1.0.0/16\n", []string{
@@ -196,7 +198,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown bgp peer field", hdr + "bgp:\n  asn: 65001\n  router_id: 10.0.0.11\n  peers:\n    - address: 10.0.0.1\n      asn: 65000\n      holdtime: 9s\n",
 			[]string{"t.yaml:11: bgp.peers[0].holdtime: unknown field (did you mean hold_time?)"}},
 		{"strange key", hdr + "\"a b\": 1\n",
-			[]string{`t.yaml:5: "a b": unknown field (accepted: node, bgp, services)`}},
+			[]string{`t.yaml:5: "a b": unknown field (accepted: node, bgp, fleet, services)`}},
 		{"duplicate key", hdr + "  name: lb2\n",
 			[]string{"t.yaml:5: node.name: duplicate key (first at line 2)"}},
 		{"bad vip", hdr + "services:\n  - name: web\n    vip: 198.51.100.300\n",
@@ -343,7 +345,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{"t.yaml:6: only one yaml document is allowed (found a second one)"}},
 		{"trailing document marker is fine", hdr + "---\n", nil},
 		{"top level list", "- node\n",
-			[]string{"t.yaml:1: top level must be a mapping with keys node, bgp, services, got list"}},
+			[]string{"t.yaml:1: top level must be a mapping with keys node, bgp, fleet, services, got list"}},
 		{"merge of a scalar", hdr + "services:\n  - <<: 5\n    name: web\n    vip: 198.51.100.10\n",
 			[]string{"t.yaml:6: services[0]: merge key (<<) must refer to a mapping or a list of mappings, got integer 5"}},
 	} {
@@ -391,7 +393,7 @@ func TestParseManyErrors(t *testing.T) {
 	checkErrors(t, err, []string{
 		f + ":3: node.interfaces: must list at least one interface, e.g. [eth0]",
 		f + `:4: node.xdp_mode: "fast" is not valid (accepted: native, generic, auto)`,
-		f + ":6: node.colour: unknown field (accepted: name, interfaces, xdp_mode, address, address6, api, api_token, api_token_file, flow_table_size, entropy_source, entropy_prefix4, entropy_prefix6, new_flow_rate)",
+		f + ":6: node.colour: unknown field (accepted: name, interfaces, xdp_mode, site, address, address6, api, api_token, api_token_file, flow_table_size, entropy_source, entropy_prefix4, entropy_prefix6, new_flow_rate)",
 		f + ":10: services[0].table_size: 65536 is not prime (try 65537)",
 		f + ":12: services[0].backends[0].address: 2001:db8::1 is IPv6 but the vip is IPv4 (backends must be of the vip's family)",
 		f + ":14: services[0].backends[1].weight: must not be negative (accepted: 0..65535)",

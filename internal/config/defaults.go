@@ -14,6 +14,8 @@ const (
 	DefaultXDPMode = XDPAuto
 	// node.api: the REST API and /metrics listen on localhost only.
 	DefaultAPI = "127.0.0.1:9100"
+	// DefaultFleetPrefix is where a fleet keeps its keys in etcd.
+	DefaultFleetPrefix = "/manifold"
 	// node.api_token: empty, no token required.
 	DefaultAPIToken = ""
 	// node.flow_table_size: entries of the LRU flow table.
@@ -84,6 +86,12 @@ func applyDefaults(c *Config, present func(path string) bool) {
 	}
 	if !present("node.new_flow_rate") {
 		n.NewFlowRate = DefaultNewFlowRate
+	}
+	if !present("node.site") {
+		n.Site = n.Name
+	}
+	if c.Fleet != nil && !present("fleet.prefix") {
+		c.Fleet.Prefix = DefaultFleetPrefix
 	}
 	if c.BGP != nil {
 		if !present("bgp.drain_time") {

@@ -698,6 +698,9 @@ func (p *parser) config(n *yaml.Node) *Config {
 		case "bgp":
 			c.BGP = &BGP{}
 			p.bgp(v, path, c.BGP)
+		case "fleet":
+			c.Fleet = &Fleet{}
+			p.fleet(v, path, c.Fleet)
 		case "services":
 			p.list(v, path, func(_ int, ipath string, it *yaml.Node) {
 				c.Services = append(c.Services, Service{})
@@ -713,6 +716,8 @@ func (p *parser) node(n *yaml.Node, path string, out *Node) {
 		switch key {
 		case "name":
 			out.Name, _ = p.str(v, path)
+		case "site":
+			out.Site, _ = p.str(v, path)
 		case "interfaces":
 			out.Interfaces = p.stringList(v, path)
 		case "xdp_mode":
@@ -740,6 +745,32 @@ func (p *parser) node(n *yaml.Node, path string, out *Node) {
 		case "new_flow_rate":
 			x, _ := p.integer(v, path)
 			out.NewFlowRate = uint32(x)
+		}
+	})
+}
+
+func (p *parser) fleet(n *yaml.Node, path string, out *Fleet) {
+	p.mapping(n, path, keysOf(NodeSchema, "fleet"), func(key, path string, v *yaml.Node) {
+		switch key {
+		case "etcd":
+			p.mapping(v, path, keysOf(NodeSchema, "fleet.etcd"), func(key, path string, v *yaml.Node) {
+				switch key {
+				case "endpoints":
+					out.Endpoints = p.stringList(v, path)
+				case "cert_file":
+					out.CertFile, _ = p.str(v, path)
+				case "key_file":
+					out.KeyFile, _ = p.str(v, path)
+				case "ca_file":
+					out.CAFile, _ = p.str(v, path)
+				case "username":
+					out.Username, _ = p.str(v, path)
+				case "password_file":
+					out.PasswordFile, _ = p.str(v, path)
+				}
+			})
+		case "prefix":
+			out.Prefix, _ = p.str(v, path)
 		}
 	})
 }

@@ -39,7 +39,10 @@ const (
 
 // Node describes this LB node.
 type Node struct {
-	Name       string
+	Name string
+	// Site is the edge location the node belongs to (default: its name): the nodes of
+	// a site share its load in the fleet's records.
+	Site       string
 	Interfaces []string // XDP attaches to each of these
 	XDPMode    XDPMode
 	// Address is the node's address: BGP next hop and outer source of encapsulated

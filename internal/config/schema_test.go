@@ -73,15 +73,40 @@ func file(schema []Field, values map[string]string) string {
 }
 
 // minimal gives the required keys of schema their example values: the smallest valid
-// file that has every section, one item in every list.
+// file that has every section, one item in every list — but fleet, which a file has
+// instead of services (minimalFor).
 func minimal(schema []Field) map[string]string {
 	values := map[string]string{}
 	for _, f := range schema {
-		if f.Required && f.Type != TypeMapping && f.Type != TypeList {
+		if f.Required && f.Type != TypeMapping && f.Type != TypeList && !under(f.Path, "fleet") {
 			values[f.Path] = f.Example
 		}
 	}
 	return values
+}
+
+// minimalFor is the minimal file in which the field at path can stand: for a key of
+// the fleet section, a file with the fleet's required keys and no services.
+func minimalFor(schema []Field, path string) map[string]string {
+	values := minimal(schema)
+	if !under(path, "fleet") {
+		return values
+	}
+	for p := range values {
+		if under(p, "services") {
+			delete(values, p)
+		}
+	}
+	for _, f := range schema {
+		if f.Required && f.Type != TypeMapping && f.Type != TypeList && under(f.Path, "fleet") {
+			values[f.Path] = f.Example
+		}
+	}
+	return values
+}
+
+func under(path, section string) bool {
+	return path == section || strings.HasPrefix(path, section+".") || strings.HasPrefix(path, section+"[]")
 }
 
 // parse parses a file of schema, returning the model and the errors.
@@ -129,6 +154,19 @@ func TestMinimalFilesParse(t *testing.T) {
 			t.Errorf("%s: the minimal file of the schema's required keys does not parse:\n%s\n%v", name, file(schema, minimal(schema)), err)
 		}
 	}
+	fleet := minimalFor(NodeSchema, "fleet")
+	c, err := parse(NodeSchema, fleet)
+	if err != nil {
+		t.Fatalf("the minimal fleet file does not parse:\n%s\n%v", file(NodeSchema, fleet), err)
+	}
+	if cfg := c.(*Config); cfg.Fleet == nil || len(cfg.Services) != 0 || cfg.Fleet.Prefix != DefaultFleetPrefix {
+		t.Errorf("minimal fleet file: %+v", cfg.Fleet)
+	}
+	// both fleet and services: refused, saying how to move the services
+	_, err = parse(NodeSchema, with(fleet, "services[].name", "web", "services[].vip", "198.51.100.10"))
+	if msg := problemAt(err, "services"); !strings.Contains(msg, "manifold fleet import") {
+		t.Errorf("a file with fleet and services: %v", err)
+	}
 }
 
 // A file that writes a field's schema default parses into the same model as a file that
@@ -145,7 +183,7 @@ func TestDefaultsAreTheSchemas(t *testing.T) {
 				continue
 			}
 			defaults++
-			absent := with(minimal(schema), context[f.Path]...)
+			absent := with(minimalFor(schema, f.Path), context[f.Path]...)
 			given := with(absent, f.Path, f.Default)
 			want, err := parse(schema, absent)
 			if err != nil {
@@ -181,7 +219,7 @@ func TestBoundsAreTheSchemas(t *testing.T) {
 				return strconv.FormatInt(v, 10)
 			}
 			check := func(v int64, ok bool) {
-				_, err := parse(schema, with(minimal(schema), f.Path, write(v)))
+				_, err := parse(schema, with(minimalFor(schema, f.Path), f.Path, write(v)))
 				switch {
 				case ok && err != nil:
 					t.Errorf("%s: %s refused: %v", f.Path, write(v), err)
@@ -208,7 +246,7 @@ func TestEveryKeyIsRead(t *testing.T) {
 	for _, schema := range schemas {
 		for _, f := range schema {
 			values := map[string]string{}
-			for p, v := range minimal(schema) {
+			for p, v := range minimalFor(schema, f.Path) {
 				if !strings.HasPrefix(p, f.Path+".") && !strings.HasPrefix(p, f.Path+"[].") {
 					values[p] = v
 				}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -63,6 +64,9 @@ func (p *parser) validateConfig(c *Config) {
 	}
 	if c.BGP != nil && p.usable("bgp") {
 		p.validateBGP(c.BGP)
+	}
+	if c.Fleet != nil && p.usable("fleet") {
+		p.validateFleet(c)
 	}
 	p.validateServices(c)
 }
@@ -145,6 +149,56 @@ func (p *parser) validateEntropy(n *Node) {
 			p.errorAt(e.field, "required when entropy_source is true and the node has an %s address", fam)
 		}
 	}
+}
+
+func (p *parser) validateFleet(c *Config) {
+	f := c.Fleet
+	if p.require("fleet.etcd") && p.usable("fleet.etcd") && p.require("fleet.etcd.endpoints") && p.usable("fleet.etcd.endpoints") {
+		if len(f.Endpoints) == 0 {
+			p.errorAt("fleet.etcd.endpoints", "must list at least one etcd client URL")
+		}
+		for i, e := range f.Endpoints {
+			if problem := endpointProblem(e); problem != "" {
+				p.errorAt(index("fleet.etcd.endpoints", i), "%q %s", e, problem)
+			}
+		}
+	}
+	if (f.CertFile == "") != (f.KeyFile == "") && p.usable("fleet.etcd") {
+		missing := "fleet.etcd.key_file"
+		if f.CertFile == "" {
+			missing = "fleet.etcd.cert_file"
+		}
+		p.errorAt(missing, "required with %s: a client certificate needs its key", map[bool]string{true: "fleet.etcd.cert_file", false: "fleet.etcd.key_file"}[f.CertFile != ""])
+	}
+	if (f.Username == "") != (f.PasswordFile == "") && p.usable("fleet.etcd") {
+		missing := "fleet.etcd.password_file"
+		if f.Username == "" {
+			missing = "fleet.etcd.username"
+		}
+		p.errorAt(missing, "username and password_file go together")
+	}
+	if pp := "fleet.prefix"; p.given(pp) && (!strings.HasPrefix(f.Prefix, "/") || strings.HasSuffix(f.Prefix, "/") || strings.ContainsAny(f.Prefix, " \t\n")) {
+		p.errorAt(pp, "%q must start with / and not end with one (like /manifold or /fleets/eu)", f.Prefix)
+	}
+	if p.given("services") {
+		p.errorAt("services", "a node with a fleet section takes its services from the fleet store, not from this file: seed the store with `manifold fleet import --config FILE`, then remove them here")
+	}
+}
+
+// endpointProblem says what is wrong with an etcd client URL ("" when nothing).
+func endpointProblem(e string) string {
+	u, err := url.Parse(e)
+	switch {
+	case err != nil:
+		return "is not a URL"
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "must start with http:// or https://"
+	case u.Hostname() == "" || u.Port() == "":
+		return "must name a host and a port (http://10.0.0.5:2379)"
+	case u.Path != "" && u.Path != "/":
+		return "must not have a path"
+	}
+	return ""
 }
 
 func (p *parser) validateBGP(b *BGP) {

@@ -91,6 +91,14 @@ var (
 		"Config reloads asked for (SIGHUP).")
 	reloadFailuresDesc = desc("manifold_config_reload_failures_total",
 		"Config reloads refused or failed; the previous config kept serving.")
+	fleetRevisionDesc = desc("manifold_fleet_applied_revision",
+		"The revision of the fleet store's services this node serves.")
+	fleetReachableDesc = desc("manifold_fleet_store_reachable",
+		"1 while the node reaches the fleet store, else 0 (it serves its last applied revision).")
+	fleetLagDesc = desc("manifold_fleet_watch_lag_revisions",
+		"Revisions of the services the node is behind the fleet store, as last seen.")
+	fleetConflictsDesc = desc("manifold_fleet_write_conflicts_total",
+		"API writes refused because another write reached the fleet store first.")
 	apiDesc = desc("manifold_api_requests_total",
 		"REST API requests answered, by method and status code.", "method", "code")
 )
@@ -100,7 +108,8 @@ type collector struct{ src Source }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{xdpDesc, packetsDesc, bytesDesc, dropsDesc, eventsDesc, upDesc, weightDesc, announcedDesc,
 		flowsDesc, flowSizeDesc, checksDesc, checkFailuresDesc, checkUpDesc, checkLatencyDesc, peerUpDesc,
-		updatesSentDesc, updatesReceivedDesc, reloadsDesc, reloadFailuresDesc, apiDesc} {
+		updatesSentDesc, updatesReceivedDesc, reloadsDesc, reloadFailuresDesc, apiDesc,
+		fleetRevisionDesc, fleetReachableDesc, fleetLagDesc, fleetConflictsDesc} {
 		ch <- d
 	}
 }
@@ -146,6 +155,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			counter(updatesSentDesc, p.UpdatesSent, p.Address)
 			counter(updatesReceivedDesc, p.UpdatesReceived, p.Address)
 		}
+	}
+	if f := st.Fleet; f != nil {
+		gauge(fleetRevisionDesc, float64(f.AppliedRevision))
+		gauge(fleetReachableDesc, bit(f.Reachable))
+		gauge(fleetLagDesc, float64(max(0, f.StoreRevision-f.AppliedRevision)))
+		counter(fleetConflictsDesc, f.WriteConflicts)
 	}
 	counter(reloadsDesc, st.Reloads)
 	counter(reloadFailuresDesc, st.ReloadFailures)

@@ -63,6 +63,7 @@ var full = fixed{
 		BGP:              &api.BGPStatus{Peers: []api.PeerStatus{{Address: "10.0.0.1", Up: true, UpdatesSent: 4, UpdatesReceived: 1}}},
 		Reloads:          4,
 		ReloadFailures:   1,
+		Fleet:            &api.FleetState{Prefix: "/manifold", AppliedRevision: 40, StoreRevision: 42, Reachable: false, StaleSince: "2026-11-23T15:00:00Z", WriteConflicts: 3},
 	},
 	Events: map[string]uint64{"flow_not_inserted": 7},
 	HealthChecks: []HealthCheck{
@@ -98,6 +99,10 @@ func TestMetricsReportTheSnapshot(t *testing.T) {
 		"manifold_bgp_updates_sent_total,peer=10.0.0.1":                                   4,
 		"manifold_bgp_updates_received_total,peer=10.0.0.1":                               1,
 		"manifold_config_reloads_total":                                                   4,
+		"manifold_fleet_applied_revision":                                                 40,
+		"manifold_fleet_store_reachable":                                                  0,
+		"manifold_fleet_watch_lag_revisions":                                              2,
+		"manifold_fleet_write_conflicts_total":                                            3,
 		"manifold_config_reload_failures_total":                                           1,
 		"manifold_api_requests_total,code=200,method=GET":                                 9,
 		"manifold_api_requests_total,code=409,method=POST":                                1,

@@ -147,3 +147,8 @@ func (n *Node) MetricsSnapshot() metrics.Snapshot {
 	}
 	return out
 }
+
+// Fleet is every node of the fleet (api.ErrNoFleet on a node of a config file).
+func (n *Node) Fleet(ctx context.Context) (api.FleetStatus, error) {
+	return api.FleetStatus{}, api.ErrNoFleet
+}

@@ -133,6 +133,9 @@ func restartOnly(running *config.Config, ch *Change) error {
 	if !reflect.DeepEqual(ch.Config.BGP, running.BGP) {
 		return errors.New("bgp: the bgp section changed; it takes effect only on restart (services were not reloaded either)")
 	}
+	if !reflect.DeepEqual(ch.Config.Fleet, running.Fleet) {
+		return errors.New("fleet: the fleet section changed; it takes effect only on restart (services were not reloaded either)")
+	}
 	return nil
 }
 
