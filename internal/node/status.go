@@ -51,16 +51,18 @@ func (n *Node) serviceStatus(s reconcile.ServiceStatus, ann reconcile.Announceme
 		Backends: []api.BackendStatus{}, Spec: api.SpecOf(&s.Config),
 	}
 	if c, err := n.lb.ServiceCounters(s.ID); err == nil {
-		ss.Packets, ss.Bytes = c.Packets, c.Bytes
+		ss.Packets, ss.Bytes, ss.NewFlows = c.Packets, c.Bytes, c.NewFlows
 	}
-	ss.PacketsPerSecond, ss.BytesPerSecond = n.rates.get(rateKey{id: s.ID})
+	r := n.rates.get(rateKey{id: s.ID})
+	ss.PacketsPerSecond, ss.BytesPerSecond, ss.NewFlowsPerSecond = r.packets, r.bytes, r.newFlows
 	for _, bk := range s.Backends {
 		bs := api.BackendStatus{Address: bk.Address.String(), Weight: bk.Weight, State: backendState(bk.State),
 			Health: healthOf(&s.Config, bk.Address, checks)}
 		if c, err := n.lb.BackendCounters(bk.ID); err == nil {
-			bs.Packets, bs.Bytes = c.Packets, c.Bytes
+			bs.Packets, bs.Bytes, bs.NewFlows = c.Packets, c.Bytes, c.NewFlows
 		}
-		bs.PacketsPerSecond, bs.BytesPerSecond = n.rates.get(rateKey{backend: true, id: bk.ID})
+		r := n.rates.get(rateKey{backend: true, id: bk.ID})
+		bs.PacketsPerSecond, bs.BytesPerSecond, bs.NewFlowsPerSecond = r.packets, r.bytes, r.newFlows
 		ss.Backends = append(ss.Backends, bs)
 	}
 	return ss
