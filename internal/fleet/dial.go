@@ -23,6 +23,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/manifoldlb/manifold/internal/config"
 )
@@ -45,6 +47,12 @@ func Dial(cfg config.Fleet) (*clientv3.Client, error) {
 		// the client's own retries and reconnects are not news; this package logs what
 		// they mean for the node (unreachable, stale since)
 		Logger: zap.NewNop(),
+		// gRPC's reconnect backoff grows to two minutes: a node would catch up that
+		// long after etcd is back. A few endpoints can afford a try a second.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: dialTimeout,
+		})},
 	}
 	tlsCfg, err := tlsConfig(cfg)
 	if err != nil {

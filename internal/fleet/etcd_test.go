@@ -102,6 +102,19 @@ func (c *cluster) restart(m *member) {
 	c.waitAnswers([]string{m.client})
 }
 
+// leader is the member that leads now.
+func (c *cluster) leader(cli *clientv3.Client) *member {
+	c.t.Helper()
+	for _, m := range c.members {
+		st, err := cli.Status(context.Background(), m.client)
+		if err == nil && st.Leader == st.Header.MemberId {
+			return m
+		}
+	}
+	c.t.Fatal("no member leads")
+	return nil
+}
+
 func (c *cluster) endpoints() []string {
 	var out []string
 	for _, m := range c.members {

@@ -194,7 +194,8 @@ func TestChangeReachesEveryNode(t *testing.T) {
 		t.Fatalf("b applied %d, a %s", b.State().AppliedRevision, u.Revision)
 	}
 	// an edit that changes nothing writes nothing
-	before := a.State().AppliedRevision
+	a.settles(t, u)
+	before := storeRevision(t, cli)
 	if err := a.Change(context.Background(), drain("web", "10.0.1.1")); err != nil {
 		t.Fatal(err)
 	}
@@ -319,6 +320,12 @@ func TestInvalidRevisionIsNotApplied(t *testing.T) {
 	if st := a.State(); st.ApplyError != "" || len(u.Services) != 1 {
 		t.Fatalf("after the fix: %+v, services %v", st, names(u.Services))
 	}
+	// a key that names another service than its document
+	if _, err := cli.Put(context.Background(), prefix+"/services/other", "name: dns\nvip: 198.51.100.53\nport: 53\nbackends: [{address: 10.0.1.9}]\n"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a misnamed service is refused", func() bool { return strings.Contains(a.State().ApplyError, "key must be its name") })
+	a.sink.none(t)
 }
 
 // A revision the kernel of one node refuses: the writer through that node hears the
@@ -380,15 +387,17 @@ func TestStoreDownAndBack(t *testing.T) {
 	}
 }
 
-// Three members, one killed: writes through both nodes and reads go on.
+// Three members, the leader killed: writes through both nodes and reads go on (a
+// write in flight waits out the election).
 func TestOneOfThreeMembersLost(t *testing.T) {
 	c := startEtcd(t, 3)
-	a, b := startNode(t, c.client(), "a", nil), startNode(t, c.client(), "b", nil)
+	cli := c.client()
+	a, b := startNode(t, cli, "a", nil), startNode(t, c.client(), "b", nil)
 	if err := a.Change(context.Background(), put("web", web)); err != nil {
 		t.Fatal(err)
 	}
 	b.sink.next(t, "web reaches b", func(reconcile.Update) bool { return true })
-	c.kill(c.members[0])
+	c.kill(c.leader(cli))
 	if err := b.Change(context.Background(), drain("web", "10.0.1.1")); err != nil {
 		t.Fatalf("write with one member down: %v", err)
 	}
@@ -400,6 +409,47 @@ func TestOneOfThreeMembersLost(t *testing.T) {
 	b.settles(t, u)
 	if st := a.State(); !st.Reachable || a.State().AppliedRevision != b.State().AppliedRevision {
 		t.Fatalf("a %+v, b %+v", st, b.State())
+	}
+}
+
+// A node starts on the store's current services (Initial) and follows it from there;
+// a store whose services do not validate gives it nothing to start on.
+func TestInitialThenFollow(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	seed := []store.ServiceDoc{{Name: "web", YAML: []byte("name: web\nvip: 198.51.100.10\nport: 80\nbackends: [{address: 10.0.1.1}]\n")}}
+	if err := Import(context.Background(), cli, prefix, seed, false); err != nil {
+		t.Fatal(err)
+	}
+	k := &sink{updates: make(chan reconcile.Update, 10)}
+	s := NewSource(cli, prefix, nodeFile(t, "a"), k, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	u, err := s.Initial(context.Background())
+	if err != nil || len(u.Services) != 1 || u.Commit == nil {
+		t.Fatalf("initial: %v %+v", err, u)
+	}
+	if err := u.Commit(); err != nil { // the node applies it
+		t.Fatal(err)
+	}
+	if st := s.State(); st.AppliedRevision != revisionOf(t, u) || !st.Reachable {
+		t.Fatalf("after the initial update: %+v", st)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	if _, err := cli.Put(context.Background(), prefix+"/services/dns", "name: dns\nvip: 198.51.100.53\nport: 53\nprotocol: udp\nbackends: [{address: 10.0.1.1}]\n"); err != nil {
+		t.Fatal(err)
+	}
+	next := k.next(t, "the next revision", func(reconcile.Update) bool { return true })
+	if got := names(next.Services); !reflect.DeepEqual(got, []string{"dns", "web"}) || revisionOf(t, next) <= revisionOf(t, u) {
+		t.Fatalf("after the initial one: %v at %s", got, next.Revision)
+	}
+
+	if _, err := cli.Put(context.Background(), prefix+"/services/bad", "name: bad\nvip: 198.51.100.10\nport: 99999\nbackends: [{address: 10.0.1.1}]\n"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewSource(cli, prefix, nodeFile(t, "b"), k, slog.New(slog.NewTextHandler(io.Discard, nil))).Initial(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "service bad: port") {
+		t.Fatalf("initial on a store that does not validate: %v", err)
 	}
 }
 

@@ -131,7 +131,7 @@ func (s *Source) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		s.failed(err)
+		s.failed(err, time.Now())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -179,7 +179,8 @@ func (s *Source) follow(ctx context.Context) error {
 		case <-probe.C:
 			// a failed probe or two (an election) is no outage; a longer one is, and
 			// etcd is read again once it answers
-			if err := s.probe(ctx); err != nil && s.failed(err) {
+			asked := time.Now()
+			if err := s.probe(ctx); err != nil && s.failed(err, asked) {
 				return err
 			} else if err == nil {
 				s.reached()
@@ -299,16 +300,16 @@ func (s *Source) reached() {
 	s.reachable, s.failing, s.staleSince = true, time.Time{}, time.Time{}
 }
 
-// failed records that etcd did not answer, and reports whether it has been failing
-// long enough to call the node stale (since the first failure).
-func (s *Source) failed(err error) bool {
+// failed records that etcd did not answer a request made at asked, and reports
+// whether it has been failing long enough to call the node stale (since the first
+// failed request).
+func (s *Source) failed(err error, asked time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
 	if s.failing.IsZero() {
-		s.failing = now
+		s.failing = asked
 	}
-	if s.reachable && now.Sub(s.failing) >= staleAfter || !s.reachable && s.staleSince.IsZero() {
+	if s.reachable && time.Since(s.failing) >= staleAfter || !s.reachable && s.staleSince.IsZero() {
 		s.reachable, s.staleSince = false, s.failing
 		s.log.Warn("fleet store unreachable: serving the last applied revision", "revision", s.applied, "err", err)
 	}
@@ -326,6 +327,13 @@ func (s *Source) compose(docs map[string][]byte) ([]byte, *config.Config, error)
 	data, cfg, err := store.Compose(s.file, list)
 	if err != nil {
 		return nil, nil, errors.New(explain(err, list))
+	}
+	// an API write finds a service by its key: a key that names another service
+	// would make the write delete one and create the other
+	for i, d := range list {
+		if got := cfg.Services[i].Name; got != d.Name {
+			return nil, nil, fmt.Errorf("service %s: the key %s holds service %q: a service's key must be its name", d.Name, s.keys.service(d.Name), got)
+		}
 	}
 	return data, cfg, nil
 }
