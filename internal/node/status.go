@@ -28,6 +28,7 @@ func (n *Node) Status() api.Status {
 	st.BGP = n.bgpStatus()
 	st.Reloads, st.ReloadFailures = n.file.Reloads()
 	st.Config = api.Info(n.file.Store())
+	st.Fleet = n.fleetState()
 	checks := map[health.Target]health.Status{}
 	for _, s := range n.checker.Status() {
 		checks[s.Target] = s
@@ -91,8 +92,12 @@ func (n *Node) Service(name string) (api.ServiceStatus, bool) {
 	return api.ServiceStatus{}, false
 }
 
-// Change makes an API write through the config file's source.
+// Change makes an API write through the source of the services: the fleet store on a
+// node of a fleet, else the config file.
 func (n *Node) Change(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error {
+	if n.fleet != nil {
+		return n.fleet.Change(ctx, edit)
+	}
 	return n.file.Change(ctx, edit)
 }
 
@@ -152,5 +157,8 @@ func (n *Node) MetricsSnapshot() metrics.Snapshot {
 
 // Fleet is every node of the fleet (api.ErrNoFleet on a node of a config file).
 func (n *Node) Fleet(ctx context.Context) (api.FleetStatus, error) {
-	return api.FleetStatus{}, api.ErrNoFleet
+	if n.fleet == nil {
+		return api.FleetStatus{}, api.ErrNoFleet
+	}
+	return n.fleet.Fleet(ctx)
 }
