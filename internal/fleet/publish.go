@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/store"
 )
 
 const (
@@ -93,7 +94,7 @@ func rfc3339(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
-	return t.UTC().Format(time.RFC3339Nano)
+	return t.UTC().Format(time.RFC3339)
 }
 
 // withdraw revokes the lease: the alive key goes with it; the record stays.
@@ -125,7 +126,7 @@ func (s *Source) Fleet(ctx context.Context) (api.FleetStatus, error) {
 		clientv3.OpGet(s.keys.generation()),
 	).Commit()
 	if err != nil {
-		return out, fmt.Errorf("read the fleet store: %w", err)
+		return out, store.Unavailable("cannot read the fleet store (etcd): %v", err)
 	}
 	alive := map[string]bool{}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {

@@ -151,7 +151,7 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	defer wg.Wait()
 	defer stopSources()
 
-	log.Info("node running", "node", cfg.Node.Name, "services", len(cfg.Services), "config", path)
+	log.Info("node running", "node", cfg.Node.Name, "services", len(n.ctrl.View().Services), "config", path)
 	return n.loop(ctx)
 }
 
