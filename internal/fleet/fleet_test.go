@@ -544,6 +544,20 @@ func TestImportExport(t *testing.T) {
 	if got, err := Export(ctx, cli, prefix); err != nil || !reflect.DeepEqual(got, docs[:1]) {
 		t.Fatalf("export after a forced import: %v %+v", err, got)
 	}
+	// more services than etcd takes in one transaction (128 operations by default):
+	// refused whole, saying how to raise the limit
+	var many []store.ServiceDoc
+	for i := range 130 {
+		name := fmt.Sprintf("svc%03d", i)
+		many = append(many, store.ServiceDoc{Name: name, YAML: []byte(strings.ReplaceAll(string(docs[0].YAML), "name: "+docs[0].Name, "name: "+name))})
+	}
+	before = storeRevision(t, cli)
+	if err := Import(ctx, cli, prefix, many, true); err == nil || !strings.Contains(err.Error(), "--max-txn-ops") {
+		t.Fatalf("an import above etcd's operations per transaction: %v", err)
+	}
+	if storeRevision(t, cli) != before {
+		t.Fatal("a refused import wrote")
+	}
 }
 
 // Dial's errors name the config field at fault.

@@ -2,12 +2,14 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/manifoldlb/manifold/internal/store"
@@ -66,6 +68,10 @@ func Import(ctx context.Context, cli *clientv3.Client, prefix string, docs []sto
 	ops = append(ops, clientv3.OpPut(k.generation(), generationValue(host, fmt.Sprintf("import of %d services", len(docs)))))
 	// what was read is what is replaced: a write in between refuses the import
 	resp, err := cli.Txn(ctx).If(unchangedSince(k, cur.Header.Revision)...).Then(ops...).Commit()
+	if errors.Is(err, rpctypes.ErrTooManyOps) {
+		// one transaction on purpose: the nodes see the whole import as one revision, never half of it
+		return fmt.Errorf("the import is one transaction of %d operations, more than the etcd members allow (--max-txn-ops, 128 by default): start them with --max-txn-ops %d or more; nothing was imported", len(ops), len(ops))
+	}
 	if err != nil {
 		return fmt.Errorf("write the fleet store: %w", err)
 	}
