@@ -49,7 +49,7 @@ func startFleetLab(t *testing.T, lbNodes ...string) *fleetLab {
 	}
 	seed := nodeConfig(fl.lbs[0], tl.backends, nil)
 	seed.Fleet = &Fleet{Endpoints: fl.etcd.Endpoints()}
-	if err := tl.FleetImport(manifoldBin, fl.lbs[0], seed); err != nil {
+	if err := tl.FleetImport(manifoldBin, fl.lbs[0], seed, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, h := range fl.lbs {
@@ -552,7 +552,7 @@ func TestFleetBadInputAsOnFile(t *testing.T) {
 	}
 	seed := nodeConfig(fleetNode, tl.backends, nil)
 	seed.Fleet = &Fleet{Endpoints: e.Endpoints()}
-	if err := tl.FleetImport(manifoldBin, fleetNode, seed); err != nil {
+	if err := tl.FleetImport(manifoldBin, fleetNode, seed, false); err != nil {
 		t.Fatal(err)
 	}
 	configs := map[*Host]NodeConfig{

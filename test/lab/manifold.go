@@ -126,13 +126,18 @@ func (c NodeConfig) YAML() []byte {
 }
 
 // FleetImport runs `manifold fleet import` on h with cfg (which must have a fleet
-// section and the services to seed the store with) as its config file.
-func (l *Lab) FleetImport(manifold string, h *Host, cfg NodeConfig) error {
+// section and the services to seed the store with) as its config file; force
+// replaces the services the store holds.
+func (l *Lab) FleetImport(manifold string, h *Host, cfg NodeConfig, force bool) error {
 	path := filepath.Join(l.Dir, "fleet-import.yaml")
 	if err := writeFileAtomic(path, cfg.YAML()); err != nil {
 		return err
 	}
-	out, err := h.Output(hostprog.Built(manifold), "fleet", "import", "--config", path)
+	args := []string{"fleet", "import", "--config", path}
+	if force {
+		args = append(args, "--force")
+	}
+	out, err := h.Output(hostprog.Built(manifold), args...)
 	if err != nil {
 		return err
 	}
