@@ -231,17 +231,24 @@ func TestFleetChangeReachesEveryNode(t *testing.T) {
 		}
 	}
 
-	var fleet api.FleetStatus
-	if err := fl.api["lb1"].Get("/api/v1/fleet", &fleet); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range fleet.Nodes {
-		if !n.Alive || !n.Agrees || n.Lag != 0 {
-			t.Errorf("GET /api/v1/fleet: %s alive %v, agrees %v, lag %d; want alive, agreeing, lag 0", n.Name, n.Alive, n.Agrees, n.Lag)
+	// the records follow within a publishing period (a second)
+	err := Eventually(convergeWithin, 100*time.Millisecond, func() error {
+		var fleet api.FleetStatus
+		if err := fl.api["lb1"].Get("/api/v1/fleet", &fleet); err != nil {
+			return err
 		}
-	}
-	if len(fleet.Nodes) != len(fl.lbs) {
-		t.Errorf("GET /api/v1/fleet lists %d nodes, want %d", len(fleet.Nodes), len(fl.lbs))
+		if len(fleet.Nodes) != len(fl.lbs) {
+			return fmt.Errorf("GET /api/v1/fleet lists %d nodes, want %d", len(fleet.Nodes), len(fl.lbs))
+		}
+		for _, n := range fleet.Nodes {
+			if !n.Alive || !n.Agrees || n.Lag != 0 {
+				return fmt.Errorf("GET /api/v1/fleet: %s alive %v, agrees %v, lag %d; want alive, agreeing, lag 0", n.Name, n.Alive, n.Agrees, n.Lag)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 
 	const flows = 60
