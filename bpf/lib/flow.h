@@ -15,6 +15,7 @@ struct lb_choice {
 	__u32 backend_id;
 	__u32 service_id;
 	__u32 hash; /* flow hash: Maglev slot, and the outer flow label, GUE port, entropy source */
+	__u32 new_flow; /* 1 when the ring chose the backend (no flow entry): counted as a new flow */
 };
 
 static __always_inline struct lb_backend *backend_of(__u32 id, __u32 service_id, __u8 family)
@@ -109,6 +110,7 @@ static __always_inline int maglev_select(const struct lb_packet *pkt, const stru
 	c->backend_id = id;
 	c->service_id = vip->service_id;
 	c->hash = hash;
+	c->new_flow = 1;
 	return 1;
 }
 

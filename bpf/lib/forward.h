@@ -158,7 +158,7 @@ static __always_inline int forward(struct xdp_md *ctx, struct lb_packet *pkt,
 	rc = transmit(ctx, pkt, nh);
 	if (rc < 0)
 		return rc;
-	count_forward(c->service_id, c->backend_id, pkt->l3_len);
+	count_forward(c->service_id, c->backend_id, pkt->l3_len, c->new_flow);
 	return rc;
 }
 

@@ -22,7 +22,7 @@ static __always_inline void count_event(enum lb_event event)
 		*n += 1;
 }
 
-static __always_inline void count_forward(__u32 service_id, __u32 backend_id, __u64 bytes)
+static __always_inline void count_forward(__u32 service_id, __u32 backend_id, __u64 bytes, __u32 new_flow)
 {
 	struct lb_counters *c;
 
@@ -30,11 +30,13 @@ static __always_inline void count_forward(__u32 service_id, __u32 backend_id, __
 	if (c) {
 		c->packets++;
 		c->bytes += bytes;
+		c->new_flows += new_flow;
 	}
 	c = bpf_map_lookup_elem(&lb_service_stats, &service_id);
 	if (c) {
 		c->packets++;
 		c->bytes += bytes;
+		c->new_flows += new_flow;
 	}
 }
 

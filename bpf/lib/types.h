@@ -117,6 +117,7 @@ struct lb_nexthop {
 struct lb_counters {
 	__u64 packets;
 	__u64 bytes;
+	__u64 new_flows; /* flows this node picked a backend for from the ring: its load in flows/s */
 };
 
 /* Why a packet for a VIP was dropped. Index into lb_drops; names exported to metrics. */

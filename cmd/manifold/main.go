@@ -4,6 +4,7 @@
 //	manifold backend --config FILE    the backend agent (tc decapsulation, VIPs on lo)
 //	manifold validate --config FILE   check a file without touching the system
 //	manifold ctl [--api URL] COMMAND  operator CLI against a node's API (status, drain, …)
+//	manifold fleet import|export      seed or read the fleet store (etcd)
 //
 // The benchmarks are another binary, manifold-bench, so that this one does not carry
 // their test rig (TestNoTestRigLinked).
@@ -32,6 +33,7 @@ Usage:
   manifold backend --config FILE    run the backend agent (foreground)
   manifold validate --config FILE   check a node or backend config file
   manifold ctl [--api URL] COMMAND  operate a running node (manifold ctl: the commands)
+  manifold fleet import|export ...  seed or read the fleet store (manifold fleet: how)
   manifold version
 
 The benchmarks are a binary of their own: manifold-bench (make build builds both).
@@ -55,6 +57,8 @@ func main() {
 		os.Exit(validate(args, os.Stdout, os.Stderr))
 	case "ctl":
 		err = ctl(args, os.Stdout)
+	case "fleet":
+		err = fleetCmd(args, os.Stdout)
 	case "bench":
 		err = errors.New("the benchmarks are a binary of their own: bin/manifold-bench (make build)")
 	case "version", "--version":

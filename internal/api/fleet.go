@@ -58,18 +58,20 @@ type FleetPeer struct {
 // ServiceLoad is a service as one node sees and carries it: whether it announces it,
 // its backends' health and the traffic it sends them, per second.
 type ServiceLoad struct {
-	Name             string        `json:"name"`
-	Announced        bool          `json:"announced"`
-	PacketsPerSecond float64       `json:"packets_per_second"`
-	BytesPerSecond   float64       `json:"bytes_per_second"`
-	Backends         []BackendLoad `json:"backends"`
+	Name              string        `json:"name"`
+	Announced         bool          `json:"announced"`
+	NewFlowsPerSecond float64       `json:"new_flows_per_second"`
+	PacketsPerSecond  float64       `json:"packets_per_second"`
+	BytesPerSecond    float64       `json:"bytes_per_second"`
+	Backends          []BackendLoad `json:"backends"`
 }
 
 // BackendLoad is one backend of a ServiceLoad.
 type BackendLoad struct {
-	Address          string       `json:"address"`
-	State            BackendState `json:"state"`
-	Healthy          bool         `json:"healthy"`
-	PacketsPerSecond float64      `json:"packets_per_second"`
-	BytesPerSecond   float64      `json:"bytes_per_second"`
+	Address           string       `json:"address"`
+	State             BackendState `json:"state"`
+	Healthy           bool         `json:"healthy"`
+	NewFlowsPerSecond float64      `json:"new_flows_per_second"`
+	PacketsPerSecond  float64      `json:"packets_per_second"`
+	BytesPerSecond    float64      `json:"bytes_per_second"`
 }

@@ -70,10 +70,14 @@ type ServiceStatus struct {
 	Reason    string `json:"announce_reason,omitempty"`
 	Packets   uint64 `json:"packets"`
 	Bytes     uint64 `json:"bytes"`
-	// PacketsPerSecond and BytesPerSecond are over the last second.
-	PacketsPerSecond float64         `json:"packets_per_second"`
-	BytesPerSecond   float64         `json:"bytes_per_second"`
-	Backends         []BackendStatus `json:"backends"`
+	// NewFlows counts the flows whose backend this node chose from the ring (a flow
+	// moved here by the router counts on its first packet here).
+	NewFlows uint64 `json:"new_flows"`
+	// PacketsPerSecond, BytesPerSecond and NewFlowsPerSecond are over the last second.
+	PacketsPerSecond  float64         `json:"packets_per_second"`
+	BytesPerSecond    float64         `json:"bytes_per_second"`
+	NewFlowsPerSecond float64         `json:"new_flows_per_second"`
+	Backends          []BackendStatus `json:"backends"`
 	// Spec is the service's config, defaults filled in; PUT takes it back as is.
 	Spec ServiceSpec `json:"spec"`
 }
@@ -88,14 +92,16 @@ const (
 )
 
 type BackendStatus struct {
-	Address          string        `json:"address"`
-	Weight           uint32        `json:"weight"`
-	State            BackendState  `json:"state"`
-	Health           BackendHealth `json:"health"`
-	Packets          uint64        `json:"packets"`
-	Bytes            uint64        `json:"bytes"`
-	PacketsPerSecond float64       `json:"packets_per_second"`
-	BytesPerSecond   float64       `json:"bytes_per_second"`
+	Address           string        `json:"address"`
+	Weight            uint32        `json:"weight"`
+	State             BackendState  `json:"state"`
+	Health            BackendHealth `json:"health"`
+	Packets           uint64        `json:"packets"`
+	Bytes             uint64        `json:"bytes"`
+	NewFlows          uint64        `json:"new_flows"`
+	PacketsPerSecond  float64       `json:"packets_per_second"`
+	BytesPerSecond    float64       `json:"bytes_per_second"`
+	NewFlowsPerSecond float64       `json:"new_flows_per_second"`
 }
 
 // BackendHealth is the health check of a backend and its last result.

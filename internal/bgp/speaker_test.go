@@ -207,10 +207,13 @@ func TestAnnounceWithdrawBothFamilies(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantRoutes(t, r, map[string]string{"2001:db8:100::10/128": "fd00::11"})
-			p := s.Peers()[0]
-			if p.Since.IsZero() || p.UpdatesSent < 3 {
-				t.Errorf("peer state %+v: want an up time and at least 3 updates sent", p)
-			}
+			// GoBGP counts a message after it wrote it: the router may have it first
+			eventually(t, 5*time.Second, "the updates counted", func() error {
+				if p := s.Peers()[0]; p.Since.IsZero() || p.UpdatesSent < 3 {
+					return fmt.Errorf("peer state %+v: want an up time and at least 3 updates sent", p)
+				}
+				return nil
+			})
 			// Close withdraws the rest before the session ends.
 			if err := s.Close(); err != nil {
 				t.Fatal(err)

@@ -6,10 +6,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-// Counters are packets and bytes summed over CPUs.
+// Counters are packets, bytes and new flows (flows whose backend the ring chose, on this
+// node) summed over CPUs.
 type Counters struct {
-	Packets uint64
-	Bytes   uint64
+	Packets  uint64
+	Bytes    uint64
+	NewFlows uint64
 }
 
 func sumCounters(m *ebpf.Map, id uint32) (Counters, error) {
@@ -21,6 +23,7 @@ func sumCounters(m *ebpf.Map, id uint32) (Counters, error) {
 	for _, p := range per {
 		c.Packets += p.Packets
 		c.Bytes += p.Bytes
+		c.NewFlows += p.NewFlows
 	}
 	return c, nil
 }

@@ -172,12 +172,17 @@ func TestCounters(t *testing.T) {
 		b.sendTo(t, p)
 		bytes += uint64(40 + i)
 	}
+	// three more packets of the first flow: the table answers, no new flow
+	for range 3 {
+		b.sendTo(t, dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 62000, DPort: 80, Flags: dptest.ACK})
+		bytes += 40
+	}
 	got, err := b.lb.BackendCounters(idWeb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Packets != 7 || got.Bytes != bytes {
-		t.Errorf("backend counters %+v, want 7 packets, %d bytes", got, bytes)
+	if got.Packets != 10 || got.Bytes != bytes || got.NewFlows != 7 {
+		t.Errorf("backend counters %+v, want 10 packets, %d bytes, 7 new flows", got, bytes)
 	}
 	svc, _ := b.lb.ServiceCounters(1)
 	if svc != got {

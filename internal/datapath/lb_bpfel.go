@@ -53,9 +53,10 @@ const (
 )
 
 type lbLbCounters struct {
-	_       structs.HostLayout
-	Packets uint64
-	Bytes   uint64
+	_        structs.HostLayout
+	Packets  uint64
+	Bytes    uint64
+	NewFlows uint64
 }
 
 type lbLbDropReason uint32

@@ -59,6 +59,8 @@ var (
 		"Packets forwarded to a backend of a service.", "service", "backend")
 	bytesDesc = desc("manifold_bytes_total",
 		"Bytes (of the clients' IP packets) forwarded to a backend of a service.", "service", "backend")
+	newFlowsDesc = desc("manifold_new_flows_total",
+		"Flows whose backend this node chose from the Maglev ring (no flow entry yet), by service and backend.", "service", "backend")
 	dropsDesc = desc("manifold_drops_total",
 		"Packets for a VIP dropped by the data plane, by reason.", "reason")
 	eventsDesc = desc("manifold_events_total",
@@ -106,7 +108,7 @@ var (
 type collector struct{ src Source }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{xdpDesc, packetsDesc, bytesDesc, dropsDesc, eventsDesc, upDesc, weightDesc, announcedDesc,
+	for _, d := range []*prometheus.Desc{xdpDesc, packetsDesc, bytesDesc, newFlowsDesc, dropsDesc, eventsDesc, upDesc, weightDesc, announcedDesc,
 		flowsDesc, flowSizeDesc, checksDesc, checkFailuresDesc, checkUpDesc, checkLatencyDesc, peerUpDesc,
 		updatesSentDesc, updatesReceivedDesc, reloadsDesc, reloadFailuresDesc, apiDesc,
 		fleetRevisionDesc, fleetReachableDesc, fleetLagDesc, fleetConflictsDesc} {
@@ -131,6 +133,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		for _, b := range sv.Backends {
 			counter(packetsDesc, b.Packets, sv.Name, b.Address)
 			counter(bytesDesc, b.Bytes, sv.Name, b.Address)
+			counter(newFlowsDesc, b.NewFlows, sv.Name, b.Address)
 			gauge(upDesc, bit(b.State == api.BackendUp), sv.Name, b.Address)
 			gauge(weightDesc, float64(b.Weight), sv.Name, b.Address)
 		}

@@ -51,7 +51,7 @@ var full = fixed{
 		Interfaces: []api.InterfaceStatus{{Name: "eth0", XDPMode: "native"}},
 		Services: []api.ServiceStatus{
 			{Name: "web", Announced: true, Backends: []api.BackendStatus{
-				{Address: "10.0.1.1", State: api.BackendUp, Weight: 3, Packets: 10, Bytes: 600},
+				{Address: "10.0.1.1", State: api.BackendUp, Weight: 3, Packets: 10, Bytes: 600, NewFlows: 4},
 				{Address: "10.0.1.2", State: api.BackendDraining, Weight: 0, Packets: 3, Bytes: 180},
 				{Address: "10.0.1.3", State: api.BackendDown, Weight: 2},
 			}},
@@ -78,6 +78,7 @@ func TestMetricsReportTheSnapshot(t *testing.T) {
 		"manifold_xdp_attached,interface=eth0,mode=native":                                1,
 		"manifold_packets_total,backend=10.0.1.1,service=web":                             10,
 		"manifold_bytes_total,backend=10.0.1.1,service=web":                               600,
+		"manifold_new_flows_total,backend=10.0.1.1,service=web":                           4,
 		"manifold_packets_total,backend=10.0.1.2,service=web":                             3,
 		"manifold_backend_up,backend=10.0.1.1,service=web":                                1,
 		"manifold_backend_up,backend=10.0.1.2,service=web":                                0,

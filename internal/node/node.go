@@ -28,10 +28,12 @@ import (
 	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/datapath"
+	"github.com/manifoldlb/manifold/internal/fleet"
 	"github.com/manifoldlb/manifold/internal/health"
 	"github.com/manifoldlb/manifold/internal/reconcile"
 	"github.com/manifoldlb/manifold/internal/store"
 	"github.com/manifoldlb/manifold/internal/sysctl"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // neighbourRefresh is how often next hops of backends are re-checked (routes change).
@@ -53,6 +55,10 @@ type Node struct {
 	neigh   *datapath.Neighbours
 	sysctls *sysctl.Changes
 	file    *store.Source
+	// fleet is the fleet store (nil without a fleet section); etcd its client. With a
+	// fleet, the services and the API's writes are the fleet's.
+	fleet   *fleet.Source
+	etcd    *clientv3.Client
 	speaker bgp.Speaker // nil without a bgp section
 	// modes is the XDP mode of each interface, written before the API serves.
 	modes map[string]string
@@ -101,6 +107,11 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	if err := n.ctrl.Submit(n.file.Initial()); err != nil {
 		return fmt.Errorf("program services: %w", err)
 	}
+	if cfg.Fleet != nil {
+		if err := n.joinFleet(ctx); err != nil {
+			return err
+		}
+	}
 	for _, iface := range cfg.Node.Interfaces {
 		mode, err := n.lb.Attach(iface, string(cfg.Node.XDPMode))
 		if err != nil {
@@ -128,10 +139,19 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 			log.Error("config file source stopped", "err", err)
 		}
 	})
+	if n.fleet != nil {
+		// owned by Run, as the file source
+		wg.Go(func() {
+			if err := n.fleet.Run(sources); err != nil {
+				log.Error("fleet source stopped", "err", err)
+			}
+		})
+		wg.Go(func() { n.fleet.Publish(sources, n.record) })
+	}
 	defer wg.Wait()
 	defer stopSources()
 
-	log.Info("node running", "node", cfg.Node.Name, "services", len(cfg.Services), "config", path)
+	log.Info("node running", "node", cfg.Node.Name, "services", len(n.ctrl.View().Services), "config", path)
 	return n.loop(ctx)
 }
 
@@ -202,6 +222,9 @@ func (n *Node) close() {
 		n.speaker.Close()
 	}
 	n.checker.Close()
+	if n.etcd != nil {
+		n.etcd.Close()
+	}
 	if n.lb != nil {
 		if err := n.lb.Close(); err != nil {
 			n.log.Error("detach", "err", err)

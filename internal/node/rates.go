@@ -20,7 +20,8 @@ type rateKey struct {
 	id      uint32
 }
 
-type rate struct{ packets, bytes float64 }
+// rate is per second.
+type rate struct{ packets, bytes, newFlows float64 }
 
 type sample struct {
 	c  datapath.Counters
@@ -73,9 +74,9 @@ func (m *rateMeter) record(cur map[rateKey]datapath.Counters, now time.Time) {
 	defer m.mu.Unlock()
 	rates := make(map[rateKey]rate, len(cur))
 	for k, c := range cur {
-		if prev, ok := m.last[k]; ok && c.Packets >= prev.c.Packets && c.Bytes >= prev.c.Bytes {
+		if prev, ok := m.last[k]; ok && c.Packets >= prev.c.Packets && c.Bytes >= prev.c.Bytes && c.NewFlows >= prev.c.NewFlows {
 			dt := now.Sub(prev.at).Seconds()
-			rates[k] = rate{float64(c.Packets-prev.c.Packets) / dt, float64(c.Bytes-prev.c.Bytes) / dt}
+			rates[k] = rate{float64(c.Packets-prev.c.Packets) / dt, float64(c.Bytes-prev.c.Bytes) / dt, float64(c.NewFlows-prev.c.NewFlows) / dt}
 		}
 		m.last[k] = sample{c, now}
 	}
@@ -87,13 +88,12 @@ func (m *rateMeter) record(cur map[rateKey]datapath.Counters, now time.Time) {
 	m.rates = rates
 }
 
-// get returns the packets and bytes per second of a counter (0 before two samples).
-func (m *rateMeter) get(k rateKey) (pps, bps float64) {
+// get returns the rates of a counter (zero before two samples).
+func (m *rateMeter) get(k rateKey) rate {
 	if m == nil {
-		return 0, 0
+		return rate{}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := m.rates[k]
-	return r.packets, r.bytes
+	return m.rates[k]
 }

@@ -28,6 +28,7 @@ func (n *Node) Status() api.Status {
 	st.BGP = n.bgpStatus()
 	st.Reloads, st.ReloadFailures = n.file.Reloads()
 	st.Config = api.Info(n.file.Store())
+	st.Fleet = n.fleetState()
 	checks := map[health.Target]health.Status{}
 	for _, s := range n.checker.Status() {
 		checks[s.Target] = s
@@ -51,16 +52,18 @@ func (n *Node) serviceStatus(s reconcile.ServiceStatus, ann reconcile.Announceme
 		Backends: []api.BackendStatus{}, Spec: api.SpecOf(&s.Config),
 	}
 	if c, err := n.lb.ServiceCounters(s.ID); err == nil {
-		ss.Packets, ss.Bytes = c.Packets, c.Bytes
+		ss.Packets, ss.Bytes, ss.NewFlows = c.Packets, c.Bytes, c.NewFlows
 	}
-	ss.PacketsPerSecond, ss.BytesPerSecond = n.rates.get(rateKey{id: s.ID})
+	r := n.rates.get(rateKey{id: s.ID})
+	ss.PacketsPerSecond, ss.BytesPerSecond, ss.NewFlowsPerSecond = r.packets, r.bytes, r.newFlows
 	for _, bk := range s.Backends {
 		bs := api.BackendStatus{Address: bk.Address.String(), Weight: bk.Weight, State: backendState(bk.State),
 			Health: healthOf(&s.Config, bk.Address, checks)}
 		if c, err := n.lb.BackendCounters(bk.ID); err == nil {
-			bs.Packets, bs.Bytes = c.Packets, c.Bytes
+			bs.Packets, bs.Bytes, bs.NewFlows = c.Packets, c.Bytes, c.NewFlows
 		}
-		bs.PacketsPerSecond, bs.BytesPerSecond = n.rates.get(rateKey{backend: true, id: bk.ID})
+		r := n.rates.get(rateKey{backend: true, id: bk.ID})
+		bs.PacketsPerSecond, bs.BytesPerSecond, bs.NewFlowsPerSecond = r.packets, r.bytes, r.newFlows
 		ss.Backends = append(ss.Backends, bs)
 	}
 	return ss
@@ -89,8 +92,12 @@ func (n *Node) Service(name string) (api.ServiceStatus, bool) {
 	return api.ServiceStatus{}, false
 }
 
-// Change makes an API write through the config file's source.
+// Change makes an API write through the source of the services: the fleet store on a
+// node of a fleet, else the config file.
 func (n *Node) Change(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error {
+	if n.fleet != nil {
+		return n.fleet.Change(ctx, edit)
+	}
 	return n.file.Change(ctx, edit)
 }
 
@@ -150,5 +157,8 @@ func (n *Node) MetricsSnapshot() metrics.Snapshot {
 
 // Fleet is every node of the fleet (api.ErrNoFleet on a node of a config file).
 func (n *Node) Fleet(ctx context.Context) (api.FleetStatus, error) {
-	return api.FleetStatus{}, api.ErrNoFleet
+	if n.fleet == nil {
+		return api.FleetStatus{}, api.ErrNoFleet
+	}
+	return n.fleet.Fleet(ctx)
 }

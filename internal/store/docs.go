@@ -21,8 +21,8 @@ type ServiceDoc struct {
 	YAML []byte
 }
 
-// Compose builds a config document from a node config file's own sections (node, bgp,
-// and whatever else but services) and the service documents, in the order given. The
+// Compose builds a config document from a node config file's own sections (node, bgp;
+// not fleet, nor services) and the service documents, in the order given. The
 // result is parsed and validated by config.Parse as a whole.
 func Compose(file *Store, docs []ServiceDoc) ([]byte, *config.Config, error) {
 	data, _ := file.current()
@@ -41,6 +41,11 @@ func Compose(file *Store, docs []ServiceDoc) ([]byte, *config.Config, error) {
 		}
 		expandAliases(&item)
 		list.Content = append(list.Content, item.Content[0])
+	}
+	// the composed document is the node's as it runs: its services are the fleet's, so
+	// it names no fleet (a file may not have both)
+	if holder, i := lookup(doc.Content[0], "fleet"); holder != nil {
+		holder.Content = append(holder.Content[:i-1], holder.Content[i+1:]...)
 	}
 	set(doc.Content[0], "services", list)
 	out, err := render(doc)

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -48,6 +50,18 @@ func TestComposeMemoryAndServiceDocs(t *testing.T) {
 	bad := append(docs, ServiceDoc{Name: "dup", YAML: []byte(strings.Replace(string(docs[0].YAML), "name: web", "name: dup", 1))})
 	if _, _, err := Compose(file, bad); err == nil {
 		t.Fatal("two services on one VIP:port composed without an error")
+	}
+	// a fleet node's file: its fleet section stays out of the composed document
+	fleetFile := filepath.Join(t.TempDir(), "fleet.yaml")
+	if err := os.WriteFile(fleetFile, []byte("node: {name: lb1, interfaces: [eth0], address: 10.0.0.11, address6: 2001:db8::11}\nfleet:\n  etcd: {endpoints: [http://10.0.0.5:2379]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := Open(fleetFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, cfg, err := Compose(fs, docs); err != nil || cfg.Fleet != nil || len(cfg.Services) != 2 {
+		t.Fatalf("composing a fleet node's file: %v", err)
 	}
 	out, err := ExportSection(after)
 	if err != nil || !strings.HasPrefix(string(out), "services:\n") {

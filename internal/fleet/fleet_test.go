@@ -1,0 +1,566 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/reconcile"
+	"github.com/manifoldlb/manifold/internal/store"
+)
+
+const prefix = "/test"
+
+func nopLogger() *zap.Logger { return zap.NewNop() }
+
+// sink is the node's run loop as a source sees it: it takes every update, unless
+// refuse (the kernel) says no.
+type sink struct {
+	updates chan reconcile.Update
+	refuse  func(reconcile.Update) error
+}
+
+func (k *sink) Submit(ctx context.Context, u reconcile.Update) error {
+	if k.refuse != nil {
+		if err := k.refuse(u); err != nil {
+			return err
+		}
+	}
+	select {
+	case k.updates <- u:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// next waits for the next update that matches want, dropping the others.
+func (k *sink) next(t *testing.T, what string, want func(reconcile.Update) bool) reconcile.Update {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case u := <-k.updates:
+			if want(u) {
+				return u
+			}
+		case <-timeout:
+			t.Fatalf("no update: %s", what)
+		}
+	}
+}
+
+// none checks that no update is pending.
+func (k *sink) none(t *testing.T) {
+	t.Helper()
+	select {
+	case u := <-k.updates:
+		t.Fatalf("unexpected update at revision %s: %v", u.Revision, names(u.Services))
+	default:
+	}
+}
+
+func names(svcs []config.Service) []string {
+	var out []string
+	for _, s := range svcs {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+// node is one node's fleet source, running until the test ends.
+type node struct {
+	*Source
+	sink *sink
+}
+
+func startNode(t *testing.T, cli *clientv3.Client, name string, refuse func(reconcile.Update) error) *node {
+	t.Helper()
+	k := &sink{updates: make(chan reconcile.Update, 1000), refuse: refuse}
+	n := &node{Source: NewSource(cli, prefix, nodeFile(t, name), k, slog.New(slog.NewTextHandler(io.Discard, nil))), sink: k}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = n.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	n.sink.next(t, name+" reads the store", func(reconcile.Update) bool { return true })
+	return n
+}
+
+// nodeFile is a node's config file in a fleet: its own sections, no services.
+func nodeFile(t *testing.T, name string) *store.Store {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name+".yaml")
+	doc := fmt.Sprintf("node:\n  name: %s\n  interfaces: [eth0]\n  address: 10.0.0.11\n  address6: 2001:db8::11\n", name)
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// eventually waits until cond holds.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting: %s", what)
+		}
+		<-tick.C
+	}
+}
+
+func put(name, body string) func(*store.Store) (*store.Change, error) {
+	return func(s *store.Store) (*store.Change, error) { return s.PutService(name, []byte(body)) }
+}
+
+func drain(svc, backend string) func(*store.Store) (*store.Change, error) {
+	return func(s *store.Store) (*store.Change, error) { return s.Drain(svc, backend) }
+}
+
+const web = `{"vip": "198.51.100.10", "port": 80, "backends": [{"address": "10.0.1.1", "weight": 3}, {"address": "10.0.1.2"}]}`
+
+// settles waits until the node recorded the update its sink took as applied (the sink
+// takes it a moment before).
+func (n *node) settles(t *testing.T, u reconcile.Update) {
+	t.Helper()
+	eventually(t, "revision "+u.Revision+" recorded as applied", func() bool { return n.State().AppliedRevision == revisionOf(t, u) })
+}
+
+func revisionOf(t *testing.T, u reconcile.Update) int64 {
+	rev, err := strconv.ParseInt(u.Revision, 10, 64)
+	if err != nil {
+		t.Fatalf("revision %q: %v", u.Revision, err)
+	}
+	return rev
+}
+
+func storeError(t *testing.T, err error, kind store.Kind) *store.Error {
+	t.Helper()
+	var se *store.Error
+	if !errors.As(err, &se) || se.Kind != kind {
+		t.Fatalf("want a store.Error of kind %d, got %#v (%v)", kind, err, err)
+	}
+	return se
+}
+
+// A write through one node reaches the other, with the same services, at the revision
+// the writer applied; the writer returns only once it applied it itself.
+func TestChangeReachesEveryNode(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	a, b := startNode(t, cli, "a", nil), startNode(t, cli, "b", nil)
+	if err := a.Change(context.Background(), put("web", web)); err != nil {
+		t.Fatal(err)
+	}
+	got := b.sink.next(t, "web reaches b", func(u reconcile.Update) bool { return len(u.Services) == 1 })
+	mine := a.sink.next(t, "a applied web", func(reconcile.Update) bool { return true })
+	if !reflect.DeepEqual(got.Services, mine.Services) || got.Source != SourceName {
+		t.Fatalf("a serves %+v, b %+v", mine.Services, got.Services)
+	}
+	if st := a.State(); st.AppliedRevision != revisionOf(t, got) || st.ApplyError != "" || !st.Reachable {
+		t.Fatalf("a's state %+v, b applied revision %s", st, got.Revision)
+	}
+	// and back: a drain through b reaches a, comments and all
+	if err := b.Change(context.Background(), drain("web", "10.0.1.1")); err != nil {
+		t.Fatal(err)
+	}
+	u := a.sink.next(t, "the drain reaches a", func(u reconcile.Update) bool { return u.Services[0].Backends[0].Weight == 0 })
+	docs, err := Export(context.Background(), cli, prefix)
+	if err != nil || len(docs) != 1 || !strings.Contains(string(docs[0].YAML), "undrain restores weight 3") {
+		t.Fatalf("export: %v %+v", err, docs)
+	}
+	if b.State().AppliedRevision != revisionOf(t, u) {
+		t.Fatalf("b applied %d, a %s", b.State().AppliedRevision, u.Revision)
+	}
+	// an edit that changes nothing writes nothing
+	a.settles(t, u)
+	before := storeRevision(t, cli)
+	if err := a.Change(context.Background(), drain("web", "10.0.1.1")); err != nil {
+		t.Fatal(err)
+	}
+	if rev := storeRevision(t, cli); rev != before {
+		t.Fatalf("an unchanged drain wrote: revision %d → %d", before, rev)
+	}
+}
+
+// storeRevision is etcd's revision now.
+func storeRevision(t *testing.T, cli *clientv3.Client) int64 {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), "any")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+// Two nodes drain different backends of one service at the same time: every write
+// that succeeded is in the final state, every refused one changed nothing.
+func TestConcurrentWritersLoseNoUpdate(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	const perNode = 20
+	doc := "name: web\nvip: 198.51.100.10\nport: 80\nbackends:\n"
+	for i := range 2 * perNode {
+		doc += fmt.Sprintf("  - address: 10.0.1.%d\n", i+1)
+	}
+	seed := []store.ServiceDoc{{Name: "web", YAML: []byte(doc)}}
+	if err := Import(context.Background(), cli, prefix, seed, false); err != nil {
+		t.Fatal(err)
+	}
+	a, b := startNode(t, cli, "a", nil), startNode(t, cli, "b", nil)
+	var wg sync.WaitGroup
+	var refused [2]int
+	for i, n := range []*node{a, b} {
+		wg.Go(func() {
+			for j := range perNode {
+				backend := fmt.Sprintf("10.0.1.%d", i*perNode+j+1)
+				for {
+					err := n.Change(context.Background(), drain("web", backend))
+					if err == nil {
+						break
+					}
+					var se *store.Error
+					if !errors.As(err, &se) || se.Kind != store.Conflict {
+						t.Errorf("drain %s: %v", backend, err)
+						return
+					}
+					refused[i]++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	docs, err := Export(context.Background(), cli, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(docs[0].YAML), "weight: 0"); n != 2*perNode {
+		t.Fatalf("%d of %d drains in the store:\n%s", n, 2*perNode, docs[0].YAML)
+	}
+	// one write per successful drain after the import, none for a refused one
+	g, err := cli.Get(context.Background(), prefix+"/generation")
+	if err != nil || g.Kvs[0].Version != 1+2*perNode {
+		t.Fatalf("the guard was written %d times, want %d (%v)", g.Kvs[0].Version, 1+2*perNode, err)
+	}
+	if a.State().WriteConflicts != uint64(refused[0]) || b.State().WriteConflicts != uint64(refused[1]) {
+		t.Fatalf("conflicts counted %d, %d; refused %v", a.State().WriteConflicts, b.State().WriteConflicts, refused)
+	}
+	t.Logf("write conflicts: %v", refused)
+}
+
+// Bad input is refused as the file store refuses it, and nothing is written.
+func TestBadInputChangesNothing(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	a := startNode(t, cli, "a", nil)
+	if err := a.Change(context.Background(), put("web", web)); err != nil {
+		t.Fatal(err)
+	}
+	before := storeRevision(t, cli)
+	err := a.Change(context.Background(), put("web", `{"vip": "198.51.100.10", "port": 99999, "backends": [{"address": "10.0.1.1"}]}`))
+	if se := storeError(t, err, store.Invalid); se.Problems[0].Field != "port" {
+		t.Fatalf("problems %+v", se.Problems)
+	}
+	storeError(t, a.Change(context.Background(), drain("nope", "10.0.1.1")), store.NotFound)
+	storeError(t, a.Change(context.Background(), put("other", web)), store.Conflict) // web's VIP:port
+	if after := storeRevision(t, cli); after != before {
+		t.Fatalf("refused edits wrote: revision %d → %d", before, after)
+	}
+}
+
+// A revision that does not validate as a whole is not applied: the node keeps what it
+// serves and says why; the next good revision is applied.
+func TestInvalidRevisionIsNotApplied(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	a := startNode(t, cli, "a", nil)
+	if err := a.Change(context.Background(), put("web", web)); err != nil {
+		t.Fatal(err)
+	}
+	a.sink.next(t, "web applied", func(reconcile.Update) bool { return true })
+	good := a.State().AppliedRevision
+	// the same VIP:port as web, written past the API
+	if _, err := cli.Put(context.Background(), prefix+"/services/dup", "name: dup\nvip: 198.51.100.10\nport: 80\nbackends: [{address: 10.0.1.9}]\n"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the bad revision is refused", func() bool { return a.State().ApplyError != "" })
+	st := a.State()
+	if st.AppliedRevision != good || !strings.Contains(st.ApplyError, "service web: duplicate service: same vip/port/protocol as service dup") || st.WatchLag <= 0 {
+		t.Fatalf("state after a bad revision: %+v", st)
+	}
+	a.sink.none(t)
+	// an API write against a store that does not validate is refused
+	storeError(t, a.Change(context.Background(), drain("web", "10.0.1.1")), store.Failed)
+	if _, err := cli.Delete(context.Background(), prefix+"/services/dup"); err != nil {
+		t.Fatal(err)
+	}
+	u := a.sink.next(t, "the fixed revision is applied", func(reconcile.Update) bool { return true })
+	a.settles(t, u)
+	if st := a.State(); st.ApplyError != "" || len(u.Services) != 1 {
+		t.Fatalf("after the fix: %+v, services %v", st, names(u.Services))
+	}
+	// a key that names another service than its document
+	if _, err := cli.Put(context.Background(), prefix+"/services/other", "name: dns\nvip: 198.51.100.53\nport: 53\nbackends: [{address: 10.0.1.9}]\n"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a misnamed service is refused", func() bool { return strings.Contains(a.State().ApplyError, "key must be its name") })
+	a.sink.none(t)
+}
+
+// A revision the kernel of one node refuses: the writer through that node hears the
+// fleet has it but it could not apply it; the other node applies it.
+func TestKernelRefusalOnOneNode(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	refuse := func(u reconcile.Update) error {
+		if slices.Contains(names(u.Services), "big") {
+			return &reconcile.KernelError{Err: errors.New("map full")}
+		}
+		return nil
+	}
+	a, b := startNode(t, cli, "a", refuse), startNode(t, cli, "b", nil)
+	err := a.Change(context.Background(), put("big", web))
+	if se := storeError(t, err, store.Failed); !strings.Contains(se.Error(), "could not apply") || !strings.Contains(se.Error(), "map full") {
+		t.Fatalf("error: %v", err)
+	}
+	u := b.sink.next(t, "b applies big", func(reconcile.Update) bool { return true })
+	if st := a.State(); st.AppliedRevision >= revisionOf(t, u) || st.ApplyError == "" {
+		t.Fatalf("a's state: %+v", st)
+	}
+}
+
+// etcd gone: the node keeps its state, is stale, and refuses writes at once; etcd back
+// on its data: the node catches up by itself.
+func TestStoreDownAndBack(t *testing.T) {
+	c := startEtcd(t, 1)
+	cli := c.client()
+	a := startNode(t, cli, "a", nil)
+	if err := a.Change(context.Background(), put("web", web)); err != nil {
+		t.Fatal(err)
+	}
+	a.sink.next(t, "web applied", func(reconcile.Update) bool { return true })
+	c.kill(c.members[0])
+	eventually(t, "the source sees etcd gone", func() bool { return !a.State().Reachable })
+	if st := a.State(); st.StaleSince.IsZero() || st.AppliedRevision == 0 {
+		t.Fatalf("state with etcd down: %+v", st)
+	}
+	start := time.Now()
+	storeError(t, a.Change(context.Background(), drain("web", "10.0.1.1")), store.Unreachable)
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("a write with etcd down took %s", d)
+	}
+	a.sink.none(t)
+
+	c.restart(c.members[0])
+	if _, err := cli.Put(context.Background(), prefix+"/services/web", "name: web\nvip: 198.51.100.10\nport: 80\nbackends: [{address: 10.0.1.7}]\n"); err != nil {
+		t.Fatal(err)
+	}
+	u := a.sink.next(t, "the write made while it was away is applied", func(u reconcile.Update) bool {
+		return u.Services[0].Backends[0].Address.String() == "10.0.1.7"
+	})
+	a.settles(t, u)
+	if st := a.State(); !st.Reachable || !st.StaleSince.IsZero() {
+		t.Fatalf("state after etcd is back: %+v", st)
+	}
+	if err := a.Change(context.Background(), drain("web", "10.0.1.7")); err != nil {
+		t.Fatalf("write after etcd is back: %v", err)
+	}
+}
+
+// Three members, the leader killed: writes through both nodes and reads go on (a
+// write in flight waits out the election).
+func TestOneOfThreeMembersLost(t *testing.T) {
+	c := startEtcd(t, 3)
+	cli := c.client()
+	a, b := startNode(t, cli, "a", nil), startNode(t, c.client(), "b", nil)
+	if err := a.Change(context.Background(), put("web", web)); err != nil {
+		t.Fatal(err)
+	}
+	b.sink.next(t, "web reaches b", func(reconcile.Update) bool { return true })
+	c.kill(c.leader(cli))
+	if err := b.Change(context.Background(), drain("web", "10.0.1.1")); err != nil {
+		t.Fatalf("write with one member down: %v", err)
+	}
+	a.sink.next(t, "the drain reaches a", func(u reconcile.Update) bool { return u.Services[0].Backends[0].Weight == 0 })
+	if err := a.Change(context.Background(), drain("web", "10.0.1.2")); err != nil {
+		t.Fatalf("write with one member down: %v", err)
+	}
+	u := b.sink.next(t, "the second drain reaches b", func(u reconcile.Update) bool { return u.Services[0].Backends[1].Weight == 0 })
+	b.settles(t, u)
+	if st := a.State(); !st.Reachable || a.State().AppliedRevision != b.State().AppliedRevision {
+		t.Fatalf("a %+v, b %+v", st, b.State())
+	}
+}
+
+// A node starts on the store's current services (Initial) and follows it from there;
+// a store whose services do not validate gives it nothing to start on.
+func TestInitialThenFollow(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	seed := []store.ServiceDoc{{Name: "web", YAML: []byte("name: web\nvip: 198.51.100.10\nport: 80\nbackends: [{address: 10.0.1.1}]\n")}}
+	if err := Import(context.Background(), cli, prefix, seed, false); err != nil {
+		t.Fatal(err)
+	}
+	k := &sink{updates: make(chan reconcile.Update, 10)}
+	s := NewSource(cli, prefix, nodeFile(t, "a"), k, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	u, err := s.Initial(context.Background())
+	if err != nil || len(u.Services) != 1 || u.Commit == nil {
+		t.Fatalf("initial: %v %+v", err, u)
+	}
+	if err := u.Commit(); err != nil { // the node applies it
+		t.Fatal(err)
+	}
+	if st := s.State(); st.AppliedRevision != revisionOf(t, u) || !st.Reachable {
+		t.Fatalf("after the initial update: %+v", st)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	if _, err := cli.Put(context.Background(), prefix+"/services/dns", "name: dns\nvip: 198.51.100.53\nport: 53\nprotocol: udp\nbackends: [{address: 10.0.1.1}]\n"); err != nil {
+		t.Fatal(err)
+	}
+	next := k.next(t, "the next revision", func(reconcile.Update) bool { return true })
+	if got := names(next.Services); !reflect.DeepEqual(got, []string{"dns", "web"}) || revisionOf(t, next) <= revisionOf(t, u) {
+		t.Fatalf("after the initial one: %v at %s", got, next.Revision)
+	}
+
+	if _, err := cli.Put(context.Background(), prefix+"/services/bad", "name: bad\nvip: 198.51.100.10\nport: 99999\nbackends: [{address: 10.0.1.1}]\n"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewSource(cli, prefix, nodeFile(t, "b"), k, slog.New(slog.NewTextHandler(io.Discard, nil))).Initial(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "service bad: port") {
+		t.Fatalf("initial on a store that does not validate: %v", err)
+	}
+}
+
+// Each node's record and alive key; the fleet's view of who agrees and who lags; a
+// node that stops publishing shows gone at once and stays listed.
+func TestNodeRecordsAndFleet(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	refuse := func(u reconcile.Update) error {
+		if len(u.Services) > 0 && u.Services[0].Backends[0].Weight == 0 {
+			return &reconcile.KernelError{Err: errors.New("map full")}
+		}
+		return nil
+	}
+	a, b := startNode(t, cli, "a", nil), startNode(t, cli, "b", refuse)
+	if err := a.Change(context.Background(), put("web", web)); err != nil {
+		t.Fatal(err)
+	}
+	b.sink.next(t, "web reaches b", func(reconcile.Update) bool { return true })
+	if err := a.Change(context.Background(), drain("web", "10.0.1.1")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b refuses the drain", func() bool { return b.State().ApplyError != "" })
+
+	ctxA, stopA := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		a.Publish(ctxA, func() api.NodeRecord { return api.NodeRecord{Site: "s1", Addresses: []string{"10.0.0.11"}} })
+	})
+	ctxB, stopB := context.WithCancel(context.Background())
+	defer func() { stopA(); stopB(); wg.Wait() }()
+	wg.Go(func() { b.Publish(ctxB, func() api.NodeRecord { return api.NodeRecord{Site: "s1"} }) })
+
+	var fs api.FleetStatus
+	eventually(t, "both nodes published", func() bool {
+		var err error
+		fs, err = a.Fleet(context.Background())
+		return err == nil && len(fs.Nodes) == 2 && fs.Nodes[1].ApplyError != ""
+	})
+	na, nb := fs.Nodes[0], fs.Nodes[1]
+	if fs.Revision != a.State().AppliedRevision || !fs.Reachable || fs.Prefix != prefix {
+		t.Fatalf("fleet %+v, a %+v", fs, a.State())
+	}
+	if na.Name != "a" || !na.Alive || !na.Agrees || na.Lag != 0 || na.Site != "s1" || na.AppliedAt == "" {
+		t.Fatalf("a as the fleet sees it: %+v", na)
+	}
+	if nb.Name != "b" || !nb.Alive || nb.Agrees || nb.Lag != 1 || nb.AppliedRevision >= fs.Revision {
+		t.Fatalf("b as the fleet sees it: %+v", nb)
+	}
+
+	stopA()
+	eventually(t, "a's publisher stopped", func() bool {
+		resp, err := cli.Get(context.Background(), prefix+"/alive/a")
+		return err == nil && len(resp.Kvs) == 0
+	})
+	fs, err := b.Fleet(context.Background())
+	if err != nil || len(fs.Nodes) != 2 || fs.Nodes[0].Alive || !fs.Nodes[1].Alive {
+		t.Fatalf("after a stopped: %v %+v", err, fs)
+	}
+}
+
+// Import seeds an empty store and refuses a full one unless forced; Export gives back
+// what was imported.
+func TestImportExport(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	file, err := store.Open("../store/testdata/node.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := store.ServiceDocsOf(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := Import(ctx, cli, prefix, docs, false); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Export(ctx, cli, prefix)
+	sortDocs(docs)
+	if err != nil || !reflect.DeepEqual(got, docs) {
+		t.Fatalf("export: %v\n%+v\nwant %+v", err, got, docs)
+	}
+	before := storeRevision(t, cli)
+	if err := Import(ctx, cli, prefix, docs[:1], false); err == nil || !strings.Contains(err.Error(), "holds 2 services") {
+		t.Fatalf("import into a full store: %v", err)
+	}
+	if storeRevision(t, cli) != before {
+		t.Fatal("a refused import wrote")
+	}
+	if err := Import(ctx, cli, prefix, docs[:1], true); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Export(ctx, cli, prefix); err != nil || !reflect.DeepEqual(got, docs[:1]) {
+		t.Fatalf("export after a forced import: %v %+v", err, got)
+	}
+}
+
+// Dial's errors name the config field at fault.
+func TestDialErrorsNameTheField(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		cfg  config.Fleet
+		want string
+	}{
+		{config.Fleet{}, "fleet.etcd.endpoints"},
+		{config.Fleet{Endpoints: []string{"https://127.0.0.1:1"}, CAFile: filepath.Join(dir, "none.pem")}, "fleet.etcd.ca_file"},
+		{config.Fleet{Endpoints: []string{"http://127.0.0.1:1"}, CertFile: "c.pem"}, "fleet.etcd.cert_file"},
+		{config.Fleet{Endpoints: []string{"http://127.0.0.1:1"}, Username: "u", PasswordFile: filepath.Join(dir, "none")}, "fleet.etcd.password_file"},
+		{config.Fleet{Endpoints: []string{"http://127.0.0.1:1"}, PasswordFile: "p"}, "fleet.etcd.username"},
+	} {
+		if _, err := Dial(tc.cfg); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error about %s", tc.cfg, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,173 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/store"
+)
+
+const (
+	publishEvery = time.Second
+	// leaseTTL is how long a node stays alive in the fleet's eyes after its last
+	// keep-alive, in seconds: a few missed publications, not one.
+	leaseTTL = 5
+)
+
+// Publish writes the node's record and keeps its alive key under a lease, every
+// second until ctx ends; then it revokes the lease, so the node shows gone at once.
+// record gives what the node knows (name, site, addresses, BGP, load); the source
+// fills in what it knows (applied revision, apply error, stale since). Runs on a
+// goroutine of the caller's, which owns it.
+func (s *Source) Publish(ctx context.Context, record func() api.NodeRecord) {
+	var lease clientv3.LeaseID
+	tick := time.NewTicker(publishEvery)
+	defer tick.Stop()
+	var failing error
+	for {
+		err := s.publish(ctx, &lease, record())
+		switch {
+		case err != nil && failing == nil && ctx.Err() == nil:
+			s.log.Warn("cannot publish the node's record in the fleet store", "err", err)
+		case err == nil && failing != nil:
+			s.log.Info("publishing the node's record in the fleet store again")
+		}
+		failing = err
+		select {
+		case <-ctx.Done():
+			s.withdraw(ctx, lease)
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// publish keeps the lease (granting a new one when it expired while etcd was away)
+// and writes the alive key and the record.
+func (s *Source) publish(ctx context.Context, lease *clientv3.LeaseID, rec api.NodeRecord) error {
+	ctx, cancel := context.WithTimeout(ctx, publishEvery)
+	defer cancel()
+	if *lease != 0 {
+		if _, err := s.cli.KeepAliveOnce(ctx, *lease); errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			*lease = 0
+		} else if err != nil {
+			return fmt.Errorf("keep the lease: %w", err)
+		}
+	}
+	if *lease == 0 {
+		g, err := s.cli.Grant(ctx, leaseTTL)
+		if err != nil {
+			return fmt.Errorf("grant a lease: %w", err)
+		}
+		*lease = g.ID
+	}
+	data, err := json.Marshal(s.fill(rec))
+	if err != nil {
+		return err
+	}
+	_, err = s.cli.Txn(ctx).Then(
+		clientv3.OpPut(s.keys.alive(s.name), "", clientv3.WithLease(*lease)),
+		clientv3.OpPut(s.keys.node(s.name), string(data)),
+	).Commit()
+	return err
+}
+
+// fill completes the node's record with the source's state.
+func (s *Source) fill(rec api.NodeRecord) api.NodeRecord {
+	st := s.State()
+	rec.Name = s.name
+	rec.AppliedRevision, rec.AppliedAt, rec.ApplyError = st.AppliedRevision, rfc3339(st.AppliedAt), st.ApplyError
+	rec.StaleSince = rfc3339(st.StaleSince)
+	rec.UpdatedAt = rfc3339(time.Now())
+	return rec
+}
+
+func rfc3339(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// withdraw revokes the lease: the alive key goes with it; the record stays.
+func (s *Source) withdraw(ctx context.Context, lease clientv3.LeaseID) {
+	if lease == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishEvery)
+	defer cancel()
+	if _, err := s.cli.Revoke(ctx, lease); err != nil {
+		s.log.Warn("cannot withdraw the node from the fleet: it shows alive until its lease expires", "ttl_seconds", leaseTTL, "err", err)
+	}
+}
+
+// Fleet lists every node that published a record, alive or gone, and how far each is
+// from the store's services.
+func (s *Source) Fleet(ctx context.Context) (api.FleetStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	st := s.State()
+	out := api.FleetStatus{
+		Prefix: s.keys.prefix, Endpoints: s.cli.Endpoints(),
+		Reachable: st.Reachable, StaleSince: rfc3339(st.StaleSince), Nodes: []api.FleetNode{},
+	}
+	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(s.keys.nodes(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.keys.alives(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.keys.services(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.keys.generation()),
+	).Commit()
+	if err != nil {
+		return out, store.Unavailable("cannot read the fleet store (etcd): %v", err)
+	}
+	alive := map[string]bool{}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		alive[string(kv.Key)] = true
+	}
+	var guardVersion int64
+	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+		out.Revision = max(out.Revision, kv.ModRevision)
+	}
+	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
+		out.Revision = max(out.Revision, kv.ModRevision)
+		guardVersion = kv.Version
+	}
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		var n api.FleetNode
+		if err := json.Unmarshal(kv.Value, &n.NodeRecord); err != nil {
+			s.log.Warn("unreadable node record in the fleet store", "key", string(kv.Key), "err", err)
+			continue
+		}
+		// the key names the node: a record cannot speak for another
+		n.Name = strings.TrimPrefix(string(kv.Key), s.keys.nodes())
+		n.Alive = alive[s.keys.alive(n.Name)]
+		n.Agrees = n.AppliedRevision == out.Revision
+		if !n.Agrees {
+			n.Lag = max(1, guardVersion-s.guardVersionAt(ctx, n.AppliedRevision))
+		}
+		out.Nodes = append(out.Nodes, n)
+	}
+	return out, nil
+}
+
+// guardVersionAt is the number of changes made to the services up to revision rev
+// (the guard's version then): the difference to the current one is a node's lag in
+// changes. 0 when that revision is compacted away.
+func (s *Source) guardVersionAt(ctx context.Context, rev int64) int64 {
+	if rev == 0 {
+		return 0
+	}
+	resp, err := s.cli.Get(ctx, s.keys.generation(), clientv3.WithRev(rev))
+	if err != nil || len(resp.Kvs) == 0 {
+		return 0
+	}
+	return resp.Kvs[0].Version
+}

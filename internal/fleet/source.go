@@ -1,0 +1,526 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/reconcile"
+	"github.com/manifoldlb/manifold/internal/store"
+)
+
+// The fleet store as a source of desired state:
+//
+//	Initial: read P/services/ at one revision ─► Compose with the node's file ─► the node applies it
+//	Run:     watch P/services/ ─► each revision: Compose (validates the whole) ─► Sink.Submit
+//	         probe etcd every second; unreachable: keep serving, stale since T; back: read again
+//	Change:  edit the last read services in memory (the file's code) ─► one Txn, if nothing
+//	         changed since ─► wait until Run applied that revision
+//
+// A revision that does not validate, or that the kernel refuses, is not applied: the
+// node keeps the state it has and says why (State.ApplyError, its node record).
+
+// SourceName is the name the fleet's updates carry.
+const SourceName = "fleet"
+
+const (
+	// probeEvery is how often Run checks that etcd answers (a watch on a dead member
+	// just waits), and how often it retries when it does not.
+	probeEvery   = time.Second
+	probeTimeout = time.Second
+	// staleAfter is how long etcd must fail before the node calls itself stale and
+	// refuses writes at once: longer than the election that follows the loss of a
+	// leader (1–2 s with etcd's default election timeout), which is no outage.
+	staleAfter = 3 * time.Second
+	// writeTimeout bounds an API write (then the API answers 503); it outlasts an
+	// election. A write is attempted again when an attempt gets no answer in
+	// attemptTimeout: etcd loses a write in flight to a leader that dies, and holds
+	// it until its own much longer request timeout.
+	writeTimeout   = 5 * time.Second
+	attemptTimeout = time.Second
+	// applyWait bounds how long an API write waits for this node to apply it, so that
+	// its answer shows the change.
+	applyWait = 5 * time.Second
+)
+
+// Source is the fleet store as a source of desired state (reconcile.Source).
+type Source struct {
+	cli  *clientv3.Client
+	keys keys
+	file *store.Store // the node's own sections; its services are not used
+	name string       // the node's name: its record and alive keys
+	sink reconcile.Sink
+	log  *slog.Logger
+
+	// writes makes API writes one at a time on this node; between nodes the
+	// transaction's compare does.
+	writes sync.Mutex
+
+	mu         sync.Mutex // guards everything below
+	seen       snapshot   // the services as last read from the store, applied or not
+	watchFrom  int64      // where Run's first watch starts after Initial; 0: Run reads first
+	processed  int64      // the last revision applied or refused
+	applied    int64
+	appliedAt  time.Time // zero: nothing applied yet
+	applyErr   string
+	storeRev   int64 // the services revision of the store, as last seen
+	reachable  bool
+	failing    time.Time // when etcd started failing; zero while it answers
+	staleSince time.Time
+	conflicts  uint64
+	progress   chan struct{} // closed and replaced each time Run has processed a revision
+}
+
+// snapshot is the services at one revision.
+type snapshot struct {
+	rev  int64             // the revision of their last change; 0: the store never had any
+	docs map[string][]byte // YAML documents by service name
+}
+
+// NewSource makes the fleet source of a node. file is the node's config file: its
+// node and bgp sections go with the fleet's services into the config the node runs.
+func NewSource(cli *clientv3.Client, prefix string, file *store.Store, sink reconcile.Sink, log *slog.Logger) *Source {
+	return &Source{
+		cli: cli, keys: newKeys(prefix), file: file, name: file.Config().Node.Name, sink: sink, log: log,
+		seen: snapshot{docs: map[string][]byte{}}, progress: make(chan struct{}),
+	}
+}
+
+// Initial reads the fleet's services as they are now, for the node to apply before it
+// attaches and announces anything: a node never starts on a stale table. The update's
+// Commit records the revision as applied (the store has it durably already); Run then
+// follows the store from there.
+func (s *Source) Initial(ctx context.Context) (reconcile.Update, error) {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	snap, header, err := s.read(ctx)
+	if err != nil {
+		return reconcile.Update{}, fmt.Errorf("read the fleet store: %w", err)
+	}
+	_, cfg, err := s.compose(snap.docs)
+	if err != nil {
+		return reconcile.Update{}, fmt.Errorf("the fleet's services at revision %d: %w", snap.rev, err)
+	}
+	s.mu.Lock()
+	s.seen, s.watchFrom, s.storeRev = snap, header+1, max(s.storeRev, snap.rev)
+	s.mu.Unlock()
+	s.reached()
+	return reconcile.Update{
+		Source: SourceName, Services: cfg.Services, Revision: strconv.FormatInt(snap.rev, 10),
+		Commit: func() error { s.settled(snap, nil); return nil },
+		Revert: func() error { s.settled(snap, errors.New("the kernel refused it")); return nil },
+	}, nil
+}
+
+// Run follows the store until ctx ends: each revision of the services is applied, and
+// the store is read again whenever the watch broke or etcd was away.
+func (s *Source) Run(ctx context.Context) error {
+	for {
+		err := s.follow(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.failed(err, time.Now())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(probeEvery):
+		}
+	}
+}
+
+// follow reads the services (unless Initial just did), applies them, and watches
+// from there until the watch breaks or a probe fails.
+func (s *Source) follow(ctx context.Context) error {
+	s.mu.Lock()
+	from := s.watchFrom
+	s.watchFrom = 0
+	s.mu.Unlock()
+	if from == 0 {
+		rctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		snap, header, err := s.read(rctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("read the services: %w", err)
+		}
+		s.reached()
+		s.process(ctx, snap)
+		from = header + 1
+	}
+	// without a leader the member's watch would wait silently: end it and read again
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	watch := s.cli.Watch(wctx, s.keys.services(), clientv3.WithPrefix(), clientv3.WithRev(from))
+	probe := time.NewTicker(probeEvery)
+	defer probe.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case resp, ok := <-watch:
+			if !ok {
+				return errors.New("the watch of the services ended")
+			}
+			if err := resp.Err(); err != nil {
+				return fmt.Errorf("watch the services: %w", err)
+			}
+			s.follows(ctx, resp.Events)
+		case <-probe.C:
+			// a failed probe or two (an election) is no outage; a longer one is, and
+			// etcd is read again once it answers
+			asked := time.Now()
+			if err := s.probe(ctx); err != nil && s.failed(err, asked) {
+				return err
+			} else if err == nil {
+				s.reached()
+			}
+		}
+	}
+}
+
+// follows applies a watch response's events, once per revision (one transaction's
+// changes together).
+func (s *Source) follows(ctx context.Context, events []*clientv3.Event) {
+	s.mu.Lock()
+	docs := maps.Clone(s.seen.docs)
+	s.mu.Unlock()
+	for i, ev := range events {
+		name := s.keys.serviceName(ev.Kv.Key)
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(docs, name)
+		} else {
+			docs[name] = ev.Kv.Value
+		}
+		rev := ev.Kv.ModRevision
+		if i+1 == len(events) || events[i+1].Kv.ModRevision != rev {
+			s.process(ctx, snapshot{rev: rev, docs: docs})
+			docs = maps.Clone(docs)
+		}
+	}
+}
+
+// process applies a revision of the services, unless it is the one applied already.
+func (s *Source) process(ctx context.Context, snap snapshot) {
+	s.mu.Lock()
+	// an API write is made against what the store has, applied here or not
+	s.seen = snap
+	s.storeRev = max(s.storeRev, snap.rev)
+	same := !s.appliedAt.IsZero() && snap.rev == s.applied
+	s.mu.Unlock()
+	if same {
+		s.settled(snap, nil)
+		return
+	}
+	_, cfg, err := s.compose(snap.docs)
+	if err == nil {
+		err = s.sink.Submit(ctx, reconcile.Update{Source: SourceName, Services: cfg.Services, Revision: strconv.FormatInt(snap.rev, 10)})
+	}
+	if ctx.Err() != nil {
+		return // the node is stopping: nothing was refused
+	}
+	if err != nil {
+		s.log.Error("fleet revision not applied, the node keeps its previous state", "revision", snap.rev, "err", oneLine(err))
+	} else {
+		s.log.Info("fleet revision applied", "revision", snap.rev, "services", len(cfg.Services))
+	}
+	s.settled(snap, err)
+}
+
+// settled records the outcome of a revision and wakes the writes waiting for it.
+func (s *Source) settled(snap snapshot, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.processed = snap.rev
+	if err != nil {
+		s.applyErr = fmt.Sprintf("revision %d: %s", snap.rev, oneLine(err))
+	} else {
+		s.applied, s.appliedAt, s.applyErr = snap.rev, time.Now(), ""
+	}
+	close(s.progress)
+	s.progress = make(chan struct{})
+}
+
+// read gets the services and the guard at one revision. The services' revision is
+// that of their last change: the guard's (a delete leaves no other trace) or a
+// service's put directly into etcd.
+func (s *Source) read(ctx context.Context) (snap snapshot, header int64, err error) {
+	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(s.keys.services(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.keys.generation()),
+	).Commit()
+	if err != nil {
+		return snapshot{}, 0, err
+	}
+	snap.docs = map[string][]byte{}
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		snap.docs[s.keys.serviceName(kv.Key)] = kv.Value
+		snap.rev = max(snap.rev, kv.ModRevision)
+	}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		snap.rev = max(snap.rev, kv.ModRevision)
+	}
+	return snap, resp.Header.Revision, nil
+}
+
+// probe checks that etcd answers a linearizable read (a leader and a quorum), and
+// notes the store's services revision as the guard says.
+func (s *Source) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, s.keys.generation())
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	if len(resp.Kvs) == 1 {
+		s.mu.Lock()
+		s.storeRev = max(s.storeRev, resp.Kvs[0].ModRevision)
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// reached records that etcd answered.
+func (s *Source) reached() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.reachable && !s.staleSince.IsZero() {
+		s.log.Info("fleet store reachable again, catching up", "stale_since", s.staleSince.Format(time.RFC3339))
+	}
+	s.reachable, s.failing, s.staleSince = true, time.Time{}, time.Time{}
+}
+
+// failed records that etcd did not answer a request made at asked, and reports
+// whether it has been failing long enough to call the node stale (since the first
+// failed request).
+func (s *Source) failed(err error, asked time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failing.IsZero() {
+		s.failing = asked
+	}
+	if s.reachable && time.Since(s.failing) >= staleAfter || !s.reachable && s.staleSince.IsZero() {
+		s.reachable, s.staleSince = false, s.failing
+		s.log.Warn("fleet store unreachable: serving the last applied revision", "revision", s.applied, "err", err)
+	}
+	return !s.reachable
+}
+
+// compose makes the config the node runs from its file and the services, sorted by
+// name. Its errors name the services, not their places in the composed document.
+func (s *Source) compose(docs map[string][]byte) ([]byte, *config.Config, error) {
+	list := make([]store.ServiceDoc, 0, len(docs))
+	for name, yaml := range docs {
+		list = append(list, store.ServiceDoc{Name: name, YAML: yaml})
+	}
+	sortDocs(list)
+	data, cfg, err := store.Compose(s.file, list)
+	if err != nil {
+		return nil, nil, errors.New(explain(err, list))
+	}
+	// an API write finds a service by its key: a key that names another service
+	// would make the write delete one and create the other
+	for i, d := range list {
+		if got := cfg.Services[i].Name; got != d.Name {
+			return nil, nil, fmt.Errorf("service %s: the key %s holds service %q: a service's key must be its name", d.Name, s.keys.service(d.Name), got)
+		}
+	}
+	return data, cfg, nil
+}
+
+var servicesIndex = regexp.MustCompile(`services\[(\d+)\]`)
+
+// explain words config.Parse's errors about a composed document by service name.
+func explain(err error, docs []store.ServiceDoc) string {
+	var errs config.Errors
+	if !errors.As(err, &errs) {
+		return oneLine(err)
+	}
+	byName := func(s string) string {
+		return servicesIndex.ReplaceAllStringFunc(s, func(m string) string {
+			i, _ := strconv.Atoi(servicesIndex.FindStringSubmatch(m)[1])
+			if i < len(docs) {
+				return "service " + docs[i].Name
+			}
+			return m
+		})
+	}
+	out := make([]string, len(errs))
+	for i, e := range errs {
+		out[i] = byName(e.Msg)
+		if e.Field != "" {
+			out[i] = strings.Replace(byName(e.Field), ".", ": ", 1) + ": " + out[i]
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// Change makes an API write: edit runs on the services as last read, with the file
+// store's own code (the same validation and errors); the result is written in one
+// transaction that commits only if the services did not change since. It returns once
+// this node applied the write. On any error but the last (the fleet has it, this node
+// could not apply it), nothing changed.
+func (s *Source) Change(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error {
+	s.writes.Lock()
+	defer s.writes.Unlock()
+	s.mu.Lock()
+	snap, reachable, staleSince := s.seen, s.reachable, s.staleSince
+	s.mu.Unlock()
+	switch {
+	case !reachable && staleSince.IsZero():
+		return store.Unavailable("the fleet store (etcd) has not been read yet: nothing was changed")
+	case !reachable:
+		return store.Unavailable("the fleet store (etcd) is unreachable since %s: nothing was changed", staleSince.UTC().Format(time.RFC3339))
+	}
+	data, _, err := s.compose(snap.docs)
+	if err != nil {
+		return failed("the fleet's services at revision %d do not validate, no edit can be made against them (fix the store): %v", snap.rev, err)
+	}
+	mem, err := store.Memory("fleet", data)
+	if err != nil {
+		return failed("the fleet's services at revision %d: %s", snap.rev, oneLine(err))
+	}
+	ch, err := edit(mem)
+	if err != nil {
+		return err
+	}
+	after, err := ch.ServiceDocs()
+	if err != nil {
+		return failed("cannot take the edited services apart: %v", err)
+	}
+	ops := s.diff(snap.docs, after)
+	if len(ops) == 0 {
+		return nil
+	}
+	rev, err := s.commit(ctx, snap.rev, ops, generationValue(s.name, ch.Summary))
+	if err != nil {
+		return err
+	}
+	s.log.Info("fleet changed through the API", "change", ch.Summary, "revision", rev)
+	return s.awaitApplied(ctx, rev)
+}
+
+// commit writes ops and the guard (value, unique to this write) if the services did
+// not change after revision since, and returns the write's revision. An attempt that
+// gets no answer is made again: a write in flight when etcd's leader dies is lost,
+// or committed by the next leader; the guard's value tells which (a second attempt
+// finding its own first one committed is no conflict).
+func (s *Source) commit(ctx context.Context, since int64, ops []clientv3.Op, value string) (int64, error) {
+	ops = append(ops, clientv3.OpPut(s.keys.generation(), value))
+	deadline := time.Now().Add(writeTimeout)
+	for {
+		actx, cancel := context.WithTimeout(ctx, min(attemptTimeout, time.Until(deadline)))
+		resp, err := s.cli.Txn(actx).If(unchangedSince(s.keys, since)...).Then(ops...).
+			Else(clientv3.OpGet(s.keys.generation())).Commit()
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return 0, ctx.Err()
+		case err != nil && time.Now().Before(deadline):
+			continue
+		case err != nil:
+			return 0, store.Unavailable("the fleet store (etcd) did not confirm the write within %s (%v): it was most likely not made; read it back before writing again", writeTimeout, err)
+		case resp.Succeeded:
+			return resp.Header.Revision, nil
+		}
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && string(kvs[0].Value) == value {
+			return kvs[0].ModRevision, nil
+		}
+		s.mu.Lock()
+		s.conflicts++
+		s.mu.Unlock()
+		return 0, &store.Error{Kind: store.Conflict, Problems: []store.Problem{{
+			Message: fmt.Sprintf("the fleet changed since revision %d (another write came first); nothing was changed", since),
+		}}}
+	}
+}
+
+// diff is the puts and deletes that make the store's services after.
+func (s *Source) diff(before map[string][]byte, after []store.ServiceDoc) []clientv3.Op {
+	var ops []clientv3.Op
+	kept := map[string]bool{}
+	for _, d := range after {
+		kept[d.Name] = true
+		if old, ok := before[d.Name]; !ok || !bytes.Equal(old, d.YAML) {
+			ops = append(ops, clientv3.OpPut(s.keys.service(d.Name), string(d.YAML)))
+		}
+	}
+	for name := range before {
+		if !kept[name] {
+			ops = append(ops, clientv3.OpDelete(s.keys.service(name)))
+		}
+	}
+	return ops
+}
+
+// awaitApplied waits until Run has processed revision rev.
+func (s *Source) awaitApplied(ctx context.Context, rev int64) error {
+	timeout := time.NewTimer(applyWait)
+	defer timeout.Stop()
+	for {
+		s.mu.Lock()
+		processed, applied, applyErr, progress := s.processed, s.applied, s.applyErr, s.progress
+		s.mu.Unlock()
+		switch {
+		case applied >= rev:
+			return nil
+		case processed >= rev:
+			return failed("the fleet has the change (revision %d) but this node could not apply it and keeps its previous state: %s", rev, applyErr)
+		}
+		select {
+		case <-progress:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timeout.C:
+			return failed("the fleet has the change (revision %d) but this node has not applied it within %s", rev, applyWait)
+		}
+	}
+}
+
+func failed(format string, args ...any) *store.Error {
+	return &store.Error{Kind: store.Failed, Problems: []store.Problem{{Message: fmt.Sprintf(format, args...)}}}
+}
+
+// State is the source's view of the fleet store, for the node's status and metrics.
+type State struct {
+	// AppliedRevision is the revision of the services the node serves, applied at
+	// AppliedAt (zero: none yet); ApplyError says why a later revision was not applied.
+	AppliedRevision int64
+	AppliedAt       time.Time
+	ApplyError      string
+	// StoreRevision is the store's revision of the services as last seen; WatchLag is
+	// how far the applied revision is behind it (in etcd revisions).
+	StoreRevision int64
+	WatchLag      int64
+	// Reachable says etcd answers; StaleSince is when it stopped (zero while it does).
+	Reachable  bool
+	StaleSince time.Time
+	// WriteConflicts counts API writes refused because another write came first.
+	WriteConflicts uint64
+}
+
+// State is safe from any goroutine.
+func (s *Source) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return State{
+		AppliedRevision: s.applied, AppliedAt: s.appliedAt, ApplyError: s.applyErr,
+		StoreRevision: s.storeRev, WatchLag: s.storeRev - s.applied,
+		Reachable: s.reachable, StaleSince: s.staleSince, WriteConflicts: s.conflicts,
+	}
+}
+
+// oneLine folds a multi-line error (every problem of a config) for one line.
+func oneLine(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}

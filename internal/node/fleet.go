@@ -1,0 +1,83 @@
+package node
+
+import (
+	"context"
+	"time"
+
+	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/fleet"
+)
+
+// The node as a member of a fleet: its services come from etcd (internal/fleet), its
+// API writes go there, and it publishes its record every second.
+
+// joinFleet connects to the fleet store and reads the fleet's services, waiting for the
+// store as long as it takes (the node attaches nothing before: it never starts on a
+// stale table, and without the store it has no table at all).
+func (n *Node) joinFleet(ctx context.Context) error {
+	f := n.cfg.Fleet
+	cli, err := fleet.Dial(*f)
+	if err != nil {
+		return err
+	}
+	n.etcd = cli
+	n.fleet = fleet.NewSource(cli, f.Prefix, n.file.Store(), n, n.log)
+	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		u, err := n.fleet.Initial(ctx)
+		if err == nil {
+			if err := n.ctrl.Submit(u); err != nil {
+				// the node starts with nothing and says why; the next revision may apply
+				n.log.Error("the fleet's services could not be applied", "revision", u.Revision, "err", err)
+			} else {
+				n.log.Info("fleet revision applied", "revision", u.Revision, "services", len(u.Services), "prefix", f.Prefix)
+			}
+			return nil
+		}
+		n.log.Warn("waiting for the fleet store: nothing is served until its services are read", "endpoints", f.Endpoints, "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// fleetState is the fleet part of the status (nil without a fleet).
+func (n *Node) fleetState() *api.FleetState {
+	if n.fleet == nil {
+		return nil
+	}
+	s := n.fleet.State()
+	out := &api.FleetState{Prefix: n.cfg.Fleet.Prefix, AppliedRevision: s.AppliedRevision, StoreRevision: s.StoreRevision,
+		Reachable: s.Reachable, ApplyError: s.ApplyError, WriteConflicts: s.WriteConflicts}
+	if !s.StaleSince.IsZero() {
+		out.StaleSince = s.StaleSince.UTC().Format(time.RFC3339)
+	}
+	return out
+}
+
+// record is what the node publishes about itself in the fleet store.
+func (n *Node) record() api.NodeRecord {
+	st := n.Status()
+	r := api.NodeRecord{Name: n.cfg.Node.Name, Site: n.cfg.Node.Site, Services: []api.ServiceLoad{}}
+	for _, a := range []string{n.cfg.Node.Address.String(), n.cfg.Node.Address6.String()} {
+		if a != "invalid IP" {
+			r.Addresses = append(r.Addresses, a)
+		}
+	}
+	if st.BGP != nil {
+		for _, p := range st.BGP.Peers {
+			r.BGP = append(r.BGP, api.FleetPeer{Address: p.Address, Up: p.Up})
+		}
+	}
+	for _, s := range st.Services {
+		l := api.ServiceLoad{Name: s.Name, Announced: s.Announced, NewFlowsPerSecond: s.NewFlowsPerSecond,
+			PacketsPerSecond: s.PacketsPerSecond, BytesPerSecond: s.BytesPerSecond, Backends: []api.BackendLoad{}}
+		for _, b := range s.Backends {
+			l.Backends = append(l.Backends, api.BackendLoad{Address: b.Address, State: b.State, Healthy: b.Health.Up,
+				NewFlowsPerSecond: b.NewFlowsPerSecond, PacketsPerSecond: b.PacketsPerSecond, BytesPerSecond: b.BytesPerSecond})
+		}
+		r.Services = append(r.Services, l)
+	}
+	return r
+}
