@@ -47,9 +47,8 @@ func startFleetLab(t *testing.T, lbNodes ...string) *fleetLab {
 	if fl.etcd, err = tl.StartEtcd(fl.lbs[:min(3, len(fl.lbs))]...); err != nil {
 		t.Fatal(err)
 	}
-	seed := nodeConfig(fl.lbs[0], tl.backends, nil)
-	seed.Fleet = &Fleet{Endpoints: fl.etcd.Endpoints()}
-	if err := tl.FleetImport(manifoldBin, fl.lbs[0], seed, false); err != nil {
+	err = tl.FleetImport(manifoldBin, fl.lbs[0], fl.nodeConfig(fl.lbs[0]), nodeConfig(fl.lbs[0], tl.backends, nil), false)
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, h := range fl.lbs {
@@ -565,13 +564,12 @@ func TestFleetBadInputAsOnFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed := nodeConfig(fleetNode, tl.backends, nil)
-	seed.Fleet = &Fleet{Endpoints: e.Endpoints()}
-	if err := tl.FleetImport(manifoldBin, fleetNode, seed, false); err != nil {
+	fleetCfg := NodeConfig{Name: fleetNode.Role, Address: fleetNode.Addr4, Address6: fleetNode.Addr6, Fleet: &Fleet{Endpoints: e.Endpoints()}}
+	if err := tl.FleetImport(manifoldBin, fleetNode, fleetCfg, nodeConfig(fleetNode, tl.backends, nil), false); err != nil {
 		t.Fatal(err)
 	}
 	configs := map[*Host]NodeConfig{
-		fleetNode: {Name: fleetNode.Role, Address: fleetNode.Addr4, Address6: fleetNode.Addr6, Fleet: seed.Fleet},
+		fleetNode: fleetCfg,
 		fileNode:  nodeConfig(fileNode, tl.backends, nil),
 	}
 	apis := map[*Host]*NodeAPI{}

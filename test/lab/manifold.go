@@ -23,8 +23,7 @@ type NodeConfig struct {
 	Address, Address6 netip.Addr
 	API               string // 127.0.0.1:9100 unless set; each node has its own namespace
 	BGP               *BGP   // nil: no bgp section
-	// Fleet set, the node takes its services from etcd; its file then lists none, but
-	// the file `manifold fleet import` reads has both.
+	// Fleet set, the node takes its services from etcd; its file lists none.
 	Fleet    *Fleet
 	Services []Service
 }
@@ -125,15 +124,18 @@ func (c NodeConfig) YAML() []byte {
 	return []byte(b.String())
 }
 
-// FleetImport runs `manifold fleet import` on h with cfg (which must have a fleet
-// section and the services to seed the store with) as its config file; force
-// replaces the services the store holds.
-func (l *Lab) FleetImport(manifold string, h *Host, cfg NodeConfig, force bool) error {
-	path := filepath.Join(l.Dir, "fleet-import.yaml")
-	if err := writeFileAtomic(path, cfg.YAML()); err != nil {
+// FleetImport runs `manifold fleet import` on h: the store named by the fleet section of
+// fleet (a node's file) is seeded with the services of services (a node's file without
+// a fleet section); force replaces the services the store holds.
+func (l *Lab) FleetImport(manifold string, h *Host, fleet, services NodeConfig, force bool) error {
+	fleetPath, servicesPath := filepath.Join(l.Dir, "fleet-import.yaml"), filepath.Join(l.Dir, "fleet-services.yaml")
+	if err := writeFileAtomic(fleetPath, fleet.YAML()); err != nil {
 		return err
 	}
-	args := []string{"fleet", "import", "--config", path}
+	if err := writeFileAtomic(servicesPath, services.YAML()); err != nil {
+		return err
+	}
+	args := []string{"fleet", "import", "--config", fleetPath, "--services", servicesPath}
 	if force {
 		args = append(args, "--force")
 	}
@@ -141,7 +143,7 @@ func (l *Lab) FleetImport(manifold string, h *Host, cfg NodeConfig, force bool) 
 	if err != nil {
 		return err
 	}
-	l.logf("manifold fleet import of %d services: %s", len(cfg.Services), strings.TrimSpace(out))
+	l.logf("manifold fleet import of %d services: %s", len(services.Services), strings.TrimSpace(out))
 	return nil
 }
 

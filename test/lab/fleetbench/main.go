@@ -156,7 +156,7 @@ const method = "Fleet store in the lab (test/lab): three manifold nodes, each be
 
 // seed replaces the store's services with n services on the two backends.
 func (b *bench) seed(n int) error {
-	cfg := lab.NodeConfig{Name: "seed", Address: b.lbs[0].Addr4, Fleet: &lab.Fleet{Endpoints: b.etcd.Endpoints()}}
+	cfg := lab.NodeConfig{Name: "seed", Address: b.lbs[0].Addr4}
 	for i := range n {
 		s := lab.Service{Name: serviceName(i), VIP: vip, Port: uint16(10000 + i), TableSize: 1021}
 		for _, be := range b.backends {
@@ -164,14 +164,18 @@ func (b *bench) seed(n int) error {
 		}
 		cfg.Services = append(cfg.Services, s)
 	}
-	return b.l.FleetImport(b.manifold, b.lbs[0], cfg, true)
+	return b.l.FleetImport(b.manifold, b.lbs[0], b.nodeConfig(b.lbs[0]), cfg, true)
 }
 
 func serviceName(i int) string { return fmt.Sprintf("svc-%04d", i) }
 
+// nodeConfig is a node's file: its own sections and the fleet's.
+func (b *bench) nodeConfig(h *lab.Host) lab.NodeConfig {
+	return lab.NodeConfig{Name: h.Role, Address: h.Addr4, Address6: h.Addr6, Fleet: &lab.Fleet{Endpoints: b.etcd.Endpoints()}}
+}
+
 func (b *bench) startNode(h *lab.Host) error {
-	cfg := lab.NodeConfig{Name: h.Role, Address: h.Addr4, Address6: h.Addr6, Fleet: &lab.Fleet{Endpoints: b.etcd.Endpoints()}}
-	n, err := b.l.StartNode(b.manifold, h, cfg)
+	n, err := b.l.StartNode(b.manifold, h, b.nodeConfig(h))
 	if err != nil {
 		return err
 	}
