@@ -74,6 +74,9 @@ func (l *Lab) StartEtcd(hosts ...*Host) (*Etcd, error) {
 			"--initial-cluster-state", "new",
 			// a cluster of this lab only, should a member of another lab be reachable
 			"--initial-cluster-token", l.Prefix,
+			// `manifold fleet import` writes every service in one transaction, and etcd
+			// takes 128 operations per transaction unless told otherwise
+			"--max-txn-ops", "4096",
 			"--logger", "zap", "--log-outputs", "stderr",
 		}
 		if err := e.Start(m); err != nil {

@@ -344,7 +344,7 @@ func figures(applied, answered, few, many []time.Duration) []results.Figure {
 	prop.Note = fmt.Sprintf("p50 %.1f ms, p99 %.1f ms over %d writes", ms([]time.Duration{percentile(applied, 0.5)})[0], ms([]time.Duration{p99})[0], len(applied))
 	tail := results.NewFigure("fleet", "API write → applied on all 3 nodes, p99", "p99 ms", ms([]time.Duration{p99}))
 	tail.SetBound("<=", ms([]time.Duration{propagationGoal})[0])
-	ans := results.NewFigure("fleet", "API write answered (committed to etcd)", "ms", ms(answered))
+	ans := results.NewFigure("fleet", "API write answered (committed, applied by the node that took it)", "ms", ms(answered))
 	ref := results.NewFigure("fleet", "node start → serving 2 services from the store", "ms", ms(few))
 	load := results.NewFigure("fleet", fmt.Sprintf("node start → serving %d services from the store", manyServices), "ms", ms(many))
 	load.Compare(ref, "", 0)
