@@ -95,6 +95,7 @@ var sectionTitles = []struct{ key, title string }{
 	{"packet_rate", "Packet rate through one node"},
 	{"http", "HTTP requests/s and latency"},
 	{"control_plane", "Control plane"},
+	{"fleet", "Fleet: propagation through etcd"},
 }
 
 // WriteMarkdown writes the report as Markdown: the machine, every target with

@@ -5,12 +5,10 @@ package lab
 // /metrics (promtool, and counts of what the client sent), and manifold ctl.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -29,18 +27,6 @@ import (
 
 const apiToken = "lab-t0ken-5e3c"
 
-// apiClient is an HTTP client whose connections are made inside a namespace (the API
-// listens on the node's loopback). No keep-alives: a killed daemon leaves no stale
-// connection behind.
-func apiClient(ns string) *http.Client {
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DisableKeepAlives: true,
-		DialContext: func(_ context.Context, _, addr string) (net.Conn, error) {
-			return DialTCP(ns, addr, 0)
-		},
-	}}
-}
-
 const apiBase = "http://127.0.0.1:9100"
 
 // apiLab is a lab whose node lb1 runs with an API token (from a file).
@@ -54,7 +40,7 @@ type apiLab struct {
 func startAPILab(t *testing.T) *apiLab {
 	t.Helper()
 	tl := startLab(t, []string{"lb1"}, nil)
-	al := &apiLab{testLab: tl, lb: tl.Host("lb1"), api: apiClient(tl.Host("lb1").NS)}
+	al := &apiLab{testLab: tl, lb: tl.Host("lb1"), api: HTTPClient(tl.Host("lb1").NS, 10*time.Second)}
 	if err := tl.nodes["lb1"].Stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ package lab
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -151,6 +152,18 @@ func HTTPGet(ns, rawURL string, localPort int) (string, error) {
 	}
 	defer c.Close()
 	return c.Do()
+}
+
+// HTTPClient is an HTTP client whose connections are made inside namespace ns (a
+// node's API listens on its loopback, an etcd member on its lab address). No
+// keep-alives: a killed daemon leaves no stale connection behind.
+func HTTPClient(ns string, timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(_ context.Context, _, addr string) (net.Conn, error) {
+			return DialTCP(ns, addr, 0)
+		},
+	}}
 }
 
 // URL returns http://addr:port/, with the brackets an IPv6 address needs.

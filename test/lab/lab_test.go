@@ -149,6 +149,27 @@ type testLab struct {
 
 func startLab(t *testing.T, lbNodes []string, health *Health) *testLab {
 	t.Helper()
+	tl := startBackends(t, lbNodes)
+	for i, h := range tl.HostsOf(LBNode) {
+		// Every other node lists its backends in reverse: the order must not matter.
+		bes := slices.Clone(tl.backends)
+		if i%2 == 1 {
+			slices.Reverse(bes)
+		}
+		n, err := tl.StartNode(manifoldBin, h, nodeConfig(h, bes, health))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tl.nodes[h.Role] = n
+	}
+	tl.routeVIPs(t, tl.Host(lbNodes[0]))
+	return tl
+}
+
+// startBackends builds the lab and starts nginx and `manifold backend` on every
+// backend; the LB nodes are left to the caller.
+func startBackends(t *testing.T, lbNodes []string) *testLab {
+	t.Helper()
 	requireLab(t)
 	if buildErr != nil {
 		t.Fatalf("cannot build manifold (make build shows the same): %v", buildErr)
@@ -166,19 +187,6 @@ func startLab(t *testing.T, lbNodes []string, health *Health) *testLab {
 			t.Fatal(err)
 		}
 	}
-	for i, h := range tl.HostsOf(LBNode) {
-		// Every other node lists its backends in reverse: the order must not matter.
-		bes := slices.Clone(tl.backends)
-		if i%2 == 1 {
-			slices.Reverse(bes)
-		}
-		n, err := tl.StartNode(manifoldBin, h, nodeConfig(h, bes, health))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tl.nodes[h.Role] = n
-	}
-	tl.routeVIPs(t, tl.Host(lbNodes[0]))
 	return tl
 }
 
@@ -494,31 +502,8 @@ func TestSameBackendOnEveryNode(t *testing.T) {
 	const firstPort = 61000 // above the default ephemeral range
 	for _, f := range families {
 		t.Run(f.name, func(t *testing.T) {
-			through := func(node *Host) map[int]string {
-				t.Helper()
-				tl.routeVIPs(t, node)
-				rx0, err := node.LinkStats(HostLink)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got := map[int]string{}
-				for port := firstPort; port < firstPort+flows; port++ {
-					body, err := HTTPGet(tl.client.NS, f.url(), port)
-					if err != nil {
-						t.Fatalf("through %s: %v", node.Role, err)
-					}
-					got[port] = strings.TrimSpace(body)
-				}
-				rx1, err := node.LinkStats(HostLink)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if n := rx1.RxPackets - rx0.RxPackets; n < 3*flows {
-					t.Fatalf("%s received %d packets for %d connections: the flows did not go through it", node.Role, n, flows)
-				}
-				return got
-			}
-			first, second := through(tl.Host("lb1")), through(tl.Host("lb2"))
+			first := tl.flowsThrough(t, f, tl.Host("lb1"), firstPort, flows, roles(tl.backends))
+			second := tl.flowsThrough(t, f, tl.Host("lb2"), firstPort, flows, roles(tl.backends))
 			per := map[string]int{}
 			for port := firstPort; port < firstPort+flows; port++ {
 				per[first[port]]++
@@ -532,6 +517,38 @@ func TestSameBackendOnEveryNode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// flowsThrough routes f's VIP through node (waiting until new connections reach each
+// of reach), sends one connection from each client port of [firstPort, firstPort+flows)
+// and returns the backend that answered each; it fails the test if the flows did not
+// go through node.
+func (tl *testLab) flowsThrough(t *testing.T, f family, node *Host, firstPort, flows int, reach []string) map[int]string {
+	t.Helper()
+	if err := tl.RouteVIP(f.vip, node); err != nil {
+		t.Fatal(err)
+	}
+	tl.waitReaches(t, f, reach)
+	rx0, err := node.LinkStats(HostLink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]string{}
+	for port := firstPort; port < firstPort+flows; port++ {
+		body, err := HTTPGet(tl.client.NS, f.url(), port)
+		if err != nil {
+			t.Fatalf("through %s: %v", node.Role, err)
+		}
+		got[port] = strings.TrimSpace(body)
+	}
+	rx1, err := node.LinkStats(HostLink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rx1.RxPackets - rx0.RxPackets; n < 3*uint64(flows) {
+		t.Fatalf("%s received %d packets for %d connections: the flows did not go through it", node.Role, n, flows)
+	}
+	return got
 }
 
 // TestReloadKeepsEstablishedFlows: removing a backend with a config reload (SIGHUP)

@@ -1,7 +1,10 @@
 package lab
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -9,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
@@ -19,7 +23,14 @@ type NodeConfig struct {
 	Address, Address6 netip.Addr
 	API               string // 127.0.0.1:9100 unless set; each node has its own namespace
 	BGP               *BGP   // nil: no bgp section
-	Services          []Service
+	// Fleet set, the node takes its services from etcd; its file lists none.
+	Fleet    *Fleet
+	Services []Service
+}
+
+// Fleet is the fleet section of a NodeConfig.
+type Fleet struct {
+	Endpoints []string // etcd client URLs
 }
 
 // BGP is the bgp section of a NodeConfig.
@@ -40,11 +51,12 @@ type BGPPeer struct {
 
 // Service is one service of a NodeConfig.
 type Service struct {
-	Name     string
-	VIP      netip.Addr
-	Port     uint16
-	Backends []netip.Addr // each with weight 1
-	Health   *Health      // nil: no health section
+	Name      string
+	VIP       netip.Addr
+	Port      uint16
+	Backends  []netip.Addr // each with weight 1
+	Health    *Health      // nil: no health section
+	TableSize int          // 0 keeps the default
 }
 
 // Health is a service's health check.
@@ -84,9 +96,19 @@ func (c NodeConfig) YAML() []byte {
 			}
 		}
 	}
+	if c.Fleet != nil {
+		fmt.Fprintf(&b, "fleet:\n  etcd:\n    endpoints: [%s]\n", strings.Join(c.Fleet.Endpoints, ", "))
+		if len(c.Services) == 0 {
+			return []byte(b.String())
+		}
+	}
 	b.WriteString("services:\n")
 	for _, s := range c.Services {
-		fmt.Fprintf(&b, "  - name: %s\n    vip: %s\n    port: %d\n    protocol: tcp\n    backends:\n", s.Name, s.VIP, s.Port)
+		fmt.Fprintf(&b, "  - name: %s\n    vip: %s\n    port: %d\n    protocol: tcp\n", s.Name, s.VIP, s.Port)
+		if s.TableSize != 0 {
+			fmt.Fprintf(&b, "    table_size: %d\n", s.TableSize)
+		}
+		b.WriteString("    backends:\n")
 		for _, be := range s.Backends {
 			fmt.Fprintf(&b, "      - address: %s\n", be)
 		}
@@ -100,6 +122,76 @@ func (c NodeConfig) YAML() []byte {
 		}
 	}
 	return []byte(b.String())
+}
+
+// FleetImport runs `manifold fleet import` on h: the store named by the fleet section of
+// fleet (a node's file) is seeded with the services of services (a node's file without
+// a fleet section); force replaces the services the store holds.
+func (l *Lab) FleetImport(manifold string, h *Host, fleet, services NodeConfig, force bool) error {
+	fleetPath, servicesPath := filepath.Join(l.Dir, "fleet-import.yaml"), filepath.Join(l.Dir, "fleet-services.yaml")
+	if err := writeFileAtomic(fleetPath, fleet.YAML()); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(servicesPath, services.YAML()); err != nil {
+		return err
+	}
+	args := []string{"fleet", "import", "--config", fleetPath, "--services", servicesPath}
+	if force {
+		args = append(args, "--force")
+	}
+	out, err := h.Output(hostprog.Built(manifold), args...)
+	if err != nil {
+		return err
+	}
+	l.logf("manifold fleet import of %d services: %s", len(services.Services), strings.TrimSpace(out))
+	return nil
+}
+
+// NodeAPI is a client of a node's REST API, which listens on the node's loopback: its
+// connections are made inside the node's namespace. The node has no API token.
+type NodeAPI struct {
+	Host   *Host
+	client *http.Client
+}
+
+func NewNodeAPI(h *Host) *NodeAPI {
+	return &NodeAPI{Host: h, client: HTTPClient(h.NS, 10*time.Second)}
+}
+
+// Call sends one request and returns the response's status and body.
+func (a *NodeAPI) Call(method, path, body string) (int, []byte, error) {
+	req, err := http.NewRequest(method, "http://127.0.0.1:9100"+path, strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s: %s %s: %w", a.Host.Role, method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// Get returns the body of a GET answered with 200, decoded into v.
+func (a *NodeAPI) Get(path string, v any) error {
+	code, body, err := a.Call(http.MethodGet, path, "")
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("%s: GET %s: %d %s", a.Host.Role, path, code, body)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("%s: GET %s: %w", a.Host.Role, path, err)
+	}
+	return nil
+}
+
+// Status returns the node's GET /api/v1/status.
+func (a *NodeAPI) Status() (*api.Status, error) {
+	var st api.Status
+	return &st, a.Get("/api/v1/status", &st)
 }
 
 // Node is a running `manifold run`.
