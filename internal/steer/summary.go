@@ -86,6 +86,10 @@ func Summarize(s Series) Summary {
 	if offered > 0 {
 		sum.ServedPct = 100 * served / offered
 	}
+	// Rounded, so that float noise (an overload of 1e-9 %) reads as what it is.
+	for _, v := range []*float64{&sum.ConvergedS, &sum.ExcessFlows, &sum.MaxOverloadPct, &sum.MeanRTTMs, &sum.ServedPct} {
+		*v = math.Round(*v*1000) / 1000
+	}
 	return sum
 }
 
