@@ -88,7 +88,7 @@ func steerCmd(args []string, w io.Writer) error {
 		path = filepath.Join(dir, "runs.json")
 	}
 	if path != "" {
-		data, err := json.MarshalIndent(report, "", " ")
+		data, err := json.Marshal(report)
 		if err != nil {
 			return err
 		}
