@@ -1,0 +1,145 @@
+package steer
+
+// The control law: how far the shares move toward the target each round.
+//
+// Why not jump to the target. The target is computed from the demand observed under
+// the current shares, and demand depends on the shares: clients that wait longer send
+// fewer requests. Take one site, a close origin of capacity C and a far one, x the
+// close origin's share. Sending fewer flows close raises the mean RTT, so demand D(x)
+// grows with x, and the target T(x) = C / D(x) falls as x grows: its slope is -k with
+//
+//	k = a·x / (1 - a + a·x),   a = elasticity × (RTT gap / 100 ms)
+//
+// at the fixed point x* = T(x*), where the close origin runs at exactly C. Jumping to
+// the target (the seed's first loop) is the iteration x' = T(x), whose slope -k is
+// negative: every round overshoots x* and the next undoes part of it — the shares
+// oscillate, for ever as k nears 1. The seed damped it by moving at most 2 points per
+// origin per 15 s: stable, but a 43-point move then takes five minutes, with the close
+// origin overloaded all along.
+//
+// The law. Each round closes a fixed fraction g of the gap to the target:
+//
+//	x' = x + g·(T(x) - x)
+//
+// Its slope at x* is 1 - g·(1 + k). With 0 < g ≤ 1/(1 + k) that slope lies in [0, 1):
+// the iteration is monotone — it approaches x* from the side it starts on, never
+// crossing it, so it neither overshoots nor oscillates — and the gap shrinks by the
+// factor 1 - g·(1 + k) ≤ 1 - g every round. k ≤ 1 exactly when a ≤ 1 (from the formula:
+// a·x ≤ 1 - a + a·x), that is whenever sending every flow to the far origin would cost
+// at most all of the demand — any elasticity that makes sense. So g = 1/2 is stable
+// for every such elasticity, and fast: a gap halves (or better) every round, a 43-point
+// move is within a point in 6 rounds. Approaching from above, the close origin is over
+// capacity only during those rounds; from below it never is.
+//
+// The capacity guard. The new shares are a convex combination of the current shares
+// and the target (weights 1-g and g), so at the observed demand each origin's load
+// after the move lies between its load now and its target load, which is within its
+// capacity. A move never pushes an origin that is within capacity above it; an origin
+// above capacity only comes down. (Decision.Origins' PredictedLoad shows it per round.)
+//
+// Failover is not damped. Flows on an origin the target cannot use (unhealthy, or no
+// RTT measured) are moved at once, spread as the target spreads the site's flows;
+// the rest of the shares then take their usual step. Waiting would only lose the flows.
+//
+// Settling. When every share of a site is within 0.1 point of its target, the site takes
+// the target exactly: nodes rebuild their Maglev tables only when shares change, and a
+// geometric approach would otherwise change them by crumbs for ever.
+//
+// One round per fresh observation: a round that ran again on the same observation
+// would count the last move's effect twice (a gain of 1 - (1-g)² instead of g).
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"time"
+)
+
+// DefaultGain is the fraction of the gap to the target that the control law closes per
+// round: 1/2, stable for any elasticity up to losing the whole demand (see above).
+const DefaultGain = 0.5
+
+// settleWithin is how close to its target every share of a site must be for the site to
+// take the target exactly.
+const settleWithin = 0.001
+
+// Manifold is manifold's controller: the target, approached by the control law above.
+type Manifold struct {
+	// Gain is the fraction of the gap closed per round, in (0, 1]; 0 means DefaultGain.
+	Gain float64
+}
+
+// Name is "manifold".
+func (Manifold) Name() string { return "manifold" }
+
+// Decide moves each site's shares a step toward the target. The law keeps no state and
+// reads no time: a round is one step.
+func (m Manifold) Decide(_ time.Time, obs Observation, current Shares) Decision {
+	g := m.Gain
+	if g <= 0 || g > 1 {
+		g = DefaultGain
+	}
+	t := SolveTarget(obs)
+	next := Shares{}
+	for _, s := range obs.Sites {
+		target, ok := t.Shares[s.Name]
+		cur, stranded, known := currentOf(s, current[s.Name], target, t)
+		switch {
+		case !ok:
+			next[s.Name] = cur
+			continue
+		case !known || stranded >= 1:
+			next[s.Name] = maps.Clone(target)
+			continue
+		}
+		y := map[string]float64{}
+		worst := 0.0
+		for o, tv := range target {
+			if !usable(s, o, t) {
+				y[o] = 0
+				continue
+			}
+			y[o] = cur[o] + g*(tv-cur[o]) + (1-g)*stranded*tv
+			worst = max(worst, math.Abs(y[o]-tv))
+		}
+		if worst < settleWithin {
+			y = maps.Clone(target)
+		}
+		next[s.Name] = y
+	}
+	moving := func(from, to, target float64) string {
+		return fmt.Sprintf("moving from %s toward %s, %s of the gap per round", pct(from), pct(target), pct(g))
+	}
+	return decide(obs, t, next, moving, current)
+}
+
+// usable tells whether the target could send flows of s to origin o: it is healthy and
+// s measures an RTT to it.
+func usable(s Site, o string, t Target) bool {
+	_, healthy := t.Limit[o]
+	_, reachable := s.RTT[o]
+	return healthy && reachable
+}
+
+// currentOf reads a site's shares in force, normalised to sum 1, over the origins of
+// target (the observation's). stranded is the part the target cannot keep where it is:
+// on origins it cannot use, or that the observation no longer has. known is false when
+// the site has no shares yet.
+func currentOf(s Site, current, target map[string]float64, t Target) (cur map[string]float64, stranded float64, known bool) {
+	var total float64
+	for _, v := range current {
+		total += max(v, 0)
+	}
+	if total <= 0 {
+		return nil, 0, false
+	}
+	cur = map[string]float64{}
+	stranded = 1
+	for o := range target {
+		cur[o] = max(current[o], 0) / total
+		if usable(s, o, t) {
+			stranded -= cur[o]
+		}
+	}
+	return cur, max(stranded, 0), true
+}
