@@ -5,6 +5,7 @@
 //	manifold validate --config FILE   check a file without touching the system
 //	manifold ctl [--api URL] COMMAND  operator CLI against a node's API (status, drain, …)
 //	manifold fleet import|export      seed or read the fleet store (etcd)
+//	manifold steer simulate           the steering controller on a simulated clock
 //
 // The benchmarks are another binary, manifold-bench, so that this one does not carry
 // their test rig (TestNoTestRigLinked).
@@ -34,6 +35,7 @@ Usage:
   manifold validate --config FILE   check a node or backend config file
   manifold ctl [--api URL] COMMAND  operate a running node (manifold ctl: the commands)
   manifold fleet import|export ...  seed or read the fleet store (manifold fleet: how)
+  manifold steer simulate ...       run the steering controller on a scenario (simulated time)
   manifold version
 
 The benchmarks are a binary of their own: manifold-bench (make build builds both).
@@ -59,6 +61,8 @@ func main() {
 		err = ctl(args, os.Stdout)
 	case "fleet":
 		err = fleetCmd(args, os.Stdout)
+	case "steer":
+		err = steerCmd(args, os.Stdout)
 	case "bench":
 		err = errors.New("the benchmarks are a binary of their own: bin/manifold-bench (make build)")
 	case "version", "--version":
