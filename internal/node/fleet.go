@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/api"
@@ -60,9 +61,9 @@ func (n *Node) fleetState() *api.FleetState {
 func (n *Node) record() api.NodeRecord {
 	st := n.Status()
 	r := api.NodeRecord{Name: n.cfg.Node.Name, Site: n.cfg.Node.Site, Services: []api.ServiceLoad{}}
-	for _, a := range []string{n.cfg.Node.Address.String(), n.cfg.Node.Address6.String()} {
-		if a != "invalid IP" {
-			r.Addresses = append(r.Addresses, a)
+	for _, a := range []netip.Addr{n.cfg.Node.Address, n.cfg.Node.Address6} {
+		if a.IsValid() {
+			r.Addresses = append(r.Addresses, a.String())
 		}
 	}
 	if st.BGP != nil {
