@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,6 +98,8 @@ var (
 		"The revision of the fleet store's services this node serves.")
 	fleetReachableDesc = desc("manifold_fleet_store_reachable",
 		"1 while the node reaches the fleet store, else 0 (it serves its last applied revision).")
+	fleetStaleDesc = desc("manifold_fleet_stale_since_timestamp_seconds",
+		"When the node lost the fleet store (Unix time); 0 while it reaches it.")
 	fleetLagDesc = desc("manifold_fleet_watch_lag_revisions",
 		"Revisions of the services the node is behind the fleet store, as last seen.")
 	fleetConflictsDesc = desc("manifold_fleet_write_conflicts_total",
@@ -111,7 +114,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{xdpDesc, packetsDesc, bytesDesc, newFlowsDesc, dropsDesc, eventsDesc, upDesc, weightDesc, announcedDesc,
 		flowsDesc, flowSizeDesc, checksDesc, checkFailuresDesc, checkUpDesc, checkLatencyDesc, peerUpDesc,
 		updatesSentDesc, updatesReceivedDesc, reloadsDesc, reloadFailuresDesc, apiDesc,
-		fleetRevisionDesc, fleetReachableDesc, fleetLagDesc, fleetConflictsDesc} {
+		fleetRevisionDesc, fleetReachableDesc, fleetStaleDesc, fleetLagDesc, fleetConflictsDesc} {
 		ch <- d
 	}
 }
@@ -162,6 +165,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	if f := st.Fleet; f != nil {
 		gauge(fleetRevisionDesc, float64(f.AppliedRevision))
 		gauge(fleetReachableDesc, bit(f.Reachable))
+		var since float64
+		if t, err := time.Parse(time.RFC3339, f.StaleSince); err == nil {
+			since = float64(t.Unix())
+		}
+		gauge(fleetStaleDesc, since)
 		gauge(fleetLagDesc, float64(max(0, f.StoreRevision-f.AppliedRevision)))
 		counter(fleetConflictsDesc, f.WriteConflicts)
 	}

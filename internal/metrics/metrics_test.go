@@ -102,6 +102,7 @@ func TestMetricsReportTheSnapshot(t *testing.T) {
 		"manifold_config_reloads_total":                                                   4,
 		"manifold_fleet_applied_revision":                                                 40,
 		"manifold_fleet_store_reachable":                                                  0,
+		"manifold_fleet_stale_since_timestamp_seconds":                                    1795446000,
 		"manifold_fleet_watch_lag_revisions":                                              2,
 		"manifold_fleet_write_conflicts_total":                                            3,
 		"manifold_config_reload_failures_total":                                           1,
