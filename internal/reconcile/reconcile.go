@@ -1,5 +1,10 @@
-// Package reconcile turns the desired state (config + backend health) into BPF map
-// contents. It is the only writer of the data plane's service, ring and backend maps.
+// Package reconcile is the node's controller: from one desired state — the services
+// of every source (the config file, the fleet store, …) and the backends' health — it
+// derives and applies the BPF maps, the health-check targets, the neighbour entries and
+// the BGP announcements (Controller, controller.go; the announce policy in announce.go).
+// Nothing else writes the data plane or BGP.
+//
+// This file is the maps' part, the Reconciler:
 //
 //	config.Config ─┐
 //	               ├─► Apply ─► per service: ids → backend states → Maglev ring → lb_vips
