@@ -62,10 +62,11 @@ var refusalReasons = []string{RefusedUnknownToken, RefusedOutOfScope, RefusedTun
 
 // Edge takes tunnels from connectors and joins client connections to them.
 type Edge struct {
-	cfg    EdgeConfig
-	log    *slog.Logger
-	ln     *quic.Listener
-	tokens tokenSet
+	cfg       EdgeConfig
+	log       *slog.Logger
+	transport *quic.Transport
+	ln        *quic.Listener
+	tokens    tokenSet
 
 	mu        sync.Mutex
 	tunnels   map[uint64]*edgeTunnel
@@ -159,12 +160,24 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 			return nil, nil
 		},
 	}
-	e.ln, err = quic.ListenAddr(cfg.Listen, tlsConf, &quic.Config{
+	addr, err := net.ResolveUDPAddr("udp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel listen %s: %w", cfg.Listen, err)
+	}
+	udp, err := net.ListenUDP("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel listen %s: %w", cfg.Listen, err)
+	}
+	// A transport of our own, so that Run's end frees the port at once (a listener
+	// of quic.ListenAddr keeps it until its closed connections have drained).
+	e.transport = &quic.Transport{Conn: udp}
+	e.ln, err = e.transport.Listen(tlsConf, &quic.Config{
 		MaxIdleTimeout:        idleTimeout,
 		MaxIncomingStreams:    1, // the control stream: the edge opens all the others
 		MaxIncomingUniStreams: -1,
 	})
 	if err != nil {
+		udp.Close()
 		return nil, fmt.Errorf("tunnel listen %s: %w", cfg.Listen, err)
 	}
 	return e, nil
@@ -184,8 +197,12 @@ func (e *Edge) Addr() net.Addr { return e.ln.Addr() }
 // tunnel's goroutine has ended.
 func (e *Edge) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer e.ln.Close()
+	defer func() {
+		e.ln.Close()
+		wg.Wait()
+		e.transport.Close()
+		e.transport.Conn.Close()
+	}()
 	for {
 		conn, err := e.ln.Accept(ctx)
 		if err != nil {
@@ -241,6 +258,9 @@ func (e *Edge) register(conn *quic.Conn, control *controlStream, remote string, 
 	fp := fingerprint(hello.Token)
 	if !ok {
 		return nil, RefusedUnknownToken, "unknown token " + fp
+	}
+	if len(hello.Name) > 63 {
+		return nil, RefusedProtocol, "a connector name of more than 63 bytes"
 	}
 	if len(hello.Services) == 0 {
 		return nil, RefusedProtocol, "the hello announces no service"
@@ -319,8 +339,12 @@ func (e *Edge) serveControl(t *edgeTunnel) {
 // drain stops new streams over t and says drained once the open ones have ended.
 func (e *Edge) drain(t *edgeTunnel) {
 	e.mu.Lock()
+	again := t.draining
 	t.draining = true
 	e.mu.Unlock()
+	if again {
+		return
+	}
 	e.notify()
 	e.log.Info("tunnel draining", "tunnel", t.id, "connector", t.connector)
 	go func() { // owned by the tunnel: ends with its connection at the latest

@@ -126,12 +126,15 @@ type testEdge struct {
 	*Edge
 	pki  pki
 	logs *logBuffer
+	stop func() // stops the edge (Run returns), as the test's end does
 }
 
 // startEdge runs an edge with the given tokens file and limits, until the test ends.
 func startEdge(t *testing.T, p pki, tokens string, cfg EdgeConfig) *testEdge {
 	t.Helper()
-	cfg.Listen = "127.0.0.1:0"
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
 	cfg.CertFile, cfg.KeyFile = p.certFile, p.keyFile
 	cfg.TokensFile = filepath.Join(t.TempDir(), "tokens.yaml")
 	writeFile(t, cfg.TokensFile, tokens)
@@ -144,16 +147,22 @@ func startEdge(t *testing.T, p pki, tokens string, cfg EdgeConfig) *testEdge {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- e.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("edge: %v", err)
+			}
+		})
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("edge: %v", err)
-		}
+		stop()
 		if t.Failed() {
 			t.Logf("edge log:\n%s", logs)
 		}
 	})
-	return &testEdge{Edge: e, pki: p, logs: logs}
+	return &testEdge{Edge: e, pki: p, logs: logs, stop: stop}
 }
 
 // serve makes the edge accept clients of service on a loopback port; it returns

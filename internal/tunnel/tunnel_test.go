@@ -421,3 +421,23 @@ func TestHalfCloseCrossesTheTunnel(t *testing.T) {
 		t.Fatalf("echo after half-close: %q, %v; want \"ping\" then EOF", got, err)
 	}
 }
+
+func TestTheConnectorReconnectsToARestartedEdge(t *testing.T) {
+	p := newPKI(t)
+	first := startEdge(t, p, tokensFile, EdgeConfig{})
+	o := startOrigin(t, "a")
+	c := startConnector(t, first.connectorFile(t, "a", tokenWeb, web(o)))
+	waitFor(t, &first.notifier, 5*time.Second, "connector a attached", func() bool { _, ok := first.tunnelOf("a"); return ok })
+
+	first.stop()
+	waitFor(t, &c.notifier, 5*time.Second, "the connector saw the edge go", func() bool { return !c.Links()[0].Up })
+	second := startEdge(t, p, tokensFile, EdgeConfig{Listen: first.Addr().String()})
+	url := "http://" + second.serve(t, "web") + "/"
+	waitFor(t, &second.notifier, 5*time.Second, "connector a attached to the restarted edge", func() bool { _, ok := second.tunnelOf("a"); return ok })
+	if from, err := get(newClient(), url); err != nil || from != "a" {
+		t.Fatalf("request through the new tunnel: origin %q, error %v", from, err)
+	}
+	if n := c.Counters().Dials; n < 2 {
+		t.Errorf("the connector dialled %d times, want at least 2", n)
+	}
+}
