@@ -6,6 +6,7 @@
 //	manifold ctl [--api URL] COMMAND  operator CLI against a node's API (status, drain, …)
 //	manifold fleet import|export      seed or read the fleet store (etcd)
 //	manifold steer simulate           the steering controller on a simulated clock
+//	manifold connect --config FILE    the tunnel connector: an origin behind NAT dials the edges
 //
 // The benchmarks are another binary, manifold-bench, so that this one does not carry
 // their test rig (TestNoTestRigLinked).
@@ -36,6 +37,7 @@ Usage:
   manifold ctl [--api URL] COMMAND  operate a running node (manifold ctl: the commands)
   manifold fleet import|export ...  seed or read the fleet store (manifold fleet: how)
   manifold steer simulate ...       run the steering controller on a scenario (simulated time)
+  manifold connect --config FILE    the tunnel connector of an origin behind NAT (foreground)
   manifold version
 
 The benchmarks are a binary of their own: manifold-bench (make build builds both).
@@ -63,6 +65,8 @@ func main() {
 		err = fleetCmd(args, os.Stdout)
 	case "steer":
 		err = steerCmd(args, os.Stdout)
+	case "connect":
+		err = connectCmd(args)
 	case "bench":
 		err = errors.New("the benchmarks are a binary of their own: bin/manifold-bench (make build)")
 	case "version", "--version":

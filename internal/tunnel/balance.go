@@ -1,0 +1,180 @@
+package tunnel
+
+// Client connections: each is joined to a new stream over the tunnel of one of its
+// service's connectors, chosen by free capacity.
+//
+//	Serve ── accept ──▶ join: pick ──▶ openStream (header, wait for the ack) ──▶ proxy
+//	                           ▲              │ failed before any client byte was sent
+//	                           └── another ───┘ connector, the failed one excluded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+const (
+	// originDialTimeout bounds the connector's dial of its origin; ackTimeout, the
+	// edge's wait for the connector's answer to a new stream.
+	originDialTimeout = 5 * time.Second
+	ackTimeout        = originDialTimeout + 5*time.Second
+)
+
+// Serve joins the client connections ln accepts to streams of service until ctx is
+// done or ln is closed. It returns once every one of them has ended: when ctx is
+// done, those still open are cut.
+func (e *Edge) Serve(ctx context.Context, service string, ln net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("service %s: accept: %w", service, err)
+		}
+		wg.Go(func() { e.join(ctx, service, conn) })
+	}
+}
+
+func (e *Edge) join(ctx context.Context, service string, client net.Conn) {
+	defer client.Close()
+	stop := context.AfterFunc(ctx, func() { client.Close() })
+	defer stop()
+	tried := map[*edgeTunnel]bool{}
+	deadline := time.NewTimer(e.cfg.QueueTimeout)
+	defer deadline.Stop()
+	for {
+		t, slot := e.pick(ctx, service, tried, deadline.C)
+		if t == nil {
+			e.clientsRefused.Add(1)
+			e.notify()
+			e.log.Warn("client refused: no connector with free capacity", "service", service,
+				"client", client.RemoteAddr(), "waited", e.cfg.QueueTimeout)
+			return
+		}
+		s, err := openStream(t.conn, streamHeader{Service: service, Client: client.RemoteAddr().String()})
+		if err != nil {
+			e.release(t, slot)
+			tried[t] = true
+			e.streamRetries.Add(1)
+			e.log.Warn("stream failed before the client's first byte: trying another connector",
+				"service", service, "tunnel", t.id, "connector", t.connector, "error", err)
+			continue
+		}
+		t.streams.Add(1)
+		e.streams.Add(1)
+		_ = proxy(client, s, byteCounters{&t.bytesToOrigin, &e.bytesToOrigin}, byteCounters{&t.bytesFromOrg, &e.bytesFromOrigin})
+		e.release(t, slot)
+		return
+	}
+}
+
+// pick waits for a tunnel of service with free capacity (not in tried) and takes one
+// stream of it; nil when ctx is done or timeout fires first.
+func (e *Edge) pick(ctx context.Context, service string, tried map[*edgeTunnel]bool, timeout <-chan time.Time) (*edgeTunnel, *serviceSlot) {
+	for {
+		changed := e.changed()
+		e.mu.Lock()
+		t, slot := e.pickLocked(service, tried)
+		e.mu.Unlock()
+		if t != nil {
+			e.notify()
+			return t, slot
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, nil
+		}
+	}
+}
+
+// pickLocked spreads new streams over the tunnels in proportion to their free
+// capacity (smooth weighted round robin, weights = free streams now): a connector
+// with twice the free capacity gets twice the new streams, a full, draining or gone
+// one none, and the choice is deterministic for a given history.
+func (e *Edge) pickLocked(service string, tried map[*edgeTunnel]bool) (*edgeTunnel, *serviceSlot) {
+	var best *edgeTunnel
+	var bestSlot *serviceSlot
+	total := 0
+	for _, t := range e.byService[service] {
+		if t.draining || t.gone || tried[t] {
+			continue
+		}
+		slot := t.services[service]
+		free := min(slot.capacity-slot.open, e.cfg.MaxStreamsPerTunnel-t.open)
+		if free <= 0 {
+			continue
+		}
+		slot.current += free
+		total += free
+		if best == nil || slot.current > bestSlot.current {
+			best, bestSlot = t, slot
+		}
+	}
+	if best != nil {
+		bestSlot.current -= total
+		bestSlot.open++
+		best.open++
+	}
+	return best, bestSlot
+}
+
+func (e *Edge) release(t *edgeTunnel, slot *serviceSlot) {
+	e.mu.Lock()
+	slot.open--
+	t.open--
+	e.mu.Unlock()
+	e.notify()
+}
+
+// openStream opens a stream for a client connection and waits for the connector to
+// say it reached the origin.
+func openStream(conn *quic.Conn, h streamHeader) (*quic.Stream, error) {
+	header, err := h.encode()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(conn.Context(), ackTimeout)
+	defer cancel()
+	s, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := readAck(s, header); err != nil {
+		s.CancelRead(streamAborted)
+		s.CancelWrite(streamAborted)
+		return nil, err
+	}
+	return s, nil
+}
+
+func readAck(s *quic.Stream, header []byte) error {
+	if _, err := s.Write(header); err != nil {
+		return err
+	}
+	if err := s.SetReadDeadline(time.Now().Add(ackTimeout)); err != nil {
+		return err
+	}
+	var ack [1]byte
+	if _, err := io.ReadFull(s, ack[:]); err != nil {
+		return fmt.Errorf("no answer from the connector: %w", err)
+	}
+	if ack[0] != ackOK {
+		reason, _ := readShortString(s)
+		return fmt.Errorf("the connector could not reach the origin: %s", reason)
+	}
+	return s.SetReadDeadline(time.Time{})
+}

@@ -1,0 +1,374 @@
+package tunnel
+
+// The connector's side: keep a tunnel to every edge, serve the streams the edges
+// open, drain when asked to stop.
+//
+//	Run ── keep (one goroutine per edge, owned by Run)
+//	         dial ─▶ hello ─▶ welcome ─▶ control loop (ping every pingInterval,
+//	          ▲                            pong or gone after deadAfter, drain on ctx)
+//	          └── backoff with jitter ◀── tunnel ended
+//	       acceptStreams (one per tunnel) ─▶ serveStream (one per stream): dial to, ack, proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+// Reconnection backoff: doubled after each failed attempt, each wait drawn at random
+// from its upper half so that connectors cut off together do not come back together.
+const (
+	minBackoff  = 100 * time.Millisecond
+	maxBackoff  = 10 * time.Second
+	dialTimeout = 10 * time.Second
+)
+
+// Connector keeps tunnels to the edges and serves its services through them.
+type Connector struct {
+	cfg      *ConnectorConfig
+	log      *slog.Logger
+	services map[string]ServiceConfig
+	quicConf *quic.Config
+	notifier // every tunnel up or down
+
+	mu    sync.Mutex
+	links map[string]*edgeLink // by edge address
+
+	dials, dialFailures, tlsFailures, refused atomic.Uint64
+	streams, originFailures                   atomic.Uint64
+	bytesToOrigin, bytesFromOrigin            atomic.Int64
+}
+
+// edgeLink is the state of the tunnel to one edge; guarded by Connector.mu but for
+// the atomics.
+type edgeLink struct {
+	edge      string
+	conn      *quic.Conn // nil while not attached
+	tunnel    uint64
+	since     time.Time
+	draining  bool
+	lastError string
+	open      atomic.Int64
+}
+
+// NewConnector makes a connector of a validated config.
+func NewConnector(cfg *ConnectorConfig, log *slog.Logger) *Connector {
+	c := &Connector{cfg: cfg, log: log, services: map[string]ServiceConfig{}, links: map[string]*edgeLink{}}
+	capacity := 0
+	for _, s := range cfg.Services {
+		c.services[s.Name] = s
+		capacity += s.Capacity
+	}
+	c.quicConf = &quic.Config{
+		MaxIdleTimeout: idleTimeout,
+		// QUIC itself holds each edge to the capacity this connector announced.
+		MaxIncomingStreams:    int64(capacity),
+		MaxIncomingUniStreams: -1,
+	}
+	for _, edge := range cfg.Edges {
+		c.links[edge] = &edgeLink{edge: edge}
+	}
+	return c
+}
+
+// Run keeps a tunnel to every edge until ctx is done, then drains: it asks every
+// edge for no new stream, waits for the open ones to end (up to DrainTime), closes
+// the tunnels and returns.
+func (c *Connector) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, edge := range c.cfg.Edges {
+		wg.Go(func() { c.keep(ctx, c.links[edge]) })
+	}
+	wg.Wait()
+	return nil
+}
+
+func (c *Connector) keep(ctx context.Context, link *edgeLink) {
+	backoff := minBackoff
+	for {
+		start := time.Now()
+		err := c.session(ctx, link)
+		if ctx.Err() != nil {
+			return
+		}
+		c.mu.Lock()
+		link.lastError = err.Error()
+		c.mu.Unlock()
+		c.notify()
+		if time.Since(start) > maxBackoff {
+			backoff = minBackoff // it was up for a while: this is a new failure, not the same one
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		c.log.Warn("tunnel down; reconnecting", "edge", link.edge, "error", err, "in", wait.Round(time.Millisecond))
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// session dials one edge and serves the tunnel until it ends; when ctx ends first,
+// it drains the tunnel and returns nil.
+func (c *Connector) session(ctx context.Context, link *edgeLink) error {
+	conn, control, tunnelID, err := c.dial(ctx, link.edge)
+	if err != nil {
+		return err
+	}
+	var streams sync.WaitGroup
+	defer func() {
+		_ = conn.CloseWithError(codeDone, "connector leaving")
+		streams.Wait()
+		c.mu.Lock()
+		link.conn, link.draining = nil, false
+		c.mu.Unlock()
+		c.notify()
+	}()
+	c.mu.Lock()
+	link.conn, link.tunnel, link.since, link.lastError = conn, tunnelID, time.Now(), ""
+	c.mu.Unlock()
+	c.notify()
+	c.log.Info("tunnel up", "edge", link.edge, "tunnel", tunnelID)
+	streams.Go(func() { c.acceptStreams(conn, link, &streams) })
+	return c.control(ctx, conn, control, link)
+}
+
+// dial sets up a tunnel: QUIC handshake, hello, welcome.
+func (c *Connector) dial(ctx context.Context, edge string) (*quic.Conn, *controlStream, uint64, error) {
+	c.dials.Add(1)
+	serverName := c.cfg.ServerName
+	if serverName == "" {
+		serverName, _, _ = net.SplitHostPort(edge)
+	}
+	tlsConf := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: c.cfg.CAs, ServerName: serverName, NextProtos: []string{alpn}}
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	conn, err := quic.DialAddr(dctx, edge, tlsConf, c.quicConf)
+	if err != nil {
+		c.dialFailures.Add(1)
+		var te *quic.TransportError
+		if errors.As(err, &te) && te.ErrorCode >= 0x100 && te.ErrorCode < 0x200 { // a TLS alert
+			c.tlsFailures.Add(1)
+		}
+		return nil, nil, 0, fmt.Errorf("dial %s: %w", edge, err)
+	}
+	fail := func(err error) (*quic.Conn, *controlStream, uint64, error) {
+		_ = conn.CloseWithError(codeBroken, "")
+		var ae *quic.ApplicationError
+		if errors.As(err, &ae) && ae.Remote && ae.ErrorCode == codeRefused {
+			c.refused.Add(1)
+			return nil, nil, 0, fmt.Errorf("edge %s refused this connector: %s", edge, ae.ErrorMessage)
+		}
+		c.dialFailures.Add(1)
+		return nil, nil, 0, fmt.Errorf("edge %s: %w", edge, err)
+	}
+	s, err := conn.OpenStream()
+	if err != nil {
+		return fail(err)
+	}
+	control := &controlStream{s: s}
+	hello := message{Type: "hello", Version: protocolVersion, Token: c.cfg.Token, Name: c.cfg.Name}
+	for _, svc := range c.cfg.Services {
+		hello.Services = append(hello.Services, announcedService{Name: svc.Name, Capacity: svc.Capacity})
+	}
+	if err := control.send(hello); err != nil {
+		return fail(err)
+	}
+	welcome, err := control.receive(time.Now().Add(helloTimeout))
+	if err != nil {
+		return fail(err)
+	}
+	if welcome.Type != "welcome" {
+		return fail(fmt.Errorf("expected welcome, got %q", welcome.Type))
+	}
+	return conn, control, welcome.Tunnel, nil
+}
+
+// control pings the edge and watches for its pongs; on ctx's end it drains.
+func (c *Connector) control(ctx context.Context, conn *quic.Conn, control *controlStream, link *edgeLink) error {
+	received := make(chan message)
+	failed := make(chan error, 1)
+	go func() { // owned by the session: ends when conn closes or the edge falls silent
+		for {
+			m, err := control.receive(time.Now().Add(deadAfter))
+			if err != nil {
+				failed <- err
+				return
+			}
+			select {
+			case received <- m:
+			case <-conn.Context().Done():
+				return
+			}
+		}
+	}()
+	ping := time.NewTicker(pingInterval)
+	defer ping.Stop()
+	var seq uint64
+	done := ctx.Done()
+	var drainTimeout <-chan time.Time
+	for {
+		select {
+		case <-ping.C:
+			seq++
+			if err := control.send(message{Type: "ping", Seq: seq}); err != nil {
+				return err
+			}
+		case m := <-received:
+			switch m.Type {
+			case "pong":
+			case "drained":
+				c.log.Info("tunnel drained", "edge", link.edge)
+				return nil
+			default:
+				return fmt.Errorf("unexpected control message %q", m.Type)
+			}
+		case err := <-failed:
+			var netErr net.Error
+			if errors.As(err, &netErr) && netErr.Timeout() {
+				_ = conn.CloseWithError(codeGone, "no pong")
+				return fmt.Errorf("edge %s gone: no pong for %s", link.edge, deadAfter)
+			}
+			return err
+		case <-done:
+			done = nil
+			c.mu.Lock()
+			link.draining = true
+			c.mu.Unlock()
+			c.notify()
+			c.log.Info("draining", "edge", link.edge, "streams_open", link.open.Load(), "drain_time", c.cfg.DrainTime)
+			if err := control.send(message{Type: "drain"}); err != nil {
+				return err
+			}
+			drainTimeout = time.After(c.cfg.DrainTime)
+		case <-drainTimeout:
+			c.log.Warn("drain time over: closing the tunnel with streams open", "edge", link.edge, "streams_open", link.open.Load())
+			return nil
+		}
+	}
+}
+
+func (c *Connector) acceptStreams(conn *quic.Conn, link *edgeLink, streams *sync.WaitGroup) {
+	for {
+		s, err := conn.AcceptStream(context.Background())
+		if err != nil {
+			return // the tunnel closed
+		}
+		streams.Go(func() { c.serveStream(s, link) })
+	}
+}
+
+// serveStream connects one stream to its service's origin. A stream that arrives
+// while draining is served too: the edge picked it before it learnt of the drain.
+func (c *Connector) serveStream(s *quic.Stream, link *edgeLink) {
+	_ = s.SetReadDeadline(time.Now().Add(helloTimeout))
+	h, err := readStreamHeader(s)
+	if err != nil {
+		s.CancelRead(streamAborted)
+		s.CancelWrite(streamAborted)
+		return
+	}
+	_ = s.SetReadDeadline(time.Time{})
+	svc, ok := c.services[h.Service]
+	if !ok {
+		refuseStream(s, "this connector does not serve "+h.Service)
+		return
+	}
+	dialer := net.Dialer{Timeout: originDialTimeout}
+	origin, err := dialer.Dial("tcp", svc.To)
+	if err != nil {
+		c.originFailures.Add(1)
+		c.log.Warn("origin unreachable", "service", svc.Name, "to", svc.To, "client", h.Client, "error", err)
+		refuseStream(s, err.Error())
+		return
+	}
+	if _, err := s.Write([]byte{ackOK}); err != nil {
+		origin.Close()
+		return
+	}
+	c.streams.Add(1)
+	link.open.Add(1)
+	defer link.open.Add(-1)
+	_ = proxy(origin, s, byteCounters{&c.bytesFromOrigin}, byteCounters{&c.bytesToOrigin})
+}
+
+func refuseStream(s *quic.Stream, reason string) {
+	if len(reason) > 255 {
+		reason = reason[:255]
+	}
+	_, _ = s.Write(append([]byte{ackFailed, byte(len(reason))}, reason...))
+	_ = s.Close()
+	s.CancelRead(streamAborted)
+}
+
+// EdgeLinkStatus is the connector's view of its tunnel to one edge.
+type EdgeLinkStatus struct {
+	Edge        string        `json:"edge"`
+	Up          bool          `json:"up"`
+	Tunnel      uint64        `json:"tunnel,omitempty"` // the edge's id of it
+	Since       time.Time     `json:"since,omitzero"`
+	Draining    bool          `json:"draining"`
+	StreamsOpen int64         `json:"streams_open"`
+	RTT         time.Duration `json:"rtt_ns"`
+	LastError   string        `json:"last_error,omitempty"` // why the last attempt or tunnel ended
+}
+
+// ConnectorCounters are a connector's counters since it started.
+type ConnectorCounters struct {
+	Dials        uint64 `json:"dials"`
+	DialFailures uint64 `json:"dial_failures"` // every failed dial or handshake, refusals excepted
+	// TLSFailures counts handshakes that failed on TLS: most often an edge whose
+	// certificate does not chain to ca_file.
+	TLSFailures     uint64 `json:"tls_failures"`
+	Refused         uint64 `json:"refused"` // hellos an edge refused (token, scope, limits)
+	Streams         uint64 `json:"streams"`
+	OriginFailures  uint64 `json:"origin_failures"` // streams whose origin could not be reached
+	BytesToOrigin   int64  `json:"bytes_to_origin"`
+	BytesFromOrigin int64  `json:"bytes_from_origin"`
+}
+
+// Links returns the state of the tunnel to each edge, in the config's order.
+func (c *Connector) Links() []EdgeLinkStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []EdgeLinkStatus
+	for _, edge := range c.cfg.Edges {
+		l := c.links[edge]
+		s := EdgeLinkStatus{Edge: edge, Up: l.conn != nil, Draining: l.draining, StreamsOpen: l.open.Load(), LastError: l.lastError}
+		if l.conn != nil {
+			s.Tunnel, s.Since, s.RTT = l.tunnel, l.since, l.conn.ConnectionStats().SmoothedRTT
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// Counters returns the connector's counters.
+func (c *Connector) Counters() ConnectorCounters {
+	return ConnectorCounters{
+		Dials: c.dials.Load(), DialFailures: c.dialFailures.Load(), TLSFailures: c.tlsFailures.Load(),
+		Refused: c.refused.Load(), Streams: c.streams.Load(), OriginFailures: c.originFailures.Load(),
+		BytesToOrigin: c.bytesToOrigin.Load(), BytesFromOrigin: c.bytesFromOrigin.Load(),
+	}
+}
+
+// RunConnector is `manifold connect`: it reads the config file at path and runs a
+// connector until ctx is done, then drains it.
+func RunConnector(ctx context.Context, path string, log *slog.Logger) error {
+	cfg, err := LoadConnectorConfig(path)
+	if err != nil {
+		return err
+	}
+	log.Info("connector starting", "name", cfg.Name, "edges", cfg.Edges, "services", len(cfg.Services), "token_file", cfg.TokenFile)
+	return NewConnector(cfg, log).Run(ctx)
+}

@@ -1,0 +1,58 @@
+// Package tunnel publishes services that sit behind NAT through the edge nodes: a
+// connector on the origin dials out to every edge, and an edge joins each client
+// connection of a service to a stream over the tunnel of one of that service's
+// connectors.
+//
+//	client ──TCP──▶ Edge.Serve(service, listener)
+//	                   │ pick: weighted by free capacity, never draining or gone
+//	                   ▼
+//	                 QUIC stream ══ tunnel (one QUIC connection) ══▶ Connector ──TCP──▶ origin (to)
+//
+// # Transport: QUIC
+//
+// A tunnel is one QUIC connection (TLS 1.3, ALPN "manifold-tunnel/1"), dialled by the
+// connector, and each client connection is one bidirectional QUIC stream opened by
+// the edge. QUIC rather than TLS over TCP with a multiplexer of our own because:
+//   - streams are independent: a lost packet stalls only the streams whose data it
+//     carried, where one TCP connection stalls every client behind it (head-of-line
+//     blocking, the weakness of yamux/smux-style tunnels over lossy paths);
+//   - the peer's stream limit is part of the protocol: the connector grants the edge
+//     as many concurrent streams as its capacity, so even a broken edge cannot push
+//     more, and per-stream flow control keeps one slow origin from starving the rest;
+//   - the transport measures the RTT (reported per tunnel) and survives the NAT
+//     rebinding the connector's port (connection migration);
+//   - no multiplexer to write, test and keep correct.
+//
+// The cost: UDP must pass outbound from the origin's network; a network that lets only
+// TCP out cannot run a connector (a TLS-over-TCP fallback would be the remedy).
+//
+// # Protocol
+//
+// The connector opens the first stream, the control stream, and keeps it for the life
+// of the tunnel. On it both sides send frames: a 4-byte big-endian length (at most
+// maxFrame) and a JSON message. The connector says hello (protocol version, token,
+// its name, the services it serves with their capacities); the edge answers welcome,
+// or closes the connection with an application error code and the reason. Then the
+// connector sends ping every pingInterval and the edge answers pong: each side takes
+// the other for gone after deadAfter without one, which is how an edge stops using a
+// connector that vanished (killed, unplugged) within a second. drain from the
+// connector stops new streams; the edge answers drained once the last stream it had
+// opened over the tunnel has ended, and the connector then closes the tunnel.
+//
+// Every other stream is opened by the edge, one per client connection: a header (the
+// service name and the client's address, each a length byte and the bytes), then the
+// connector answers one byte, ackOK once it has connected to the origin or ackFailed
+// followed by a reason; after ackOK the stream carries the connection's bytes, each
+// direction closed on its own. Until the ack the edge has sent none of the client's
+// bytes, so it can try another connector when a stream fails.
+//
+// # Security
+//
+// The connector checks the edge's certificate against its CA file; the edge
+// authenticates the connector by its token, which is scoped to service names (the
+// tokens file). An unknown token, a service outside the token's scope, a TLS peer
+// that does not speak the tunnel protocol, more tunnels per token than allowed:
+// refused, counted by reason, logged with the token's fingerprint, never the token.
+// The edge accepts no stream from a connector but the control stream, and never
+// connects into the origin's network but through a stream the connector accepted.
+package tunnel

@@ -1,0 +1,386 @@
+package tunnel
+
+// The edge's side of the tunnels: accept connectors, authenticate them, keep their
+// control streams (ping, drain), and forget them when they go.
+//
+//	Run ── accept QUIC ──▶ attach (one goroutine per tunnel, owned by Run)
+//	                         hello → check token, scope, limits → welcome
+//	                         control loop: ping → pong, drain → drained, silence → gone
+//	                         detach: no new stream picks the tunnel
+//	Serve ── accept TCP ──▶ join (one goroutine per client, owned by Serve): balance.go
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+// Defaults of EdgeConfig's limits.
+const (
+	DefaultMaxTunnelsPerToken  = 16
+	DefaultMaxStreamsPerTunnel = 10000
+	DefaultQueueTimeout        = 5 * time.Second
+)
+
+// EdgeConfig is what an edge needs to take tunnels.
+type EdgeConfig struct {
+	Listen            string // UDP host:port where connectors dial in
+	CertFile, KeyFile string // the edge's TLS certificate (its chain) and key
+	TokensFile        string // see LoadTokens
+	// MaxTunnelsPerToken bounds the tunnels attached with one token at once, so that a
+	// leaked token cannot take the edge's memory (0: DefaultMaxTunnelsPerToken).
+	MaxTunnelsPerToken int
+	// MaxStreamsPerTunnel bounds the streams open over one tunnel, whatever capacity
+	// its connector announces (0: DefaultMaxStreamsPerTunnel).
+	MaxStreamsPerTunnel int
+	// QueueTimeout is how long a client connection waits for a connector of its
+	// service with free capacity before it is closed (0: DefaultQueueTimeout).
+	QueueTimeout time.Duration
+	Log          *slog.Logger
+}
+
+// Refusal reasons, the keys of EdgeCounters.Refused.
+const (
+	RefusedUnknownToken = "unknown_token"
+	RefusedOutOfScope   = "out_of_scope"
+	RefusedTunnelLimit  = "tunnel_limit"
+	RefusedTLS          = "tls"
+	RefusedProtocol     = "protocol"
+)
+
+var refusalReasons = []string{RefusedUnknownToken, RefusedOutOfScope, RefusedTunnelLimit, RefusedTLS, RefusedProtocol}
+
+// Edge takes tunnels from connectors and joins client connections to them.
+type Edge struct {
+	cfg       EdgeConfig
+	log       *slog.Logger
+	transport *quic.Transport
+	ln        *quic.Listener
+	tokens    tokenSet
+
+	mu        sync.Mutex
+	tunnels   map[uint64]*edgeTunnel
+	byService map[string][]*edgeTunnel
+	perToken  map[string]int // fingerprint → tunnels attached
+	lastID    uint64
+	notifier  // every attach, detach, drain, stream taken or released, and refusal
+
+	refused         map[string]*atomic.Uint64 // fixed keys: refusalReasons
+	attached        atomic.Uint64
+	gone            atomic.Uint64
+	streams         atomic.Uint64
+	streamRetries   atomic.Uint64
+	clientsRefused  atomic.Uint64
+	bytesToOrigin   atomic.Int64
+	bytesFromOrigin atomic.Int64
+}
+
+// edgeTunnel is one connector's tunnel to this edge. The fields under "balance" are
+// guarded by Edge.mu; the rest are set once or atomic.
+type edgeTunnel struct {
+	id                uint64
+	connector, remote string
+	token             string // fingerprint
+	conn              *quic.Conn
+	control           *controlStream
+	since             time.Time
+
+	// balance
+	services map[string]*serviceSlot
+	open     int
+	draining bool
+	gone     bool
+
+	streams                     atomic.Uint64
+	bytesToOrigin, bytesFromOrg atomic.Int64
+}
+
+// serviceSlot is a tunnel's share of one service.
+type serviceSlot struct {
+	capacity int
+	open     int
+	current  int // smooth weighted round robin's running weight (balance.go)
+}
+
+// NewEdge reads the certificate and the tokens and listens for connectors; Run
+// takes them.
+func NewEdge(cfg EdgeConfig) (*Edge, error) {
+	if cfg.MaxTunnelsPerToken == 0 {
+		cfg.MaxTunnelsPerToken = DefaultMaxTunnelsPerToken
+	}
+	if cfg.MaxStreamsPerTunnel == 0 {
+		cfg.MaxStreamsPerTunnel = DefaultMaxStreamsPerTunnel
+	}
+	if cfg.QueueTimeout == 0 {
+		cfg.QueueTimeout = DefaultQueueTimeout
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel certificate %s, key %s: %w", cfg.CertFile, cfg.KeyFile, err)
+	}
+	tokens, err := LoadTokens(cfg.TokensFile)
+	if err != nil {
+		return nil, err
+	}
+	e := &Edge{
+		cfg:       cfg,
+		log:       cfg.Log,
+		tokens:    newTokenSet(tokens),
+		tunnels:   map[uint64]*edgeTunnel{},
+		byService: map[string][]*edgeTunnel{},
+		perToken:  map[string]int{},
+		refused:   map[string]*atomic.Uint64{},
+	}
+	for _, r := range refusalReasons {
+		e.refused[r] = new(atomic.Uint64)
+	}
+	tlsConf := &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		NextProtos:   []string{alpn},
+		// Counted here because a failed handshake never reaches Accept.
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			if !slices.Contains(hello.SupportedProtos, alpn) {
+				e.refuse(nil, remoteOf(hello), RefusedTLS, fmt.Sprintf("the peer does not speak %s (ALPN %q)", alpn, hello.SupportedProtos))
+				return nil, errors.New("not a manifold tunnel connector")
+			}
+			return nil, nil
+		},
+	}
+	addr, err := net.ResolveUDPAddr("udp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel listen %s: %w", cfg.Listen, err)
+	}
+	udp, err := net.ListenUDP("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel listen %s: %w", cfg.Listen, err)
+	}
+	// A transport of our own, so that Run's end frees the port at once (a listener
+	// of quic.ListenAddr keeps it until its closed connections have drained).
+	e.transport = &quic.Transport{Conn: udp}
+	e.ln, err = e.transport.Listen(tlsConf, &quic.Config{
+		MaxIdleTimeout:        idleTimeout,
+		MaxIncomingStreams:    1, // the control stream: the edge opens all the others
+		MaxIncomingUniStreams: -1,
+	})
+	if err != nil {
+		udp.Close()
+		return nil, fmt.Errorf("tunnel listen %s: %w", cfg.Listen, err)
+	}
+	return e, nil
+}
+
+func remoteOf(hello *tls.ClientHelloInfo) string {
+	if hello.Conn != nil {
+		return hello.Conn.RemoteAddr().String()
+	}
+	return ""
+}
+
+// Addr is where the edge listens for connectors.
+func (e *Edge) Addr() net.Addr { return e.ln.Addr() }
+
+// Run takes tunnels until ctx is done, then closes them all and returns once every
+// tunnel's goroutine has ended.
+func (e *Edge) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer func() {
+		e.ln.Close()
+		wg.Wait()
+		e.transport.Close()
+		e.transport.Conn.Close()
+	}()
+	for {
+		conn, err := e.ln.Accept(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("tunnel accept: %w", err)
+		}
+		wg.Go(func() { e.attach(ctx, conn) })
+	}
+}
+
+// attach authenticates a new tunnel and serves its control stream until it ends.
+func (e *Edge) attach(ctx context.Context, conn *quic.Conn) {
+	stop := context.AfterFunc(ctx, func() { _ = conn.CloseWithError(codeDone, "edge stopping") })
+	defer stop()
+	remote := conn.RemoteAddr().String()
+	hctx, cancel := context.WithTimeout(ctx, helloTimeout)
+	s, err := conn.AcceptStream(hctx)
+	cancel()
+	if err != nil {
+		e.refuse(conn, remote, RefusedProtocol, "no control stream: "+err.Error())
+		return
+	}
+	control := &controlStream{s: s}
+	hello, err := control.receive(time.Now().Add(helloTimeout))
+	switch {
+	case err != nil:
+		e.refuse(conn, remote, RefusedProtocol, "no hello: "+err.Error())
+		return
+	case hello.Type != "hello" || hello.Version != protocolVersion:
+		e.refuse(conn, remote, RefusedProtocol, fmt.Sprintf("expected hello of version %d, got %q of version %d", protocolVersion, hello.Type, hello.Version))
+		return
+	}
+	t, reason, msg := e.register(conn, control, remote, hello)
+	if t == nil {
+		e.refuse(conn, remote, reason, msg)
+		return
+	}
+	defer e.detach(t)
+	e.log.Info("tunnel attached", "tunnel", t.id, "connector", t.connector, "remote", remote,
+		"token", t.token, "services", hello.Services)
+	if err := control.send(message{Type: "welcome", Tunnel: t.id}); err != nil {
+		return
+	}
+	e.serveControl(t)
+}
+
+// register checks a hello and, when it passes, makes the tunnel available to the
+// balancer. Otherwise it returns the refusal's reason and message (without the token).
+func (e *Edge) register(conn *quic.Conn, control *controlStream, remote string, hello message) (*edgeTunnel, string, string) {
+	token, ok := e.tokens.lookup(hello.Token)
+	fp := fingerprint(hello.Token)
+	if !ok {
+		return nil, RefusedUnknownToken, "unknown token " + fp
+	}
+	if len(hello.Name) > 63 {
+		return nil, RefusedProtocol, "a connector name of more than 63 bytes"
+	}
+	if len(hello.Services) == 0 {
+		return nil, RefusedProtocol, "the hello announces no service"
+	}
+	services := map[string]*serviceSlot{}
+	for _, s := range hello.Services {
+		if !slices.Contains(token.Services, s.Name) {
+			return nil, RefusedOutOfScope, fmt.Sprintf("token %s may not serve %q (its scope: %v)", fp, s.Name, token.Services)
+		}
+		if s.Capacity < 1 || services[s.Name] != nil {
+			return nil, RefusedProtocol, fmt.Sprintf("service %q announced twice or with capacity %d", s.Name, s.Capacity)
+		}
+		services[s.Name] = &serviceSlot{capacity: s.Capacity}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.perToken[fp] >= e.cfg.MaxTunnelsPerToken {
+		return nil, RefusedTunnelLimit, fmt.Sprintf("token %s has %d tunnels attached already, the limit", fp, e.perToken[fp])
+	}
+	e.lastID++
+	t := &edgeTunnel{
+		id: e.lastID, connector: hello.Name, remote: remote, token: fp,
+		conn: conn, control: control, since: time.Now(), services: services,
+	}
+	e.tunnels[t.id] = t
+	e.perToken[fp]++
+	for name := range services {
+		e.byService[name] = append(e.byService[name], t)
+	}
+	e.attached.Add(1)
+	e.notify()
+	return t, "", ""
+}
+
+// refuse counts and logs a refused peer and closes its connection (conn is nil when
+// the TLS handshake itself is refused).
+func (e *Edge) refuse(conn *quic.Conn, remote, reason, msg string) {
+	e.refused[reason].Add(1)
+	e.notify()
+	e.log.Warn("tunnel refused", "remote", remote, "reason", reason, "detail", msg)
+	if conn != nil {
+		_ = conn.CloseWithError(codeRefused, reason+": "+msg)
+	}
+}
+
+// serveControl answers pings and drains until the tunnel closes or falls silent.
+func (e *Edge) serveControl(t *edgeTunnel) {
+	for {
+		m, err := t.control.receive(time.Now().Add(deadAfter))
+		var netErr net.Error
+		switch {
+		case errors.As(err, &netErr) && netErr.Timeout():
+			e.gone.Add(1)
+			e.log.Warn("tunnel gone: no ping", "tunnel", t.id, "connector", t.connector, "for", deadAfter)
+			_ = t.conn.CloseWithError(codeGone, "no ping")
+			return
+		case err != nil:
+			e.log.Info("tunnel closed", "tunnel", t.id, "connector", t.connector, "reason", err)
+			return
+		}
+		switch m.Type {
+		case "ping":
+			err = t.control.send(message{Type: "pong", Seq: m.Seq})
+		case "drain":
+			e.drain(t)
+		default:
+			_ = t.conn.CloseWithError(codeBroken, "unexpected control message "+m.Type)
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// drain stops new streams over t and says drained once the open ones have ended.
+func (e *Edge) drain(t *edgeTunnel) {
+	e.mu.Lock()
+	again := t.draining
+	t.draining = true
+	e.mu.Unlock()
+	if again {
+		return
+	}
+	e.notify()
+	e.log.Info("tunnel draining", "tunnel", t.id, "connector", t.connector)
+	go func() { // owned by the tunnel: ends with its connection at the latest
+		for {
+			changed := e.changed()
+			e.mu.Lock()
+			open := t.open
+			e.mu.Unlock()
+			if open == 0 {
+				_ = t.control.send(message{Type: "drained"})
+				return
+			}
+			select {
+			case <-changed:
+			case <-t.conn.Context().Done():
+				return
+			}
+		}
+	}()
+}
+
+func (e *Edge) detach(t *edgeTunnel) {
+	e.mu.Lock()
+	t.gone = true
+	delete(e.tunnels, t.id)
+	if e.perToken[t.token]--; e.perToken[t.token] == 0 {
+		delete(e.perToken, t.token)
+	}
+	for name := range t.services {
+		e.byService[name] = slices.DeleteFunc(e.byService[name], func(o *edgeTunnel) bool { return o == t })
+		if len(e.byService[name]) == 0 {
+			delete(e.byService, name)
+		}
+	}
+	e.mu.Unlock()
+	e.notify()
+	_ = t.conn.CloseWithError(codeDone, "")
+	e.log.Info("tunnel detached", "tunnel", t.id, "connector", t.connector)
+}

@@ -1,0 +1,86 @@
+package tunnel
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/quic-go/quic-go"
+)
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// proxy joins a TCP connection to a stream until both directions have ended, each
+// closed on its own (a client's half-close reaches the origin). When either direction
+// fails, both are torn down, so that neither end waits for bytes that will not come.
+// toStream and fromStream count the bytes each way.
+func proxy(conn net.Conn, s *quic.Stream, toStream, fromStream byteCounters) error {
+	errs := make(chan error, 2)
+	go func() {
+		err := copyCounting(s, conn, toStream)
+		if err == nil {
+			err = s.Close()
+		}
+		errs <- err
+	}()
+	go func() {
+		err := copyCounting(conn, s, fromStream)
+		if err == nil {
+			err = closeWrite(conn)
+		}
+		errs <- err
+	}()
+	var first error
+	for range 2 {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			s.CancelRead(streamAborted)
+			s.CancelWrite(streamAborted)
+			if tcp, ok := conn.(*net.TCPConn); ok {
+				_ = tcp.SetLinger(0) // a reset tells the client its request did not complete
+			}
+			conn.Close()
+		}
+	}
+	conn.Close()
+	return first
+}
+
+func copyCounting(dst io.Writer, src io.Reader, n byteCounters) error {
+	buf := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(buf)
+	for {
+		r, rerr := src.Read(*buf)
+		if r > 0 {
+			w, werr := dst.Write((*buf)[:r])
+			n.add(w)
+			if werr != nil {
+				return werr
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+func closeWrite(conn net.Conn) error {
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// byteCounters are the counters a copy adds its bytes to (a tunnel's and the total).
+type byteCounters []*atomic.Int64
+
+func (c byteCounters) add(n int) {
+	for _, counter := range c {
+		counter.Add(int64(n))
+	}
+}
