@@ -841,6 +841,11 @@ func (p *parser) service(n *yaml.Node, path string, out *Service) {
 		case "table_size":
 			x, _ := p.integer(v, path)
 			out.TableSize = uint32(x)
+		case "origins":
+			p.list(v, path, func(_ int, ipath string, it *yaml.Node) {
+				out.Origins = append(out.Origins, Origin{})
+				p.origin(it, ipath, &out.Origins[len(out.Origins)-1])
+			})
 		case "backends":
 			p.list(v, path, func(_ int, ipath string, it *yaml.Node) {
 				out.Backends = append(out.Backends, Backend{})
@@ -860,6 +865,20 @@ func (p *parser) backend(n *yaml.Node, path string, out *Backend) {
 		case "weight":
 			x, _ := p.integer(v, path)
 			out.Weight = uint32(x)
+		case "origin":
+			out.Origin, _ = p.str(v, path)
+		}
+	})
+}
+
+func (p *parser) origin(n *yaml.Node, path string, out *Origin) {
+	p.mapping(n, path, keysOf(NodeSchema, "services[].origins[]"), func(key, path string, v *yaml.Node) {
+		switch key {
+		case "name":
+			out.Name, _ = p.str(v, path)
+		case "capacity":
+			x, _ := p.integer(v, path)
+			out.Capacity = uint32(x)
 		}
 	})
 }

@@ -82,6 +82,10 @@ func minimal(schema []Field) map[string]string {
 			values[f.Path] = f.Example
 		}
 	}
+	// the minimal service has an origin (its list has one item), so its backend names it
+	if _, ok := values["services[].origins[].name"]; ok {
+		values["services[].backends[].origin"] = fields["services[].backends[].origin"].Example
+	}
 	return values
 }
 

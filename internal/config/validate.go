@@ -309,6 +309,7 @@ func (p *parser) validateServices(c *Config) {
 			}
 		}
 
+		p.validateOrigins(s, sp)
 		p.validateHealth(s, sp)
 
 		if vipOK && p.usable(f("port")) && p.usable(f("protocol")) {
@@ -320,6 +321,53 @@ func (p *parser) validateServices(c *Config) {
 			}
 		}
 	}
+}
+
+// validateOrigins checks that the origins have unique names and that, when there are
+// any, every backend names one of them: steering weighs a backend by its origin's share.
+func (p *parser) validateOrigins(s *Service, sp string) {
+	f := func(field string) string { return sp + "." + field }
+	names := map[string]string{}
+	if p.usable(f("origins")) {
+		for i, o := range s.Origins {
+			np := index(f("origins"), i) + ".name"
+			if !p.usable(index(f("origins"), i)) || !p.require(np) || !p.usable(np) {
+				continue
+			}
+			if !serviceName.MatchString(o.Name) {
+				p.errorAt(np, "%s is not a valid name (1..63 of a-z A-Z 0-9 . _ -)", quote(o.Name))
+			} else if other, dup := names[o.Name]; dup {
+				p.errorAt(np, "duplicate origin name: same as %s", other)
+			} else {
+				names[o.Name] = np
+			}
+			p.require(index(f("origins"), i) + ".capacity")
+		}
+	}
+	if !p.usable(f("origins")) || !p.usable(f("backends")) {
+		return
+	}
+	for j, b := range s.Backends {
+		bp := index(f("backends"), j)
+		op := bp + ".origin"
+		switch {
+		case !p.usable(bp) || !p.usable(op):
+		case len(s.Origins) == 0 && b.Origin != "":
+			p.errorAt(op, "%s is not an origin of the service (it has no origins)", quote(b.Origin))
+		case len(s.Origins) > 0 && !p.present(op):
+			p.add(p.line(bp), op, "required: the service has origins, every backend names one")
+		case len(s.Origins) > 0 && names[b.Origin] == "":
+			p.errorAt(op, "%s is not an origin of the service (origins: %s)", quote(b.Origin), originNames(s.Origins))
+		}
+	}
+}
+
+func originNames(origins []Origin) string {
+	out := make([]string, len(origins))
+	for i, o := range origins {
+		out[i] = o.Name
+	}
+	return strings.Join(out, ", ")
 }
 
 func (p *parser) validateHealth(s *Service, sp string) {
