@@ -566,3 +566,27 @@ func TestLargeConfig(t *testing.T) {
 		t.Errorf("got %d services", len(c.Services))
 	}
 }
+
+func TestParseSteer(t *testing.T) {
+	got, err := ParseSteer("s.yaml", []byte("fleet:\n  etcd:\n    endpoints: [http://10.0.0.5:2379]\nsteer:\n  name: s1\n  interval: 2s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Steer{Fleet: Fleet{Endpoints: []string{"http://10.0.0.5:2379"}, Prefix: DefaultFleetPrefix}, Name: "s1",
+		Interval: 2 * time.Second, Lease: DefaultSteerLease}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	for _, c := range []struct{ name, file, want string }{
+		{"no fleet", "steer:\n  interval: 1s\n", "s.yaml:1: fleet: required"},
+		{"lease not whole seconds", "fleet:\n  etcd:\n    endpoints: [http://10.0.0.5:2379]\nsteer:\n  lease: 2500ms\n",
+			"s.yaml:5: steer.lease: 2.5s is not whole seconds (etcd's leases are)"},
+		{"services in the file", "fleet:\n  etcd:\n    endpoints: [http://10.0.0.5:2379]\nservices: []\n",
+			"s.yaml:4: services: unknown field (accepted: fleet, steer)"},
+	} {
+		_, err := ParseSteer("s.yaml", []byte(c.file))
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s: got %v, want %s", c.name, err, c.want)
+		}
+	}
+}

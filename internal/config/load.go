@@ -47,6 +47,51 @@ func Parse(file string, data []byte) (*Config, error) {
 	return c, nil
 }
 
+// LoadSteer reads and parses the config file of `manifold steer --config`.
+func LoadSteer(path string) (*Steer, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, readError(path, err)
+	}
+	return ParseSteer(path, data)
+}
+
+// ParseSteer parses and validates a config file of `manifold steer --config`. file is
+// used only in error messages.
+func ParseSteer(file string, data []byte) (*Steer, error) {
+	p := newParser(file)
+	root := p.document(data, strings.Join(keysOf(SteerSchema, ""), ", "))
+	if root == nil {
+		return nil, p.errs.sorted()
+	}
+	s := &Steer{}
+	p.mapping(root, "", keysOf(SteerSchema, ""), func(key, path string, v *yaml.Node) {
+		switch key {
+		case "fleet":
+			p.fleet(v, path, &s.Fleet)
+		case "steer":
+			p.mapping(v, path, keysOf(SteerSchema, "steer"), func(key, path string, v *yaml.Node) {
+				switch key {
+				case "name":
+					s.Name, _ = p.str(v, path)
+				case "interval":
+					s.Interval, _ = p.duration(v, path)
+				case "lease":
+					s.Lease, _ = p.duration(v, path)
+				}
+			})
+		}
+	})
+	if !p.aborted {
+		applySteerDefaults(s, p.present, os.Hostname)
+		p.validateSteer(s)
+	}
+	if err := p.errs.sorted(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // LoadBackend reads and parses the config file of `manifold backend`.
 func LoadBackend(path string) (*BackendAgent, error) {
 	data, err := os.ReadFile(path)

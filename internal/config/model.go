@@ -180,6 +180,16 @@ type Health struct {
 	Fall     int
 }
 
+// Steer is the desired state of the steering controller, `manifold steer --config FILE`.
+type Steer struct {
+	Fleet Fleet
+	// Name is this controller in the election (default: the host's name).
+	Name string
+	// Interval is the time between two rounds; Lease how long the leader's lease lasts
+	// without renewal: a standby takes over within it when the leader is gone.
+	Interval, Lease time.Duration
+}
+
 // BackendAgent is the desired state of `manifold backend --config FILE`.
 type BackendAgent struct {
 	Interface string       // tc ingress decapsulation attaches here

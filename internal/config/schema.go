@@ -155,6 +155,30 @@ var BackendSchema = []Field{
 		Doc: "UDP port of the GUE packets decapsulated (services[].gue_port)"},
 }
 
+// SteerSchema is the file of `manifold steer --config`: the fleet's store, as a node
+// of the fleet reaches it, and the controller's own settings.
+var SteerSchema = append([]Field{
+	{Path: "fleet", Type: TypeMapping, Required: true, Doc: "the fleet store, as in the nodes' files"},
+}, append(fleetRows(), []Field{
+	{Path: "steer", Type: TypeMapping, Doc: "optional"},
+	{Path: "steer.name", Type: TypeString, Example: "steer1", Doc: "this controller in the election; default: the host's name"},
+	{Path: "steer.interval", Type: TypeDuration, Default: def(DefaultSteerInterval), Range: durations(MinSteerInterval, MaxSteerInterval),
+		Example: "1s", Doc: "one round: read the nodes' records, decide, write the shares"},
+	{Path: "steer.lease", Type: TypeDuration, Default: def(DefaultSteerLease), Range: durations(MinSteerLease, MaxSteerLease),
+		Example: "5s", Doc: "the leader's lease: a standby takes over this long after the leader is gone (whole seconds)"},
+}...)...)
+
+// fleetRows are the node schema's rows below fleet.
+func fleetRows() []Field {
+	var out []Field
+	for _, f := range NodeSchema {
+		if strings.HasPrefix(f.Path, "fleet.") {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 func enum[T ~string](values ...T) []string {
 	out := make([]string, len(values))
 	for i, v := range values {
@@ -188,9 +212,12 @@ func formatDuration(d time.Duration) string {
 // fields indexes both schemas by path.
 var fields = func() map[string]*Field {
 	m := map[string]*Field{}
-	for _, s := range [][]Field{NodeSchema, BackendSchema} {
+	for _, s := range [][]Field{NodeSchema, BackendSchema, SteerSchema} {
 		for i := range s {
-			m[s[i].Path] = &s[i]
+			// the steer file's fleet rows are the node's; the node's own come first
+			if m[s[i].Path] == nil {
+				m[s[i].Path] = &s[i]
+			}
 		}
 	}
 	return m

@@ -32,6 +32,10 @@ const (
 	MinHealthInterval = 100 * time.Millisecond
 	MaxRiseFall       = 100
 	MaxIfnameLen      = 15 // IFNAMSIZ - 1
+	MinSteerInterval  = 100 * time.Millisecond
+	MaxSteerInterval  = time.Minute
+	MinSteerLease     = 2 * time.Second // etcd's leases are whole seconds
+	MaxSteerLease     = time.Minute
 )
 
 // require reports a required field that is absent, at the line of its enclosing
@@ -66,7 +70,10 @@ func (p *parser) validateConfig(c *Config) {
 		p.validateBGP(c.BGP)
 	}
 	if c.Fleet != nil && p.usable("fleet") {
-		p.validateFleet(c)
+		p.validateFleet(c.Fleet)
+		if p.given("services") {
+			p.errorAt("services", "a node with a fleet section takes its services from the fleet store, not from this file: seed the store with `manifold fleet import --config FILE`, then remove them here")
+		}
 	}
 	p.validateServices(c)
 }
@@ -151,8 +158,7 @@ func (p *parser) validateEntropy(n *Node) {
 	}
 }
 
-func (p *parser) validateFleet(c *Config) {
-	f := c.Fleet
+func (p *parser) validateFleet(f *Fleet) {
 	if p.require("fleet.etcd") && p.usable("fleet.etcd") && p.require("fleet.etcd.endpoints") && p.usable("fleet.etcd.endpoints") {
 		if len(f.Endpoints) == 0 {
 			p.errorAt("fleet.etcd.endpoints", "must list at least one etcd client URL")
@@ -180,8 +186,24 @@ func (p *parser) validateFleet(c *Config) {
 	if pp := "fleet.prefix"; p.given(pp) && (!strings.HasPrefix(f.Prefix, "/") || strings.HasSuffix(f.Prefix, "/") || strings.ContainsAny(f.Prefix, " \t\n")) {
 		p.errorAt(pp, "%q must start with / and not end with one (like /manifold or /fleets/eu)", f.Prefix)
 	}
-	if p.given("services") {
-		p.errorAt("services", "a node with a fleet section takes its services from the fleet store, not from this file: seed the store with `manifold fleet import --config FILE`, then remove them here")
+}
+
+func (p *parser) validateSteer(s *Steer) {
+	if p.require("fleet") && p.usable("fleet") {
+		p.validateFleet(&s.Fleet)
+	}
+	if np := "steer.name"; p.usable(np) && s.Name == "" {
+		p.errorAt(np, "must not be empty (the host has no name to default to)")
+	}
+	checkDuration := func(path string, d, lo, hi time.Duration) {
+		if p.given(path) && (d < lo || d > hi) {
+			p.errorAt(path, "%s is out of range (accepted: %s..%s)", d, lo, hi)
+		}
+	}
+	checkDuration("steer.interval", s.Interval, MinSteerInterval, MaxSteerInterval)
+	checkDuration("steer.lease", s.Lease, MinSteerLease, MaxSteerLease)
+	if lp := "steer.lease"; p.given(lp) && s.Lease%time.Second != 0 {
+		p.errorAt(lp, "%s is not whole seconds (etcd's leases are)", s.Lease)
 	}
 }
 
