@@ -274,6 +274,35 @@ func printFleet(w io.Writer, f *api.FleetStatus) {
 	tw.Flush()
 }
 
+func printSteering(w io.Writer, st *api.SteeringStatus) {
+	tw := table(w)
+	fmt.Fprintf(tw, "Site\t%s (this node's: it applies these shares)\n", st.Site)
+	for _, s := range st.Services {
+		line := fmt.Sprintf("round %d by %s at %s", s.Round, s.Leader, s.At)
+		if s.Decision.Note != "" {
+			line += "; " + s.Decision.Note
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", s.Service, line)
+	}
+	tw.Flush()
+	if len(st.Services) == 0 {
+		fmt.Fprintln(w, "No shares yet: no steering controller has decided (backends keep their own weights).")
+		return
+	}
+	fmt.Fprintln(w)
+	tw = table(w)
+	fmt.Fprintln(tw, "SERVICE\tSITE\tORIGIN\tSHARE\tTARGET\tLOAD/CAPACITY\tRTT\tREASON")
+	for _, s := range st.Services {
+		for _, site := range s.Decision.Sites {
+			for _, sh := range site.Shares {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f%%\t%.1f%%\t%.0f/%.0f\t%.0f ms\t%s\n", s.Service, site.Site, sh.Origin,
+					100*sh.Share, 100*sh.Target, sh.Load, sh.Capacity, sh.RTTMs, sh.Reason)
+			}
+		}
+	}
+	tw.Flush()
+}
+
 func yesNo(b bool) string {
 	if b {
 		return "yes"

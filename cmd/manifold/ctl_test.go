@@ -12,8 +12,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/steer"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of manifold ctl")
@@ -95,6 +97,14 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				{NodeRecord: api.NodeRecord{Name: "lb2", Site: "ams1", AppliedRevision: 40, UpdatedAt: "2026-11-23T14:58:30Z",
 					StaleSince: "2026-11-23T14:58:31Z", BGP: []api.FleetPeer{{Address: "10.0.0.1", Up: false}}, Services: []api.ServiceLoad{{Name: "web"}}}, Lag: 2},
 			}})
+	case r.URL.Path == "/api/v1/steering":
+		d := steer.Manifold{}.Decide(time.Time{}, steer.Observation{
+			Origins: []steer.Origin{{Name: "us", Capacity: 200, Load: 400, Healthy: true}, {Name: "eu", Capacity: 1000, Healthy: true}},
+			Sites: []steer.Site{{Name: "sjc", Demand: 400, RTT: map[string]time.Duration{"us": 10 * time.Millisecond, "eu": 150 * time.Millisecond}},
+				{Name: "ams", Demand: 100, RTT: map[string]time.Duration{"us": 140 * time.Millisecond, "eu": 12 * time.Millisecond}}},
+		}, steer.Shares{"sjc": {"us": 1, "eu": 0}, "ams": {"us": 0, "eu": 1}})
+		reply(200, api.SteeringStatus{Site: "sjc", Services: []api.Steering{{Service: "web", Round: 7, At: "2026-11-23T15:00:01Z", Leader: "steer1",
+			Shares: d.Shares(), Decision: d}}})
 	case r.URL.Path == "/api/v1/config":
 		reply(200, api.ConfigView{ConfigInfo: api.ConfigInfo{File: f.st.Config.File, Revision: f.st.Config.Revision, InSync: f.inSync},
 			YAML: "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\n  api_token: <redacted>\nservices:\n  - name: web\n    vip: 198.51.100.10\n"})
@@ -157,6 +167,7 @@ func TestCtlGolden(t *testing.T) {
 		{"backends", []string{"backends", "web"}, "GET /api/v1/services/web", ""},
 		{"config", []string{"config"}, "GET /api/v1/config", ""},
 		{"fleet", []string{"fleet"}, "GET /api/v1/fleet", ""},
+		{"steering", []string{"steering"}, "GET /api/v1/steering", ""},
 		{"drain", []string{"drain", "web", "10.0.1.1"}, "POST /api/v1/services/web/backends/10.0.1.1/drain", ""},
 		{"weight", []string{"weight", "web", "10.0.1.1", "5"}, "POST /api/v1/services/web/backends/10.0.1.1/weight", `{"weight":5}`},
 	}

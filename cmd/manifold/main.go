@@ -115,8 +115,9 @@ func daemon(args []string, name string, run func(context.Context, string, *slog.
 	return err
 }
 
-// validate checks a node file, or a backend agent file (recognised by its top-level
-// `backend:` key), and prints every problem as FILE:LINE: field: message.
+// validate checks a node file, a backend agent file or a steering controller file
+// (recognised by their top-level `backend:` or `steer:` key), and prints every problem
+// as FILE:LINE: field: message.
 func validate(args []string, stdout, stderr io.Writer) int {
 	path, err := configFlag("validate", args)
 	if err != nil {
@@ -128,9 +129,12 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "manifold validate:", err)
 		return 1
 	}
-	if config.IsBackendFile(data) {
+	switch config.KindOf(data) {
+	case config.BackendFile:
 		_, err = config.ParseBackend(path, data)
-	} else {
+	case config.SteerFile:
+		_, err = config.ParseSteer(path, data)
+	default:
 		_, err = config.Parse(path, data)
 	}
 	if err != nil {

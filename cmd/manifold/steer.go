@@ -1,7 +1,8 @@
 package main
 
-// manifold steer: the global steering controller. simulate runs it, and the seed's
-// baseline, over a scenario on a simulated clock.
+// manifold steer: the global steering controller. --config runs it live on the fleet
+// store (steerlive.go); simulate runs it, and the seed's baseline, over a scenario on a
+// simulated clock.
 
 import (
 	"encoding/json"
@@ -17,7 +18,11 @@ import (
 	"github.com/manifoldlb/manifold/internal/steer"
 )
 
-const steerUsage = `usage: manifold steer simulate --scenario FILE [--algorithm manifold|seed] [--json OUT] [--plot OUT.png]
+const steerUsage = `usage: manifold steer --config FILE
+  run the steering controller on the fleet store (etcd): several may run, one leads
+  (an etcd election) and writes the shares the nodes apply; FILE has the fleet section
+  of the nodes' files and steer: {name, interval, lease}
+usage: manifold steer simulate --scenario FILE [--algorithm manifold|seed] [--json OUT] [--plot OUT.png]
   run the steering controller over a scenario (README: Global steering) on a simulated
   clock and print the summary; without --algorithm, manifold's and the seed's baseline
   side by side. --json writes the time series and summaries; --plot draws load against
@@ -34,7 +39,10 @@ type steerReport struct {
 }
 
 func steerCmd(args []string, w io.Writer) error {
-	if len(args) == 0 || args[0] != "simulate" {
+	if len(args) > 0 && args[0] != "simulate" {
+		return steerLiveCmd(args)
+	}
+	if len(args) == 0 {
 		return errors.New(steerUsage)
 	}
 	fs := flag.NewFlagSet("steer simulate", flag.ContinueOnError)

@@ -21,6 +21,8 @@ func TestValidate(t *testing.T) {
 	bad := write("bad.yaml", "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\nservices:\n  - name: web\n    vip: 198.51.100.10\n    table_size: 100\n    backends:\n      - address: 2001:db8::1\n")
 	backend := write("backend.yaml", "backend:\n  interface: eth0\n  vips: [198.51.100.10]\n")
 	badBackend := write("badbackend.yaml", "backend:\n  interface: eth0\n  vips: [198.51.100.300]\n")
+	steer := write("steer.yaml", "steer:\n  name: c1\nfleet:\n  etcd:\n    endpoints: [http://10.0.0.5:2379]\n")
+	badSteer := write("badsteer.yaml", "steer:\n  name: c1\nfleet:\n  etcd:\n    endpoints: [10.0.0.5]\n")
 
 	cases := []struct {
 		path  string
@@ -29,11 +31,13 @@ func TestValidate(t *testing.T) {
 	}{
 		{good, 0, []string{good + ": ok"}},
 		{backend, 0, []string{backend + ": ok"}},
+		{steer, 0, []string{steer + ": ok"}},
 		{bad, 1, []string{
 			bad + ":8: services[0].table_size: 100 is not prime (try 101)",
 			bad + ":10: services[0].backends[0].address: 2001:db8::1 is IPv6 but the vip is IPv4 (backends must be of the vip's family)",
 		}},
 		{badBackend, 1, []string{badBackend + `:3: backend.vips[0]: "198.51.100.300" is not an IPv4 or IPv6 address`}},
+		{badSteer, 1, []string{badSteer + `:5: fleet.etcd.endpoints[0]: "10.0.0.5" must start with http:// or https://`}},
 	}
 	for _, c := range cases {
 		var out, errOut bytes.Buffer

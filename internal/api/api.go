@@ -59,6 +59,9 @@ type Server struct {
 	Node    Node
 	Store   *store.Store // the config file: GET /api/v1/config
 	Metrics http.Handler // GET /metrics
+	// Steering is the global steering shares the node has read from its fleet's store
+	// (GET /api/v1/steering); nil on a node without a fleet.
+	Steering func() SteeringStatus
 	// Token, when set, is required as "Authorization: Bearer TOKEN" by writes, and by
 	// reads too unless OpenReads (the API listens on loopback only).
 	Token     string
@@ -150,6 +153,13 @@ func (s *Server) Handler() http.Handler {
 		default:
 			writeJSON(w, http.StatusOK, f)
 		}
+	})
+	read("GET /api/v1/steering", func(w http.ResponseWriter, r *http.Request) {
+		if s.Steering == nil {
+			writeError(w, http.StatusNotFound, store.Problem{Message: ErrNoFleet.Error() + ": no steering"})
+			return
+		}
+		writeJSON(w, http.StatusOK, s.Steering())
 	})
 	if s.Metrics != nil {
 		read("GET /metrics", s.Metrics.ServeHTTP)

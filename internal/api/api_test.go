@@ -14,10 +14,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/api/apitest"
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/steer"
 	"github.com/manifoldlb/manifold/internal/store"
 )
 
@@ -372,6 +374,25 @@ func TestConformance(t *testing.T) {
 	}
 	for _, a := range []string{"", "Bearer wrong"} {
 		e.do("GET", "/api/v1/fleet", "", a)
+	}
+
+	// steering: none without a fleet (404), then the shares the node read (200)
+	if x := e.do("GET", "/api/v1/steering", ""); x.Status != 404 {
+		t.Errorf("steering of a file node: %d %s", x.Status, x.Body)
+	}
+	d := steer.Manifold{}.Decide(time.Time{}, steer.Observation{
+		Origins: []steer.Origin{{Name: "us", Capacity: 200, Load: 400, Healthy: true}, {Name: "eu", Capacity: 1000, Healthy: true}},
+		Sites:   []steer.Site{{Name: "sjc", Demand: 400, RTT: map[string]time.Duration{"us": 10 * time.Millisecond, "eu": 150 * time.Millisecond}}},
+	}, steer.Shares{"sjc": {"us": 1, "eu": 0}})
+	e.srv.Steering = func() api.SteeringStatus {
+		return api.SteeringStatus{Site: "sjc", Services: []api.Steering{{Service: "web", Round: 3, At: "2026-11-23T15:00:00Z", Leader: "steer1",
+			Shares: d.Shares(), Decision: d}}}
+	}
+	if x := e.do("GET", "/api/v1/steering", ""); x.Status != 200 || decode[api.SteeringStatus](t, x).Services[0].Shares["sjc"]["us"] != 0.75 {
+		t.Errorf("steering: %d %s", x.Status, x.Body)
+	}
+	for _, a := range []string{"", "Bearer wrong"} {
+		e.do("GET", "/api/v1/steering", "", a)
 	}
 
 	if unseen := check.Unseen(); len(unseen) > 0 {

@@ -19,6 +19,7 @@ type ServiceSpec struct {
 	GUEPort    uint16        `json:"gue_port" yaml:"gue_port"`
 	Scheduler  string        `json:"scheduler" yaml:"scheduler"`
 	TableSize  uint32        `json:"table_size" yaml:"table_size"`
+	Origins    []OriginSpec  `json:"origins,omitempty" yaml:"origins,omitempty"` // none: no steering
 	Backends   []BackendSpec `json:"backends" yaml:"backends"`
 	Health     HealthSpec    `json:"health" yaml:"health"`
 }
@@ -26,6 +27,12 @@ type ServiceSpec struct {
 type BackendSpec struct {
 	Address string `json:"address" yaml:"address"`
 	Weight  uint32 `json:"weight" yaml:"weight"`
+	Origin  string `json:"origin,omitempty" yaml:"origin,omitempty"`
+}
+
+type OriginSpec struct {
+	Name     string `json:"name" yaml:"name"`
+	Capacity uint32 `json:"capacity" yaml:"capacity"`
 }
 
 type HealthSpec struct {
@@ -49,8 +56,11 @@ func SpecOf(s *config.Service) ServiceSpec {
 			Interval: s.Health.Interval.String(), Timeout: s.Health.Timeout.String(), Rise: s.Health.Rise, Fall: s.Health.Fall,
 		},
 	}
+	for _, o := range s.Origins {
+		out.Origins = append(out.Origins, OriginSpec{Name: o.Name, Capacity: o.Capacity})
+	}
 	for _, b := range s.Backends {
-		out.Backends = append(out.Backends, BackendSpec{Address: b.Address.String(), Weight: b.Weight})
+		out.Backends = append(out.Backends, BackendSpec{Address: b.Address.String(), Weight: b.Weight, Origin: b.Origin})
 	}
 	return out
 }

@@ -67,13 +67,14 @@ func TestServiceSpecRoundTrip(t *testing.T) {
 	svc := config.Service{
 		Name: "web", VIP: netip.MustParseAddr("198.51.100.10"), Port: 8080, Protocol: config.UDP,
 		Forwarding: config.GUE, GUEPort: 7000, Scheduler: config.MaglevSource, TableSize: 251,
-		Backends: []config.Backend{{Address: netip.MustParseAddr("10.0.1.1"), Weight: 3}},
+		Origins:  []config.Origin{{Name: "us", Capacity: 200}},
+		Backends: []config.Backend{{Address: netip.MustParseAddr("10.0.1.1"), Weight: 3, Origin: "us"}},
 		Health: config.Health{Kind: config.HealthHTTP, Port: 8081, Path: "/ok", Interval: 2 * time.Second,
 			Timeout: 1500 * time.Millisecond, Rise: 3, Fall: 4},
 	}
 	// Unless every field differs from its zero value and its default, a field the
 	// spec forgets would come back equal anyway.
-	for _, v := range []reflect.Value{reflect.ValueOf(svc), reflect.ValueOf(svc.Backends[0]), reflect.ValueOf(svc.Health)} {
+	for _, v := range []reflect.Value{reflect.ValueOf(svc), reflect.ValueOf(svc.Backends[0]), reflect.ValueOf(svc.Origins[0]), reflect.ValueOf(svc.Health)} {
 		for i := range v.NumField() {
 			if v.Field(i).IsZero() {
 				t.Fatalf("%s.%s is zero: give it a value", v.Type(), v.Type().Field(i).Name)

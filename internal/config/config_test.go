@@ -52,9 +52,10 @@ func TestParseFull(t *testing.T) {
 				GUEPort:    6081,
 				Scheduler:  MaglevSource,
 				TableSize:  251,
+				Origins:    []Origin{{Name: "us-west", Capacity: 200}, {Name: "eu-central", Capacity: 1000}},
 				Backends: []Backend{
-					{Address: addr("10.0.1.1"), Weight: 3},
-					{Address: addr("10.0.1.2"), Weight: 0},
+					{Address: addr("10.0.1.1"), Weight: 3, Origin: "us-west"},
+					{Address: addr("10.0.1.2"), Weight: 0, Origin: "eu-central"},
 				},
 				Health: Health{
 					Kind:     HealthHTTP,
@@ -174,7 +175,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown node field", hdr + "  mtu: 1500\n",
 			[]string{"t.yaml:5: node.mtu: unknown field (accepted: name, interfaces, xdp_mode, site, address, address6, api, api_token, api_token_file, flow_table_size, entropy_source, entropy_prefix4, entropy_prefix6, new_flow_rate)"}},
 		{"unknown service field", svc + "    weight: 1\n",
-			[]string{"t.yaml:8: services[0].weight: unknown field (accepted: name, vip, port, protocol, forwarding, gue_port, scheduler, table_size, backends, health)"}},
+			[]string{"t.yaml:8: services[0].weight: unknown field (accepted: name, vip, port, protocol, forwarding, gue_port, scheduler, table_size, origins, backends, health)"}},
 		{"entropy prefix of the wrong length and family", hdr + "  entropy_source: true\n  entropy_prefix4: 172.16.0.0/12\n  entropy_prefix6: 10.1.0.0/16\n", []string{
 			"t.yaml:6: node.entropy_prefix4: 172.16.0.0/12: must be a /16 (the flow hash picks the other 16 bits)",
 			"t.yaml:7: node.entropy_prefix6: 10.1.0.0/16 is not an IPv6 prefix"}},
@@ -189,7 +190,7 @@ func TestParseErrors(t *testing.T) {
 		{"new flow rate out of range", hdr + "  new_flow_rate: -1\n",
 			[]string{"t.yaml:5: node.new_flow_rate: must not be negative (accepted: 0..4294967295)"}},
 		{"unknown backend field", svc + "    backends:\n      - address: 10.0.1.1\n        port: 8080\n",
-			[]string{"t.yaml:10: services[0].backends[0].port: unknown field (accepted: address, weight)"}},
+			[]string{"t.yaml:10: services[0].backends[0].port: unknown field (accepted: address, weight, origin)"}},
 		{"unknown health field", svc + "    health:\n      kind: tcp\n      retries: 3\n",
 			[]string{
 				"t.yaml:9: services[0].health.port: required when kind is tcp and the service port is 0 (all ports)",
@@ -246,6 +247,19 @@ func TestParseErrors(t *testing.T) {
 			[]string{"t.yaml:10: services[0].backends[0].weight: 65536 is out of range (accepted: 0..65535)"}},
 		{"weight as string", svc + "    backends:\n      - address: 10.0.1.1\n        weight: \"1\"\n",
 			[]string{`t.yaml:10: services[0].backends[0].weight: must be an integer, got string "1"`}},
+		{"origins: a backend without one", svc + "    origins:\n      - {name: us, capacity: 200}\n    backends:\n      - address: 10.0.1.1\n",
+			[]string{"t.yaml:11: services[0].backends[0].origin: required: the service has origins, every backend names one"}},
+		{"origins: a backend names another", svc + "    origins:\n      - {name: us, capacity: 200}\n      - {name: eu, capacity: 100}\n" +
+			"    backends:\n      - {address: 10.0.1.1, origin: asia}\n",
+			[]string{`t.yaml:12: services[0].backends[0].origin: "asia" is not an origin of the service (origins: us, eu)`}},
+		{"origins: none but a backend names one", svc + "    backends:\n      - {address: 10.0.1.1, origin: us}\n",
+			[]string{`t.yaml:9: services[0].backends[0].origin: "us" is not an origin of the service (it has no origins)`}},
+		{"origins: duplicate, zero capacity, no capacity", svc + "    origins:\n      - {name: us, capacity: 0}\n      - {name: us, capacity: 5}\n      - {name: eu}\n",
+			[]string{"t.yaml:9: services[0].origins[0].capacity: 0 is out of range (accepted: 1..4294967295)",
+				"t.yaml:10: services[0].origins[1].name: duplicate origin name: same as services[0].origins[0].name",
+				"t.yaml:11: services[0].origins[2].capacity: required"}},
+		{"origins: bad name", svc + "    origins:\n      - {name: us west, capacity: 5}\n",
+			[]string{`t.yaml:9: services[0].origins[0].name: "us west" is not a valid name (1..63 of a-z A-Z 0-9 . _ -)`}},
 		{"port as float", svc + "    port: 80.0\n",
 			[]string{"t.yaml:8: services[0].port: must be an integer, got float 80.0"}},
 		{"port as list", svc + "    port: [80]\n",
@@ -550,5 +564,29 @@ func TestLargeConfig(t *testing.T) {
 	}
 	if len(c.Services) != 500 || len(c.Services[499].Backends) != 200 {
 		t.Errorf("got %d services", len(c.Services))
+	}
+}
+
+func TestParseSteer(t *testing.T) {
+	got, err := ParseSteer("s.yaml", []byte("fleet:\n  etcd:\n    endpoints: [http://10.0.0.5:2379]\nsteer:\n  name: s1\n  interval: 2s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Steer{Fleet: Fleet{Endpoints: []string{"http://10.0.0.5:2379"}, Prefix: DefaultFleetPrefix}, Name: "s1",
+		Interval: 2 * time.Second, Lease: DefaultSteerLease}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	for _, c := range []struct{ name, file, want string }{
+		{"no fleet", "steer:\n  interval: 1s\n", "s.yaml:1: fleet: required"},
+		{"lease not whole seconds", "fleet:\n  etcd:\n    endpoints: [http://10.0.0.5:2379]\nsteer:\n  lease: 2500ms\n",
+			"s.yaml:5: steer.lease: 2.5s is not whole seconds (etcd's leases are)"},
+		{"services in the file", "fleet:\n  etcd:\n    endpoints: [http://10.0.0.5:2379]\nservices: []\n",
+			"s.yaml:4: services: unknown field (accepted: fleet, steer)"},
+	} {
+		_, err := ParseSteer("s.yaml", []byte(c.file))
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s: got %v, want %s", c.name, err, c.want)
+		}
 	}
 }

@@ -58,6 +58,10 @@ const (
 	DefaultHealthInterval = time.Second
 	// services[].health.timeout: 500ms, or the interval when that is shorter.
 	DefaultHealthTimeout = 500 * time.Millisecond
+	// steer.interval: a round a second, as often as the nodes publish their records.
+	DefaultSteerInterval = time.Second
+	// steer.lease: a standby takes over within 5 s of the leader's end.
+	DefaultSteerLease = 5 * time.Second
 	// services[].health.rise: consecutive successes to mark a backend up.
 	DefaultHealthRise = 2
 	// services[].health.fall: consecutive failures to mark a backend down.
@@ -165,5 +169,21 @@ func applyDefaults(c *Config, present func(path string) bool) {
 func applyBackendDefaults(a *BackendAgent, present func(path string) bool) {
 	if !present("backend.gue_port") {
 		a.GUEPort = DefaultGUEPort
+	}
+}
+
+// applySteerDefaults fills the fields of a steering controller's file absent from it.
+func applySteerDefaults(s *Steer, present func(path string) bool, hostname func() (string, error)) {
+	if !present("fleet.prefix") {
+		s.Fleet.Prefix = DefaultFleetPrefix
+	}
+	if !present("steer.interval") {
+		s.Interval = DefaultSteerInterval
+	}
+	if !present("steer.lease") {
+		s.Lease = DefaultSteerLease
+	}
+	if !present("steer.name") {
+		s.Name, _ = hostname()
 	}
 }

@@ -2,13 +2,28 @@ package config
 
 import "gopkg.in/yaml.v3"
 
-// IsBackendFile tells a backend agent file (top-level key `backend`) from a node file,
-// so that `manifold validate` checks either without being told which.
-func IsBackendFile(data []byte) bool {
+// Kind is the kind of a config file, told by its top-level keys, so that `manifold
+// validate` checks any of them without being told which.
+type Kind string
+
+const (
+	NodeFile    Kind = "node"    // manifold run
+	BackendFile Kind = "backend" // manifold backend: top-level `backend`
+	SteerFile   Kind = "steer"   // manifold steer: top-level `steer`
+)
+
+// KindOf tells the kind of a config file; a file that is not YAML is taken for a node
+// file (whose parser then says what is wrong with it).
+func KindOf(data []byte) Kind {
 	var top map[string]yaml.Node
 	if yaml.Unmarshal(data, &top) != nil {
-		return false
+		return NodeFile
 	}
-	_, ok := top["backend"]
-	return ok
+	if _, ok := top["backend"]; ok {
+		return BackendFile
+	}
+	if _, ok := top["steer"]; ok {
+		return SteerFile
+	}
+	return NodeFile
 }

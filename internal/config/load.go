@@ -47,6 +47,51 @@ func Parse(file string, data []byte) (*Config, error) {
 	return c, nil
 }
 
+// LoadSteer reads and parses the config file of `manifold steer --config`.
+func LoadSteer(path string) (*Steer, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, readError(path, err)
+	}
+	return ParseSteer(path, data)
+}
+
+// ParseSteer parses and validates a config file of `manifold steer --config`. file is
+// used only in error messages.
+func ParseSteer(file string, data []byte) (*Steer, error) {
+	p := newParser(file)
+	root := p.document(data, strings.Join(keysOf(SteerSchema, ""), ", "))
+	if root == nil {
+		return nil, p.errs.sorted()
+	}
+	s := &Steer{}
+	p.mapping(root, "", keysOf(SteerSchema, ""), func(key, path string, v *yaml.Node) {
+		switch key {
+		case "fleet":
+			p.fleet(v, path, &s.Fleet)
+		case "steer":
+			p.mapping(v, path, keysOf(SteerSchema, "steer"), func(key, path string, v *yaml.Node) {
+				switch key {
+				case "name":
+					s.Name, _ = p.str(v, path)
+				case "interval":
+					s.Interval, _ = p.duration(v, path)
+				case "lease":
+					s.Lease, _ = p.duration(v, path)
+				}
+			})
+		}
+	})
+	if !p.aborted {
+		applySteerDefaults(s, p.present, os.Hostname)
+		p.validateSteer(s)
+	}
+	if err := p.errs.sorted(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // LoadBackend reads and parses the config file of `manifold backend`.
 func LoadBackend(path string) (*BackendAgent, error) {
 	data, err := os.ReadFile(path)
@@ -841,6 +886,11 @@ func (p *parser) service(n *yaml.Node, path string, out *Service) {
 		case "table_size":
 			x, _ := p.integer(v, path)
 			out.TableSize = uint32(x)
+		case "origins":
+			p.list(v, path, func(_ int, ipath string, it *yaml.Node) {
+				out.Origins = append(out.Origins, Origin{})
+				p.origin(it, ipath, &out.Origins[len(out.Origins)-1])
+			})
 		case "backends":
 			p.list(v, path, func(_ int, ipath string, it *yaml.Node) {
 				out.Backends = append(out.Backends, Backend{})
@@ -860,6 +910,20 @@ func (p *parser) backend(n *yaml.Node, path string, out *Backend) {
 		case "weight":
 			x, _ := p.integer(v, path)
 			out.Weight = uint32(x)
+		case "origin":
+			out.Origin, _ = p.str(v, path)
+		}
+	})
+}
+
+func (p *parser) origin(n *yaml.Node, path string, out *Origin) {
+	p.mapping(n, path, keysOf(NodeSchema, "services[].origins[]"), func(key, path string, v *yaml.Node) {
+		switch key {
+		case "name":
+			out.Name, _ = p.str(v, path)
+		case "capacity":
+			x, _ := p.integer(v, path)
+			out.Capacity = uint32(x)
 		}
 	})
 }

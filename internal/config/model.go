@@ -139,8 +139,11 @@ type Service struct {
 	GUEPort    uint16 // UDP destination port of GUE packets
 	Scheduler  Scheduler
 	TableSize  uint32 // Maglev table size, a prime
-	Backends   []Backend
-	Health     Health
+	// Origins are the data centres holding the backends, for global steering; with
+	// none, the service's weights are its backends' own.
+	Origins  []Origin
+	Backends []Backend
+	Health   Health
 }
 
 // Backend is one real server of a service. Its identity (for Maglev and for the data
@@ -149,6 +152,14 @@ type Service struct {
 type Backend struct {
 	Address netip.Addr
 	Weight  uint32 // 0 = draining: keeps its flows, gets no new ones
+	Origin  string // one of the service's origins; "" when it has none
+}
+
+// Origin is a data centre holding some of a service's backends. Global steering
+// decides which share of each site's new flows goes to it.
+type Origin struct {
+	Name     string
+	Capacity uint32 // new flows per second it takes, for the whole fleet
 }
 
 type HealthKind string
@@ -167,6 +178,16 @@ type Health struct {
 	Timeout  time.Duration
 	Rise     int
 	Fall     int
+}
+
+// Steer is the desired state of the steering controller, `manifold steer --config FILE`.
+type Steer struct {
+	Fleet Fleet
+	// Name is this controller in the election (default: the host's name).
+	Name string
+	// Interval is the time between two rounds; Lease how long the leader's lease lasts
+	// without renewal: a standby takes over within it when the leader is gone.
+	Interval, Lease time.Duration
 }
 
 // BackendAgent is the desired state of `manifold backend --config FILE`.

@@ -119,11 +119,17 @@ var NodeSchema = []Field{
 		Doc: "maglev hashes the 5-tuple, maglev-source the client address only (affinity)"},
 	{Path: "services[].table_size", Type: TypeInt, Default: def(DefaultTableSize), Range: &Range{MinTableSize, MaxTableSize}, Example: "65537",
 		Doc: "a prime, larger than the number of backends"},
+	{Path: "services[].origins", Type: TypeList, Doc: "optional; the origins (data centres) of the backends, for global steering"},
+	{Path: "services[].origins[].name", Type: TypeString, Required: true, Example: "us-west", Doc: "[a-zA-Z0-9._-]{1,63}, unique within the service"},
+	{Path: "services[].origins[].capacity", Type: TypeInt, Required: true, Range: &Range{1, math.MaxUint32}, Example: "200",
+		Doc: "new flows per second the origin takes, for the whole fleet"},
 	{Path: "services[].backends", Type: TypeList},
 	{Path: "services[].backends[].address", Type: TypeAddress, Required: true, Example: "10.0.1.1",
 		Doc: "same family as the vip, unique within the service"},
 	{Path: "services[].backends[].weight", Type: TypeInt, Default: def(DefaultWeight), Range: &Range{0, MaxWeight}, Example: "1",
 		Doc: "0 = draining: keeps its flows, gets no new ones"},
+	{Path: "services[].backends[].origin", Type: TypeString, Example: "us-west",
+		Doc: "the origin it belongs to; required when the service has origins"},
 	{Path: "services[].health", Type: TypeMapping, Doc: "optional (kind none by default: every backend is up)"},
 	{Path: "services[].health.kind", Type: TypeEnum, Enum: enum(HealthTCP, HealthHTTP, HealthNone), Default: def(DefaultHealthKind), Example: "tcp"},
 	{Path: "services[].health.port", Type: TypeInt, Range: &Range{1, math.MaxUint16}, Example: "80",
@@ -147,6 +153,30 @@ var BackendSchema = []Field{
 		Doc: "added to lo, the only inner destinations decapsulated"},
 	{Path: "backend.gue_port", Type: TypeInt, Default: def(DefaultGUEPort), Range: &Range{1, math.MaxUint16}, Example: "6080",
 		Doc: "UDP port of the GUE packets decapsulated (services[].gue_port)"},
+}
+
+// SteerSchema is the file of `manifold steer --config`: the fleet's store, as a node
+// of the fleet reaches it, and the controller's own settings.
+var SteerSchema = append([]Field{
+	{Path: "fleet", Type: TypeMapping, Required: true, Doc: "the fleet store, as in the nodes' files"},
+}, append(fleetRows(), []Field{
+	{Path: "steer", Type: TypeMapping, Doc: "optional"},
+	{Path: "steer.name", Type: TypeString, Example: "steer1", Doc: "this controller in the election; default: the host's name"},
+	{Path: "steer.interval", Type: TypeDuration, Default: def(DefaultSteerInterval), Range: durations(MinSteerInterval, MaxSteerInterval),
+		Example: "1s", Doc: "one round: read the nodes' records, decide, write the shares"},
+	{Path: "steer.lease", Type: TypeDuration, Default: def(DefaultSteerLease), Range: durations(MinSteerLease, MaxSteerLease),
+		Example: "5s", Doc: "the leader's lease: a standby takes over this long after the leader is gone (whole seconds)"},
+}...)...)
+
+// fleetRows are the node schema's rows below fleet.
+func fleetRows() []Field {
+	var out []Field
+	for _, f := range NodeSchema {
+		if strings.HasPrefix(f.Path, "fleet.") {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func enum[T ~string](values ...T) []string {
@@ -182,9 +212,12 @@ func formatDuration(d time.Duration) string {
 // fields indexes both schemas by path.
 var fields = func() map[string]*Field {
 	m := map[string]*Field{}
-	for _, s := range [][]Field{NodeSchema, BackendSchema} {
+	for _, s := range [][]Field{NodeSchema, BackendSchema, SteerSchema} {
 		for i := range s {
-			m[s[i].Path] = &s[i]
+			// the steer file's fleet rows are the node's; the node's own come first
+			if m[s[i].Path] == nil {
+				m[s[i].Path] = &s[i]
+			}
 		}
 	}
 	return m

@@ -78,9 +78,14 @@ func file(schema []Field, values map[string]string) string {
 func minimal(schema []Field) map[string]string {
 	values := map[string]string{}
 	for _, f := range schema {
-		if f.Required && f.Type != TypeMapping && f.Type != TypeList && !under(f.Path, "fleet") {
+		// the node's file has fleet instead of services; the controller's always has it
+		if f.Required && f.Type != TypeMapping && f.Type != TypeList && (!under(f.Path, "fleet") || &schema[0] == &SteerSchema[0]) {
 			values[f.Path] = f.Example
 		}
+	}
+	// the minimal service has an origin (its list has one item), so its backend names it
+	if _, ok := values["services[].origins[].name"]; ok {
+		values["services[].backends[].origin"] = fields["services[].backends[].origin"].Example
 	}
 	return values
 }
@@ -112,8 +117,11 @@ func under(path, section string) bool {
 // parse parses a file of schema, returning the model and the errors.
 func parse(schema []Field, values map[string]string) (any, error) {
 	data := []byte(file(schema, values))
-	if &schema[0] == &BackendSchema[0] {
+	switch &schema[0] {
+	case &BackendSchema[0]:
 		return ParseBackend("t.yaml", data)
+	case &SteerSchema[0]:
+		return ParseSteer("t.yaml", data)
 	}
 	return Parse("t.yaml", data)
 }
@@ -146,7 +154,7 @@ func with(values map[string]string, more ...string) map[string]string {
 	return out
 }
 
-var schemas = map[string][]Field{"node": NodeSchema, "backend": BackendSchema}
+var schemas = map[string][]Field{"node": NodeSchema, "backend": BackendSchema, "steer": SteerSchema}
 
 func TestMinimalFilesParse(t *testing.T) {
 	for name, schema := range schemas {

@@ -32,6 +32,10 @@ const (
 	MinHealthInterval = 100 * time.Millisecond
 	MaxRiseFall       = 100
 	MaxIfnameLen      = 15 // IFNAMSIZ - 1
+	MinSteerInterval  = 100 * time.Millisecond
+	MaxSteerInterval  = time.Minute
+	MinSteerLease     = 2 * time.Second // etcd's leases are whole seconds
+	MaxSteerLease     = time.Minute
 )
 
 // require reports a required field that is absent, at the line of its enclosing
@@ -66,7 +70,10 @@ func (p *parser) validateConfig(c *Config) {
 		p.validateBGP(c.BGP)
 	}
 	if c.Fleet != nil && p.usable("fleet") {
-		p.validateFleet(c)
+		p.validateFleet(c.Fleet)
+		if p.given("services") {
+			p.errorAt("services", "a node with a fleet section takes its services from the fleet store, not from this file: seed the store with `manifold fleet import --config FILE`, then remove them here")
+		}
 	}
 	p.validateServices(c)
 }
@@ -151,8 +158,7 @@ func (p *parser) validateEntropy(n *Node) {
 	}
 }
 
-func (p *parser) validateFleet(c *Config) {
-	f := c.Fleet
+func (p *parser) validateFleet(f *Fleet) {
 	if p.require("fleet.etcd") && p.usable("fleet.etcd") && p.require("fleet.etcd.endpoints") && p.usable("fleet.etcd.endpoints") {
 		if len(f.Endpoints) == 0 {
 			p.errorAt("fleet.etcd.endpoints", "must list at least one etcd client URL")
@@ -180,8 +186,24 @@ func (p *parser) validateFleet(c *Config) {
 	if pp := "fleet.prefix"; p.given(pp) && (!strings.HasPrefix(f.Prefix, "/") || strings.HasSuffix(f.Prefix, "/") || strings.ContainsAny(f.Prefix, " \t\n")) {
 		p.errorAt(pp, "%q must start with / and not end with one (like /manifold or /fleets/eu)", f.Prefix)
 	}
-	if p.given("services") {
-		p.errorAt("services", "a node with a fleet section takes its services from the fleet store, not from this file: seed the store with `manifold fleet import --config FILE`, then remove them here")
+}
+
+func (p *parser) validateSteer(s *Steer) {
+	if p.require("fleet") && p.usable("fleet") {
+		p.validateFleet(&s.Fleet)
+	}
+	if np := "steer.name"; p.usable(np) && s.Name == "" {
+		p.errorAt(np, "must not be empty (the host has no name to default to)")
+	}
+	checkDuration := func(path string, d, lo, hi time.Duration) {
+		if p.given(path) && (d < lo || d > hi) {
+			p.errorAt(path, "%s is out of range (accepted: %s..%s)", d, lo, hi)
+		}
+	}
+	checkDuration("steer.interval", s.Interval, MinSteerInterval, MaxSteerInterval)
+	checkDuration("steer.lease", s.Lease, MinSteerLease, MaxSteerLease)
+	if lp := "steer.lease"; p.given(lp) && s.Lease%time.Second != 0 {
+		p.errorAt(lp, "%s is not whole seconds (etcd's leases are)", s.Lease)
 	}
 }
 
@@ -309,6 +331,7 @@ func (p *parser) validateServices(c *Config) {
 			}
 		}
 
+		p.validateOrigins(s, sp)
 		p.validateHealth(s, sp)
 
 		if vipOK && p.usable(f("port")) && p.usable(f("protocol")) {
@@ -320,6 +343,53 @@ func (p *parser) validateServices(c *Config) {
 			}
 		}
 	}
+}
+
+// validateOrigins checks that the origins have unique names and that, when there are
+// any, every backend names one of them: steering weighs a backend by its origin's share.
+func (p *parser) validateOrigins(s *Service, sp string) {
+	f := func(field string) string { return sp + "." + field }
+	names := map[string]string{}
+	if p.usable(f("origins")) {
+		for i, o := range s.Origins {
+			np := index(f("origins"), i) + ".name"
+			if !p.usable(index(f("origins"), i)) || !p.require(np) || !p.usable(np) {
+				continue
+			}
+			if !serviceName.MatchString(o.Name) {
+				p.errorAt(np, "%s is not a valid name (1..63 of a-z A-Z 0-9 . _ -)", quote(o.Name))
+			} else if other, dup := names[o.Name]; dup {
+				p.errorAt(np, "duplicate origin name: same as %s", other)
+			} else {
+				names[o.Name] = np
+			}
+			p.require(index(f("origins"), i) + ".capacity")
+		}
+	}
+	if !p.usable(f("origins")) || !p.usable(f("backends")) {
+		return
+	}
+	for j, b := range s.Backends {
+		bp := index(f("backends"), j)
+		op := bp + ".origin"
+		switch {
+		case !p.usable(bp) || !p.usable(op):
+		case len(s.Origins) == 0 && b.Origin != "":
+			p.errorAt(op, "%s is not an origin of the service (it has no origins)", quote(b.Origin))
+		case len(s.Origins) > 0 && !p.present(op):
+			p.add(p.line(bp), op, "required: the service has origins, every backend names one")
+		case len(s.Origins) > 0 && names[b.Origin] == "":
+			p.errorAt(op, "%s is not an origin of the service (origins: %s)", quote(b.Origin), originNames(s.Origins))
+		}
+	}
+}
+
+func originNames(origins []Origin) string {
+	out := make([]string, len(origins))
+	for i, o := range origins {
+		out[i] = o.Name
+	}
+	return strings.Join(out, ", ")
 }
 
 func (p *parser) validateHealth(s *Service, sp string) {

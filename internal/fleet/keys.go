@@ -35,6 +35,9 @@ func (k keys) node(name string) string       { return k.nodes() + name }
 func (k keys) alives() string                { return k.prefix + "/alive/" }
 func (k keys) alive(name string) string      { return k.alives() + name }
 func (k keys) serviceName(key []byte) string { return strings.TrimPrefix(string(key), k.services()) }
+func (k keys) steering() string              { return k.prefix + "/steering/" }
+func (k keys) steeringOf(name string) string { return k.steering() + name }
+func (k keys) election() string              { return k.prefix + "/steer/leader" }
 
 // generationValue says who made the last change of the services, for an operator
 // reading the store with etcdctl; the time to the nanosecond makes it the mark of one

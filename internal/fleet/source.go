@@ -15,6 +15,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/reconcile"
 	"github.com/manifoldlb/manifold/internal/store"
@@ -60,6 +61,7 @@ type Source struct {
 	keys keys
 	file *store.Store // the node's own sections; its services are not used
 	name string       // the node's name: its record and alive keys
+	site string       // the node's site: whose steering shares it applies
 	sink reconcile.Sink
 	log  *slog.Logger
 
@@ -80,6 +82,9 @@ type Source struct {
 	staleSince time.Time
 	conflicts  uint64
 	progress   chan struct{} // closed and replaced each time Run has processed a revision
+	// steering is the shares of the services with origins, by service, as last read:
+	// kept while no controller runs
+	steering map[string]api.Steering
 }
 
 // snapshot is the services at one revision.
@@ -92,8 +97,8 @@ type snapshot struct {
 // node and bgp sections go with the fleet's services into the config the node runs.
 func NewSource(cli *clientv3.Client, prefix string, file *store.Store, sink reconcile.Sink, log *slog.Logger) *Source {
 	return &Source{
-		cli: cli, keys: newKeys(prefix), file: file, name: file.Config().Node.Name, sink: sink, log: log,
-		seen: snapshot{docs: map[string][]byte{}}, progress: make(chan struct{}),
+		cli: cli, keys: newKeys(prefix), file: file, name: file.Config().Node.Name, site: file.Config().Node.Site, sink: sink, log: log,
+		seen: snapshot{docs: map[string][]byte{}}, progress: make(chan struct{}), steering: map[string]api.Steering{},
 	}
 }
 
@@ -104,7 +109,7 @@ func NewSource(cli *clientv3.Client, prefix string, file *store.Store, sink reco
 func (s *Source) Initial(ctx context.Context) (reconcile.Update, error) {
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	snap, header, err := s.read(ctx)
+	snap, steering, header, err := s.read(ctx)
 	if err != nil {
 		return reconcile.Update{}, fmt.Errorf("read the fleet store: %w", err)
 	}
@@ -113,11 +118,11 @@ func (s *Source) Initial(ctx context.Context) (reconcile.Update, error) {
 		return reconcile.Update{}, fmt.Errorf("the fleet's services at revision %d: %w", snap.rev, err)
 	}
 	s.mu.Lock()
-	s.seen, s.watchFrom, s.storeRev = snap, header+1, max(s.storeRev, snap.rev)
+	s.seen, s.watchFrom, s.storeRev, s.steering = snap, header+1, max(s.storeRev, snap.rev), steering
 	s.mu.Unlock()
 	s.reached()
 	return reconcile.Update{
-		Source: SourceName, Services: cfg.Services, Revision: strconv.FormatInt(snap.rev, 10),
+		Source: SourceName, Services: steered(cfg.Services, s.site, steering), Revision: strconv.FormatInt(snap.rev, 10),
 		Commit: func() error { s.settled(snap, nil); return nil },
 		Revert: func() error { s.settled(snap, errors.New("the kernel refused it")); return nil },
 	}, nil
@@ -149,19 +154,24 @@ func (s *Source) follow(ctx context.Context) error {
 	s.mu.Unlock()
 	if from == 0 {
 		rctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		snap, header, err := s.read(rctx)
+		snap, steering, header, err := s.read(rctx)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("read the services: %w", err)
 		}
 		s.reached()
-		s.process(ctx, snap)
+		s.mu.Lock()
+		moved := !sameShares(s.steering, steering, s.site)
+		s.steering = steering
+		s.mu.Unlock()
+		s.process(ctx, snap, moved)
 		from = header + 1
 	}
 	// without a leader the member's watch would wait silently: end it and read again
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	watch := s.cli.Watch(wctx, s.keys.services(), clientv3.WithPrefix(), clientv3.WithRev(from))
+	steering := s.cli.Watch(wctx, s.keys.steering(), clientv3.WithPrefix(), clientv3.WithRev(from))
 	probe := time.NewTicker(probeEvery)
 	defer probe.Stop()
 	for {
@@ -176,6 +186,19 @@ func (s *Source) follow(ctx context.Context) error {
 				return fmt.Errorf("watch the services: %w", err)
 			}
 			s.follows(ctx, resp.Events)
+		case resp, ok := <-steering:
+			if !ok {
+				return errors.New("the watch of the steering shares ended")
+			}
+			if err := resp.Err(); err != nil {
+				return fmt.Errorf("watch the steering shares: %w", err)
+			}
+			if s.steeringChanged(resp.Events) {
+				s.mu.Lock()
+				snap := s.seen
+				s.mu.Unlock()
+				s.process(ctx, snap, true)
+			}
 		case <-probe.C:
 			// a failed probe or two (an election) is no outage; a longer one is, and
 			// etcd is read again once it answers
@@ -204,19 +227,21 @@ func (s *Source) follows(ctx context.Context, events []*clientv3.Event) {
 		}
 		rev := ev.Kv.ModRevision
 		if i+1 == len(events) || events[i+1].Kv.ModRevision != rev {
-			s.process(ctx, snapshot{rev: rev, docs: docs})
+			s.process(ctx, snapshot{rev: rev, docs: docs}, false)
 			docs = maps.Clone(docs)
 		}
 	}
 }
 
-// process applies a revision of the services, unless it is the one applied already.
-func (s *Source) process(ctx context.Context, snap snapshot) {
+// process applies a revision of the services, unless it is the one applied already and
+// the shares of the node's site did not move.
+func (s *Source) process(ctx context.Context, snap snapshot, moved bool) {
 	s.mu.Lock()
 	// an API write is made against what the store has, applied here or not
 	s.seen = snap
 	s.storeRev = max(s.storeRev, snap.rev)
-	same := !s.appliedAt.IsZero() && snap.rev == s.applied
+	same := !moved && !s.appliedAt.IsZero() && snap.rev == s.applied
+	steering := s.steering
 	s.mu.Unlock()
 	if same {
 		s.settled(snap, nil)
@@ -224,7 +249,7 @@ func (s *Source) process(ctx context.Context, snap snapshot) {
 	}
 	_, cfg, err := s.compose(snap.docs)
 	if err == nil {
-		err = s.sink.Submit(ctx, reconcile.Update{Source: SourceName, Services: cfg.Services, Revision: strconv.FormatInt(snap.rev, 10)})
+		err = s.sink.Submit(ctx, reconcile.Update{Source: SourceName, Services: steered(cfg.Services, s.site, steering), Revision: strconv.FormatInt(snap.rev, 10)})
 	}
 	if ctx.Err() != nil {
 		return // the node is stopping: nothing was refused
@@ -254,13 +279,14 @@ func (s *Source) settled(snap snapshot, err error) {
 // read gets the services and the guard at one revision. The services' revision is
 // that of their last change: the guard's (a delete leaves no other trace) or a
 // service's put directly into etcd.
-func (s *Source) read(ctx context.Context) (snap snapshot, header int64, err error) {
+func (s *Source) read(ctx context.Context) (snap snapshot, steering map[string]api.Steering, header int64, err error) {
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(s.keys.services(), clientv3.WithPrefix()),
 		clientv3.OpGet(s.keys.generation()),
+		clientv3.OpGet(s.keys.steering(), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
-		return snapshot{}, 0, err
+		return snapshot{}, nil, 0, err
 	}
 	snap.docs = map[string][]byte{}
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
@@ -270,7 +296,7 @@ func (s *Source) read(ctx context.Context) (snap snapshot, header int64, err err
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		snap.rev = max(snap.rev, kv.ModRevision)
 	}
-	return snap, resp.Header.Revision, nil
+	return snap, s.steeringOf(resp.Responses[2].GetResponseRange().Kvs), resp.Header.Revision, nil
 }
 
 // probe checks that etcd answers a linearizable read (a leader and a quorum), and

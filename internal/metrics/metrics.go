@@ -26,6 +26,8 @@ type Snapshot struct {
 	Events       map[string]uint64 // data-plane events that are not drops, by name
 	HealthChecks []HealthCheck
 	APIRequests  map[APIRequest]uint64
+	// Steering is the global steering shares the node read, nil without a fleet.
+	Steering *api.SteeringStatus
 }
 
 // HealthCheck is one health-check target: a backend address and a check (a target
@@ -104,6 +106,10 @@ var (
 		"Revisions of the services the node is behind the fleet store, as last seen.")
 	fleetConflictsDesc = desc("manifold_fleet_write_conflicts_total",
 		"API writes refused because another write reached the fleet store first.")
+	steeringShareDesc = desc("manifold_steering_share",
+		"Fraction of this node's site's new flows that global steering sends to an origin.", "service", "site", "origin")
+	steeringTargetDesc = desc("manifold_steering_target",
+		"The share global steering moves toward (the capacity-bound closest-first assignment).", "service", "site", "origin")
 	apiDesc = desc("manifold_api_requests_total",
 		"REST API requests answered, by method and status code.", "method", "code")
 )
@@ -114,7 +120,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{xdpDesc, packetsDesc, bytesDesc, newFlowsDesc, dropsDesc, eventsDesc, upDesc, weightDesc, announcedDesc,
 		flowsDesc, flowSizeDesc, checksDesc, checkFailuresDesc, checkUpDesc, checkLatencyDesc, peerUpDesc,
 		updatesSentDesc, updatesReceivedDesc, reloadsDesc, reloadFailuresDesc, apiDesc,
-		fleetRevisionDesc, fleetReachableDesc, fleetStaleDesc, fleetLagDesc, fleetConflictsDesc} {
+		fleetRevisionDesc, fleetReachableDesc, fleetStaleDesc, fleetLagDesc, fleetConflictsDesc, steeringShareDesc, steeringTargetDesc} {
 		ch <- d
 	}
 }
@@ -172,6 +178,19 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(fleetStaleDesc, since)
 		gauge(fleetLagDesc, float64(max(0, f.StoreRevision-f.AppliedRevision)))
 		counter(fleetConflictsDesc, f.WriteConflicts)
+	}
+	if sr := s.Steering; sr != nil {
+		for _, sv := range sr.Services {
+			for _, site := range sv.Decision.Sites {
+				if site.Site != sr.Site {
+					continue // the shares this node applies: its site's
+				}
+				for _, sh := range site.Shares {
+					gauge(steeringShareDesc, sh.Share, sv.Service, site.Site, sh.Origin)
+					gauge(steeringTargetDesc, sh.Target, sv.Service, site.Site, sh.Origin)
+				}
+			}
+		}
 	}
 	counter(reloadsDesc, st.Reloads)
 	counter(reloadFailuresDesc, st.ReloadFailures)

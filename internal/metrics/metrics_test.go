@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/steer"
 )
 
 type fixed Snapshot
@@ -70,6 +71,10 @@ var full = fixed{
 		{Backend: "10.0.1.1", Check: "tcp://10.0.1.1:80", Up: true, Checks: 40, Failures: 1, LastLatency: 0.0004},
 	},
 	APIRequests: map[APIRequest]uint64{{"GET", 200}: 9, {"POST", 409}: 1},
+	Steering: &api.SteeringStatus{Site: "sjc", Services: []api.Steering{{Service: "web", Decision: steer.Decision{Sites: []steer.SiteDecision{
+		{Site: "sjc", Shares: []steer.ShareDecision{{Origin: "us", Share: 0.75, Target: 0.5}, {Origin: "eu", Share: 0.25, Target: 0.5}}},
+		{Site: "ams", Shares: []steer.ShareDecision{{Origin: "eu", Share: 1, Target: 1}}},
+	}}}}},
 }
 
 func TestMetricsReportTheSnapshot(t *testing.T) {
@@ -108,6 +113,11 @@ func TestMetricsReportTheSnapshot(t *testing.T) {
 		"manifold_config_reload_failures_total":                                           1,
 		"manifold_api_requests_total,code=200,method=GET":                                 9,
 		"manifold_api_requests_total,code=409,method=POST":                                1,
+		"manifold_steering_share,origin=us,service=web,site=sjc":                          0.75,
+		"manifold_steering_target,origin=eu,service=web,site=sjc":                         0.5,
+	}
+	if _, ok := v["manifold_steering_share,origin=eu,service=web,site=ams"]; ok {
+		t.Error("another site's share is reported: the node applies its own site's only")
 	}
 	for k, w := range want {
 		if got, ok := v[k]; !ok || got != w {

@@ -34,6 +34,11 @@ func (n *Node) serveAPI() (func(), error) {
 
 	n.api = &api.Server{Node: n, Store: n.file.Store(), Token: token, OpenReads: loopback, Log: n.log}
 	n.api.Metrics = metrics.Handler(n)
+	if n.fleet != nil {
+		n.api.Steering = func() api.SteeringStatus {
+			return api.SteeringStatus{Site: n.fleet.Site(), Services: n.fleet.Steering()}
+		}
+	}
 
 	stopRates := make(chan struct{})
 	// owned by Run: stopped by the returned func before Run returns

@@ -152,6 +152,10 @@ func (n *Node) MetricsSnapshot() metrics.Snapshot {
 	for k, v := range n.api.Requests() {
 		out.APIRequests[metrics.APIRequest{Method: k.Method, Code: k.Code}] = v
 	}
+	if n.api.Steering != nil {
+		st := n.api.Steering()
+		out.Steering = &st
+	}
 	return out
 }
 

@@ -1,0 +1,250 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"gopkg.in/yaml.v3"
+
+	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/steer"
+)
+
+// The live steering controller, `manifold steer --config`:
+//
+//	campaign (etcd election under P/steer/leader, a lease of Lease)
+//	leader: every Interval, one round:
+//	    read P/services/, P/nodes/, P/alive/, P/steering/ at one revision
+//	    per service with origins: the alive nodes' records ─► steer.Observation
+//	    steer.Manifold.Decide(observation, the shares in force) ─► P/steering/<service>,
+//	    written only while this controller still holds the leader key
+//	standby: waits in the campaign; takes over when the leader's lease ends
+//
+// Nothing moves while no controller leads: the shares stay in the store, the nodes
+// keep them.
+
+// Controller is one steering controller; several may run, one leads.
+type Controller struct {
+	cli             *clientv3.Client
+	keys            keys
+	name            string
+	interval, lease time.Duration
+	law             steer.Controller
+	log             *slog.Logger
+
+	mu      sync.Mutex
+	leading bool
+	rounds  uint64
+}
+
+// NewController makes a controller named name (its identity in the election).
+func NewController(cli *clientv3.Client, prefix, name string, interval, lease time.Duration, log *slog.Logger) *Controller {
+	return &Controller{cli: cli, keys: newKeys(prefix), name: name, interval: interval, lease: lease, law: steer.Manifold{}, log: log}
+}
+
+// Leading tells whether the controller leads now; Rounds counts its rounds.
+func (c *Controller) Leading() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leading
+}
+
+// Rounds counts the rounds this controller has written.
+func (c *Controller) Rounds() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rounds
+}
+
+// Run campaigns and, while it leads, decides every interval, until ctx ends; then it
+// resigns, so that a standby takes over at once rather than when the lease ends.
+func (c *Controller) Run(ctx context.Context) error {
+	for {
+		err := c.term(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.log.Warn("steering: not leading, campaigning again", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(c.interval):
+		}
+	}
+}
+
+// term is one session: a campaign, then rounds until the lease is lost or ctx ends.
+func (c *Controller) term(ctx context.Context) error {
+	sess, err := concurrency.NewSession(c.cli, concurrency.WithTTL(int(c.lease/time.Second)), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("open a session: %w", err)
+	}
+	defer sess.Close() // revokes the lease: a standby takes over now
+	e := concurrency.NewElection(sess, c.keys.election())
+	if err := e.Campaign(ctx, c.name); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	c.setLeading(true)
+	defer c.setLeading(false)
+	c.log.Info("steering: leading", "name", c.name)
+	// a write counts only while this controller holds the leader key it won
+	held := clientv3.Compare(clientv3.CreateRevision(e.Key()), "=", e.Rev())
+	tick := time.NewTicker(c.interval)
+	defer tick.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, max(c.interval, time.Second))
+		err := c.round(rctx, time.Now(), held)
+		cancel()
+		if errors.Is(err, errNotLeader) {
+			return err
+		}
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("steering round failed, the shares stay", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sess.Done():
+			return errors.New("the leader's lease ended")
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *Controller) setLeading(v bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.leading = v
+}
+
+var errNotLeader = errors.New("no longer the leader")
+
+// round reads the fleet, decides every service with origins and writes the shares, if
+// held still holds.
+func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp) error {
+	resp, err := c.cli.Txn(ctx).Then(
+		clientv3.OpGet(c.keys.services(), clientv3.WithPrefix()),
+		clientv3.OpGet(c.keys.nodes(), clientv3.WithPrefix()),
+		clientv3.OpGet(c.keys.alives(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(c.keys.steering(), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return fmt.Errorf("read the fleet: %w", err)
+	}
+	alive := map[string]bool{}
+	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+		alive[strings.TrimPrefix(string(kv.Key), c.keys.alives())] = true
+	}
+	var records []api.NodeRecord
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		var r api.NodeRecord
+		if json.Unmarshal(kv.Value, &r) == nil && alive[r.Name] {
+			records = append(records, r)
+		}
+	}
+	current := map[string]api.Steering{}
+	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
+		var st api.Steering
+		if json.Unmarshal(kv.Value, &st) == nil {
+			current[strings.TrimPrefix(string(kv.Key), c.keys.steering())] = st
+		}
+	}
+	var ops []clientv3.Op
+	withOrigins := map[string]bool{}
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		var spec api.ServiceSpec
+		if err := yaml.Unmarshal(kv.Value, &spec); err != nil || len(spec.Origins) == 0 {
+			continue // the nodes refuse a service that does not parse; one without origins is not steered
+		}
+		withOrigins[spec.Name] = true
+		obs, ok := Observe(spec, records)
+		if !ok {
+			continue // no alive node carries it: nothing to decide on, the shares stay
+		}
+		cur := current[spec.Name]
+		d := c.law.Decide(now, obs, cur.Shares)
+		st := api.Steering{Service: spec.Name, Round: cur.Round + 1, At: now.UTC().Format(time.RFC3339Nano), Leader: c.name,
+			Shares: d.Shares(), Decision: d}
+		value, err := json.Marshal(st)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(c.keys.steeringOf(spec.Name), string(value)))
+	}
+	// a service that lost its origins (or was deleted) goes back to its own weights
+	for name := range current {
+		if !withOrigins[name] {
+			ops = append(ops, clientv3.OpDelete(c.keys.steeringOf(name)))
+		}
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	w, err := c.cli.Txn(ctx).If(held).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("write the shares: %w", err)
+	}
+	if !w.Succeeded {
+		return errNotLeader
+	}
+	c.mu.Lock()
+	c.rounds++
+	c.mu.Unlock()
+	return nil
+}
+
+// Observe is what the alive nodes' records say of a service with origins: each
+// origin's capacity, load (the new flows/s the nodes sent its backends) and health (a
+// backend of it healthy on some node), and each site's demand (the new flows/s of its
+// nodes). RTT: the nodes do not measure it yet, so every origin is at 0 from every
+// site, and the target breaks the tie in the order of the service's origins. ok is
+// false when no alive node carries the service.
+func Observe(spec api.ServiceSpec, records []api.NodeRecord) (obs steer.Observation, ok bool) {
+	originOf := map[netip.Addr]string{}
+	for _, b := range spec.Backends {
+		if a, err := netip.ParseAddr(b.Address); err == nil {
+			originOf[a] = b.Origin
+		}
+	}
+	load := map[string]float64{}
+	healthy := map[string]bool{}
+	demand := map[string]float64{}
+	for _, r := range records {
+		for _, sl := range r.Services {
+			if sl.Name != spec.Name {
+				continue
+			}
+			ok = true
+			demand[r.Site] += sl.NewFlowsPerSecond
+			for _, b := range sl.Backends {
+				a, err := netip.ParseAddr(b.Address)
+				o, known := originOf[a]
+				if err != nil || !known {
+					continue
+				}
+				load[o] += b.NewFlowsPerSecond
+				healthy[o] = healthy[o] || b.Healthy
+			}
+		}
+	}
+	rtt := map[string]time.Duration{}
+	for _, o := range spec.Origins {
+		obs.Origins = append(obs.Origins, steer.Origin{Name: o.Name, Capacity: float64(o.Capacity), Load: load[o.Name], Healthy: healthy[o.Name]})
+		rtt[o.Name] = 0
+	}
+	for _, site := range slices.Sorted(maps.Keys(demand)) {
+		obs.Sites = append(obs.Sites, steer.Site{Name: site, Demand: demand[site], RTT: rtt})
+	}
+	return obs, ok
+}

@@ -1,0 +1,137 @@
+package fleet
+
+import (
+	"encoding/json"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/config"
+)
+
+// Steering on a node: the controller (controller.go) writes each service's shares to
+// P/steering/<service>; every node watches them and gives the backends of a service
+// with origins the weights that send its site's new flows to each origin in its share.
+// The reconciler sees only weights: steering is a transformation of what this source
+// submits, and nothing else in the node knows of it.
+
+// weightScale is what a backend's weight is scaled to when its origin takes the whole
+// site: fine enough that a share of 0.01 % still weighs, within config.MaxWeight.
+const weightScale = 10000
+
+// steered returns services with the weights of the backends of every service with
+// origins set from the shares of site: a backend weighs its origin's share times its
+// part of the origin's own weights, so that the origin takes its share of the site's
+// new flows (while its backends are up). A backend of weight 0 stays 0 (draining), and
+// so does one whose origin has no share; one with a share gets at least 1. A service
+// without origins, or without shares for site, keeps its weights.
+func steered(services []config.Service, site string, steering map[string]api.Steering) []config.Service {
+	out := slices.Clone(services)
+	for i := range out {
+		s := &out[i]
+		shares := steering[s.Name].Shares[site]
+		if len(s.Origins) == 0 || !coversAny(shares, s.Origins) {
+			continue
+		}
+		own := map[string]float64{}
+		for _, b := range s.Backends {
+			own[b.Origin] += float64(b.Weight)
+		}
+		s.Backends = slices.Clone(s.Backends)
+		for j := range s.Backends {
+			b := &s.Backends[j]
+			share := max(shares[b.Origin], 0)
+			if b.Weight == 0 || share == 0 {
+				b.Weight = 0
+				continue
+			}
+			w := math.Round(share * float64(b.Weight) / own[b.Origin] * weightScale)
+			b.Weight = uint32(min(max(w, 1), config.MaxWeight))
+		}
+	}
+	return out
+}
+
+// coversAny tells whether shares give some flows to one of origins: shares naming
+// only origins the service no longer has would drain it whole.
+func coversAny(shares map[string]float64, origins []config.Origin) bool {
+	for _, o := range origins {
+		if shares[o.Name] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// sameShares tells whether a and b give site the same shares for every service.
+func sameShares(a, b map[string]api.Steering, site string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, sa := range a {
+		sb, ok := b[name]
+		if !ok || !maps.Equal(sa.Shares[site], sb.Shares[site]) {
+			return false
+		}
+	}
+	return true
+}
+
+// steeringOf decodes the steering keys of a read; a value that is not a steering
+// record is left out (the controller writes only good ones).
+func (s *Source) steeringOf(kvs []*mvccpb.KeyValue) map[string]api.Steering {
+	out := map[string]api.Steering{}
+	for _, kv := range kvs {
+		if name, st, ok := s.decodeSteering(kv); ok {
+			out[name] = st
+		}
+	}
+	return out
+}
+
+func (s *Source) decodeSteering(kv *mvccpb.KeyValue) (string, api.Steering, bool) {
+	name := strings.TrimPrefix(string(kv.Key), s.keys.steering())
+	var st api.Steering
+	if err := json.Unmarshal(kv.Value, &st); err != nil {
+		s.log.Warn("steering record ignored: not JSON of a steering record", "service", name, "err", err)
+		return name, st, false
+	}
+	return name, st, true
+}
+
+// Steering returns the shares the node has read, by service name.
+func (s *Source) Steering() []api.Steering {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]api.Steering, 0, len(s.steering))
+	for _, name := range slices.Sorted(maps.Keys(s.steering)) {
+		out = append(out, s.steering[name])
+	}
+	return out
+}
+
+// Site is the node's site, whose shares it applies.
+func (s *Source) Site() string { return s.site }
+
+// steeringChanged takes the watch's events on the steering keys, and tells whether
+// this node's site has new shares (then the services are submitted again).
+func (s *Source) steeringChanged(events []*clientv3.Event) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := maps.Clone(s.steering)
+	for _, ev := range events {
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(next, strings.TrimPrefix(string(ev.Kv.Key), s.keys.steering()))
+		} else if name, st, ok := s.decodeSteering(ev.Kv); ok {
+			next[name] = st
+		}
+	}
+	changed := !sameShares(s.steering, next, s.site)
+	s.steering = next
+	return changed
+}

@@ -1,0 +1,217 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math"
+	"net/netip"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/reconcile"
+	"github.com/manifoldlb/manifold/internal/steer"
+	"github.com/manifoldlb/manifold/internal/store"
+)
+
+func weighted(origin string, weights ...uint32) []config.Backend {
+	var out []config.Backend
+	for i, w := range weights {
+		out = append(out, config.Backend{Address: netip.AddrFrom4([4]byte{10, byte(len(origin)), 0, byte(i + 1)}), Weight: w, Origin: origin})
+	}
+	return out
+}
+
+func weightsOf(bs []config.Backend) []uint32 {
+	var out []uint32
+	for _, b := range bs {
+		out = append(out, b.Weight)
+	}
+	return out
+}
+
+// A backend weighs its origin's share times its part of the origin's weights; draining
+// stays draining; no share, no weight; a tiny share still weighs; no shares for the site,
+// or none of the service's origins, leave the weights as configured.
+func TestSteeredWeights(t *testing.T) {
+	origins := []config.Origin{{Name: "us", Capacity: 200}, {Name: "eu", Capacity: 1000}}
+	backends := append(weighted("us", 1, 3), weighted("eu", 1, 0)...)
+	for _, c := range []struct {
+		name    string
+		origins []config.Origin
+		shares  steer.Shares
+		want    []uint32
+	}{
+		{"half and half", origins, steer.Shares{"sjc": {"us": 0.5, "eu": 0.5}}, []uint32{1250, 3750, 5000, 0}},
+		{"all to eu", origins, steer.Shares{"sjc": {"us": 0, "eu": 1}}, []uint32{0, 0, 10000, 0}},
+		{"a crumb to us", origins, steer.Shares{"sjc": {"us": 0.00001, "eu": 0.99999}}, []uint32{1, 1, 10000, 0}},
+		{"other site only", origins, steer.Shares{"ams": {"us": 1, "eu": 0}}, []uint32{1, 3, 1, 0}},
+		{"origins the service no longer has", origins, steer.Shares{"sjc": {"asia": 1}}, []uint32{1, 3, 1, 0}},
+		{"no origins", nil, steer.Shares{"sjc": {"us": 1, "eu": 0}}, []uint32{1, 3, 1, 0}},
+	} {
+		svc := config.Service{Name: "web", Origins: c.origins, Backends: backends}
+		got := steered([]config.Service{svc}, "sjc", map[string]api.Steering{"web": {Shares: c.shares}})
+		if w := weightsOf(got[0].Backends); !reflect.DeepEqual(w, c.want) {
+			t.Errorf("%s: weights %v, want %v", c.name, w, c.want)
+		}
+		if w := weightsOf(backends); !reflect.DeepEqual(w, []uint32{1, 3, 1, 0}) {
+			t.Fatalf("%s: the services given were changed: %v", c.name, w)
+		}
+	}
+}
+
+func record(name, site string, demand float64, backends ...api.BackendLoad) api.NodeRecord {
+	return api.NodeRecord{Name: name, Site: site, Services: []api.ServiceLoad{{Name: "web", NewFlowsPerSecond: demand, Backends: backends}}}
+}
+
+var webSpec = api.ServiceSpec{Name: "web", Origins: []api.OriginSpec{{Name: "us", Capacity: 200}, {Name: "eu", Capacity: 1000}},
+	Backends: []api.BackendSpec{{Address: "10.1.0.11", Origin: "us"}, {Address: "10.2.0.11", Origin: "eu"}}}
+
+// Demand sums per site, load per origin over every node, an origin is healthy when a
+// node sees one of its backends healthy.
+func TestObserve(t *testing.T) {
+	recs := []api.NodeRecord{
+		record("n1", "sjc", 300, api.BackendLoad{Address: "10.1.0.11", Healthy: true, NewFlowsPerSecond: 200}, api.BackendLoad{Address: "10.2.0.11", NewFlowsPerSecond: 100}),
+		record("n2", "sjc", 100, api.BackendLoad{Address: "10.1.0.11", Healthy: true, NewFlowsPerSecond: 100}, api.BackendLoad{Address: "10.2.0.11", NewFlowsPerSecond: 0}),
+		record("n3", "ams", 50, api.BackendLoad{Address: "10.1.0.11", NewFlowsPerSecond: 50}, api.BackendLoad{Address: "10.2.0.11", NewFlowsPerSecond: 0}),
+	}
+	obs, ok := Observe(webSpec, recs)
+	rtt := map[string]time.Duration{"us": 0, "eu": 0}
+	want := steer.Observation{
+		Origins: []steer.Origin{{Name: "us", Capacity: 200, Load: 350, Healthy: true}, {Name: "eu", Capacity: 1000, Load: 100}},
+		Sites:   []steer.Site{{Name: "ams", Demand: 50, RTT: rtt}, {Name: "sjc", Demand: 400, RTT: rtt}},
+	}
+	if !ok || !reflect.DeepEqual(obs, want) {
+		t.Errorf("got %+v %v\nwant %+v", obs, ok, want)
+	}
+	if _, ok := Observe(webSpec, []api.NodeRecord{{Name: "n4", Site: "sjc"}}); ok {
+		t.Error("a service no node carries is observed")
+	}
+}
+
+const steeredWeb = "name: web\nvip: 198.51.100.10\nport: 80\norigins: [{name: us, capacity: 200}, {name: eu, capacity: 1000}]\n" +
+	"backends: [{address: 10.1.0.11, origin: us}, {address: 10.2.0.11, origin: eu}]\n"
+
+// putRecord publishes a node's record as a node does, alive under a lease.
+func putRecord(t *testing.T, cli *clientv3.Client, r api.NodeRecord) {
+	t.Helper()
+	ctx := context.Background()
+	lease, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(r)
+	k := newKeys(prefix)
+	if _, err := cli.Txn(ctx).Then(clientv3.OpPut(k.node(r.Name), string(data)), clientv3.OpPut(k.alive(r.Name), "", clientv3.WithLease(lease.ID))).Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nextSteering waits for the next write of a service's shares.
+func nextSteering(t *testing.T, watch clientv3.WatchChan) api.Steering {
+	t.Helper()
+	select {
+	case resp := <-watch:
+		for _, ev := range resp.Events {
+			var st api.Steering
+			if err := json.Unmarshal(ev.Kv.Value, &st); err != nil {
+				t.Fatal(err)
+			}
+			return st
+		}
+		t.Fatalf("watch: %v", resp.Err())
+	case <-time.After(10 * time.Second):
+		t.Fatal("no shares written")
+	}
+	return api.Steering{}
+}
+
+// Two controllers: one leads and writes the shares decided from the nodes' records;
+// the leader dies (its client closes, its lease runs out) and the standby takes over,
+// going on from the shares in force.
+func TestControllerLeadsAndFailsOver(t *testing.T) {
+	c := startEtcd(t, 1)
+	cli := c.client()
+	if err := Import(context.Background(), cli, prefix, []store.ServiceDoc{{Name: "web", YAML: []byte(steeredWeb)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	putRecord(t, cli, record("n1", "sjc", 400, api.BackendLoad{Address: "10.1.0.11", Healthy: true, NewFlowsPerSecond: 400}, api.BackendLoad{Address: "10.2.0.11", Healthy: true}))
+	watch := cli.Watch(context.Background(), newKeys(prefix).steeringOf("web"))
+
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctls := map[string]*Controller{}
+	clients := map[string]*clientv3.Client{}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for _, name := range []string{"a", "b"} {
+		clients[name] = c.client()
+		ctl := NewController(clients[name], prefix, name, 50*time.Millisecond, 2*time.Second, log)
+		ctls[name] = ctl
+		wg.Go(func() { _ = ctl.Run(ctx) })
+	}
+
+	first := nextSteering(t, watch)
+	leader, standby := first.Leader, map[string]string{"a": "b", "b": "a"}[first.Leader]
+	if leader == "" || ctls[standby].Leading() || !ctls[leader].Leading() {
+		t.Fatalf("leader %q; a leading %v, b leading %v", leader, ctls["a"].Leading(), ctls["b"].Leading())
+	}
+	// 400/s at sjc, us takes 200: half spills to eu (at equal RTT, in the origins' order)
+	if got := first.Shares["sjc"]; math.Abs(got["us"]-0.5) > 1e-9 || math.Abs(got["eu"]-0.5) > 1e-9 || first.Round != 1 {
+		t.Fatalf("first round: %+v", first)
+	}
+	if len(first.Decision.Sites) != 1 || first.Decision.Sites[0].Shares[0].Reason == "" {
+		t.Fatalf("the decision has no explanation: %+v", first.Decision)
+	}
+
+	if err := clients[leader].Close(); err != nil { // the leader dies: its lease is no longer kept alive
+		t.Fatal(err)
+	}
+	var took api.Steering
+	for took.Leader != standby {
+		took = nextSteering(t, watch)
+	}
+	if !reflect.DeepEqual(took.Shares, first.Shares) || took.Round <= first.Round {
+		t.Fatalf("the standby moved the shares: %+v after %+v", took, first)
+	}
+	if !ctls[standby].Leading() || ctls[standby].Rounds() == 0 {
+		t.Fatalf("the standby wrote but does not say it leads")
+	}
+}
+
+// A node applies its site's shares as weights, at once, and keeps them; the shares of
+// another site change nothing for it.
+func TestSourceAppliesShares(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	if err := Import(context.Background(), cli, prefix, []store.ServiceDoc{{Name: "web", YAML: []byte(steeredWeb)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, cli, "a", nil) // its site is its name: a
+	write := func(st api.Steering) {
+		data, _ := json.Marshal(st)
+		if _, err := cli.Put(context.Background(), newKeys(prefix).steeringOf("web"), string(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(api.Steering{Service: "web", Round: 1, Shares: steer.Shares{"a": {"us": 0.25, "eu": 0.75}}})
+	u := n.sink.next(t, "the shares applied", func(reconcile.Update) bool { return true })
+	if w := weightsOf(u.Services[0].Backends); !reflect.DeepEqual(w, []uint32{2500, 7500}) {
+		t.Fatalf("weights %v", w)
+	}
+	if got := n.Steering(); len(got) != 1 || got[0].Round != 1 {
+		t.Fatalf("the node's view of the shares: %+v", got)
+	}
+	write(api.Steering{Service: "web", Round: 2, Shares: steer.Shares{"a": {"us": 0.25, "eu": 0.75}, "b": {"us": 1}}})
+	write(api.Steering{Service: "web", Round: 3, Shares: steer.Shares{"a": {"us": 0, "eu": 1}}})
+	u = n.sink.next(t, "the next shares applied", func(reconcile.Update) bool { return true })
+	if w := weightsOf(u.Services[0].Backends); !reflect.DeepEqual(w, []uint32{0, 10000}) {
+		t.Fatalf("weights %v after a change of another site's only, then of its own", w)
+	}
+}
