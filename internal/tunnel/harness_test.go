@@ -14,6 +14,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"github.com/manifoldlb/manifold/internal/hostprog"
 	"io"
 	"log/slog"
 	"math/big"
@@ -320,7 +321,8 @@ func startConnector(t *testing.T, path string) *testConnector {
 // startChildConnector runs a connector in a child process, which the test can kill.
 func startChildConnector(t *testing.T, path string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	// the test binary itself, built by go test, runs the connector in its TestMain
+	cmd := hostprog.Command(hostprog.Built(os.Args[0]), "-test.run=^$")
 	cmd.Env = append(os.Environ(), childConnectorEnv+"="+path)
 	logs := &logBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
