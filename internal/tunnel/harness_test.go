@@ -14,7 +14,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"github.com/manifoldlb/manifold/internal/hostprog"
 	"io"
 	"log/slog"
 	"math/big"
@@ -31,6 +30,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
 const childConnectorEnv = "TUNNEL_TEST_CONNECTOR_CONFIG"
