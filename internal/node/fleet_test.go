@@ -9,7 +9,7 @@ import (
 
 // The RTT a node publishes is an average over its successful health checks, one sample
 // per check however often the record is built; failed checks and kind none add
-// nothing, and a backend gone from the status starts again from nothing.
+// nothing; each service's backend has its own.
 func TestRTTSmoother(t *testing.T) {
 	b := func(checks uint64, ms float64, lastError string) api.BackendStatus {
 		return api.BackendStatus{Address: "10.1.0.11", Health: api.BackendHealth{Check: "tcp://10.1.0.11:80", Checks: checks, LatencySeconds: ms / 1000, LastError: lastError}}

@@ -264,13 +264,20 @@ func TestSteering(t *testing.T) {
 	if err := controllers[dead].Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	// nothing is written between the kill and the standby's first round: a round of the
+	// dead leader seen after the kill must have been made before it (in flight)
 	last := st
 	took, err := waitSteering(apis["sjc"], steerLease+2*steerInterval+2*time.Second, func(st *api.Steering) error {
-		if st.Leader == dead {
-			last = st
-			return fmt.Errorf("still the shares of %s, round %d", dead, st.Round)
+		if st.Leader != dead {
+			return nil
 		}
-		return nil
+		if st.Round != last.Round {
+			if at, err := time.Parse(time.RFC3339Nano, st.At); err != nil || at.After(killed) {
+				t.Errorf("round %d of %s, made at %s, after it was killed at %s", st.Round, dead, st.At, killed.UTC().Format(time.RFC3339Nano))
+			}
+		}
+		last = st
+		return fmt.Errorf("still the shares of %s, round %d", dead, st.Round)
 	})
 	if err != nil {
 		t.Fatal(err)
