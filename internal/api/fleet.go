@@ -74,4 +74,8 @@ type BackendLoad struct {
 	NewFlowsPerSecond float64      `json:"new_flows_per_second"`
 	PacketsPerSecond  float64      `json:"packets_per_second"`
 	BytesPerSecond    float64      `json:"bytes_per_second"`
+	// RTTMilliseconds is the node's smoothed round-trip time to the backend: the
+	// duration of its successful health checks (a TCP check's connect, an HTTP check's
+	// request), averaged. Absent while none succeeded, and for a check of kind none.
+	RTTMilliseconds float64 `json:"rtt_ms,omitempty"`
 }

@@ -207,9 +207,8 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 // Observe is what the alive nodes' records say of a service with origins: each
 // origin's capacity, load (the new flows/s the nodes sent its backends) and health (a
 // backend of it healthy on some node), and each site's demand (the new flows/s of its
-// nodes). RTT: the nodes do not measure it yet, so every origin is at 0 from every
-// site, and the target breaks the tie in the order of the service's origins. ok is
-// false when no alive node carries the service.
+// nodes) and RTT to each origin (see siteRTT). ok is false when no alive node carries
+// the service.
 func Observe(spec api.ServiceSpec, records []api.NodeRecord) (obs steer.Observation, ok bool) {
 	originOf := map[netip.Addr]string{}
 	for _, b := range spec.Backends {
@@ -220,6 +219,7 @@ func Observe(spec api.ServiceSpec, records []api.NodeRecord) (obs steer.Observat
 	load := map[string]float64{}
 	healthy := map[string]bool{}
 	demand := map[string]float64{}
+	rtts := map[string]map[string][]float64{} // site → origin → each node's RTT, ms
 	for _, r := range records {
 		for _, sl := range r.Services {
 			if sl.Name != spec.Name {
@@ -227,6 +227,7 @@ func Observe(spec api.ServiceSpec, records []api.NodeRecord) (obs steer.Observat
 			}
 			ok = true
 			demand[r.Site] += sl.NewFlowsPerSecond
+			nodeRTT := map[string][]float64{}
 			for _, b := range sl.Backends {
 				a, err := netip.ParseAddr(b.Address)
 				o, known := originOf[a]
@@ -235,16 +236,49 @@ func Observe(spec api.ServiceSpec, records []api.NodeRecord) (obs steer.Observat
 				}
 				load[o] += b.NewFlowsPerSecond
 				healthy[o] = healthy[o] || b.Healthy
+				if b.Healthy && b.RTTMilliseconds > 0 {
+					nodeRTT[o] = append(nodeRTT[o], b.RTTMilliseconds)
+				}
+			}
+			if rtts[r.Site] == nil {
+				rtts[r.Site] = map[string][]float64{}
+			}
+			for o, ms := range nodeRTT {
+				rtts[r.Site][o] = append(rtts[r.Site][o], mean(ms))
 			}
 		}
 	}
-	rtt := map[string]time.Duration{}
 	for _, o := range spec.Origins {
 		obs.Origins = append(obs.Origins, steer.Origin{Name: o.Name, Capacity: float64(o.Capacity), Load: load[o.Name], Healthy: healthy[o.Name]})
-		rtt[o.Name] = 0
 	}
 	for _, site := range slices.Sorted(maps.Keys(demand)) {
-		obs.Sites = append(obs.Sites, steer.Site{Name: site, Demand: demand[site], RTT: rtt})
+		obs.Sites = append(obs.Sites, steer.Site{Name: site, Demand: demand[site], RTT: siteRTT(spec.Origins, rtts[site])})
 	}
 	return obs, ok
+}
+
+// siteRTT is a site's RTT to each origin: the mean over the site's nodes of each
+// node's mean RTT to the origin's healthy backends. A site whose nodes measured
+// nothing (a health check of kind none, or none succeeded yet) has every origin at 0,
+// so that the target breaks the tie in the order of the service's origins. An origin
+// that the site's nodes measured nothing of while they measured others has no healthy
+// backend from there: it is left out, unreachable from the site.
+func siteRTT(origins []api.OriginSpec, measured map[string][]float64) map[string]time.Duration {
+	rtt := map[string]time.Duration{}
+	for _, o := range origins {
+		if len(measured) == 0 {
+			rtt[o.Name] = 0
+		} else if ms, ok := measured[o.Name]; ok {
+			rtt[o.Name] = time.Duration(mean(ms) * float64(time.Millisecond))
+		}
+	}
+	return rtt
+}
+
+func mean(xs []float64) float64 {
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
 }

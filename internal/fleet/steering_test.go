@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -96,6 +97,49 @@ func TestObserve(t *testing.T) {
 	}
 }
 
+// A site's RTT to an origin is the mean over its nodes of each node's mean over the
+// origin's healthy backends; unhealthy or unmeasured backends do not count, an origin
+// the site measured nothing of is unreachable from it, and a site that measured
+// nothing at all has every origin at 0 (the origins' order decides).
+func TestObserveRTT(t *testing.T) {
+	spec := webSpec
+	spec.Backends = append(slices.Clone(spec.Backends), api.BackendSpec{Address: "10.1.0.12", Origin: "us"}, api.BackendSpec{Address: "10.2.0.12", Origin: "eu"})
+	us := func(a string, healthy bool, ms float64) api.BackendLoad {
+		return api.BackendLoad{Address: a, Healthy: healthy, RTTMilliseconds: ms}
+	}
+	recs := []api.NodeRecord{
+		// sjc: n1 sees us at (10+20)/2 = 15 ms, n2 at 25 ms (its second us backend is down:
+		// the 900 ms of its failing checks is no RTT); eu at 150 and 170 ms
+		record("n1", "sjc", 10, us("10.1.0.11", true, 10), us("10.1.0.12", true, 20), us("10.2.0.11", true, 150), us("10.2.0.12", true, 150)),
+		record("n2", "sjc", 10, us("10.1.0.11", true, 25), us("10.1.0.12", false, 900), us("10.2.0.11", true, 170), us("10.2.0.12", true, 0)),
+		// ams: eu measured, us not (its backends are down from here although up from sjc)
+		record("n3", "ams", 10, us("10.1.0.11", false, 0), us("10.1.0.12", false, 0), us("10.2.0.11", true, 12), us("10.2.0.12", true, 12)),
+		// fra: a node whose checks measured nothing yet
+		record("n4", "fra", 10, us("10.1.0.11", true, 0), us("10.2.0.11", true, 0)),
+	}
+	obs, ok := Observe(spec, recs)
+	if !ok {
+		t.Fatal("not observed")
+	}
+	want := map[string]map[string]time.Duration{
+		"sjc": {"us": 20 * time.Millisecond, "eu": 160 * time.Millisecond},
+		"ams": {"eu": 12 * time.Millisecond},
+		"fra": {"us": 0, "eu": 0},
+	}
+	got := map[string]map[string]time.Duration{}
+	for _, s := range obs.Sites {
+		got[s.Name] = s.RTT
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("RTT per site %v, want %v", got, want)
+	}
+	// us, listed first and healthy, is unreachable from ams: all of ams goes to eu
+	d := steer.Manifold{}.Decide(time.Now(), obs, nil)
+	if sh := d.Shares()["ams"]; sh["eu"] != 1 {
+		t.Errorf("ams shares %v, want all on eu", sh)
+	}
+}
+
 const steeredWeb = "name: web\nvip: 198.51.100.10\nport: 80\norigins: [{name: us, capacity: 200}, {name: eu, capacity: 1000}]\n" +
 	"backends: [{address: 10.1.0.11, origin: us}, {address: 10.2.0.11, origin: eu}]\n"
 
@@ -181,12 +225,9 @@ func TestControllerLeadsAndFailsOver(t *testing.T) {
 	if !reflect.DeepEqual(took.Shares, first.Shares) || took.Round <= first.Round {
 		t.Fatalf("the standby moved the shares: %+v after %+v", took, first)
 	}
-	// the write can reach the watch before the round that made it has counted itself
-	for deadline := time.Now().Add(5 * time.Second); !ctls[standby].Leading() || ctls[standby].Rounds() == 0; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the standby wrote but does not say it leads")
-		}
-		time.Sleep(10 * time.Millisecond)
+	// the count follows the write: read it once the standby's next round is written
+	if next := nextSteering(t, watch); next.Leader != standby || !ctls[standby].Leading() || ctls[standby].Rounds() == 0 {
+		t.Fatalf("the standby wrote but does not say it leads")
 	}
 }
 

@@ -146,7 +146,7 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 				log.Error("fleet source stopped", "err", err)
 			}
 		})
-		wg.Go(func() { n.fleet.Publish(sources, n.record) })
+		wg.Go(func() { n.fleet.Publish(sources, n.recorder()) })
 	}
 	defer wg.Wait()
 	defer stopSources()

@@ -123,6 +123,13 @@ func newLab(t *testing.T, lbNodes ...string) *Lab {
 	for _, role := range []string{"be1", "be2", "be3"} {
 		hosts = append(hosts, HostSpec{Role: role, Kind: Backend})
 	}
+	return newLabOf(t, hosts...)
+}
+
+// newLabOf builds a lab of the given hosts, torn down (and dumped first, on failure)
+// when the test ends.
+func newLabOf(t *testing.T, hosts ...HostSpec) *Lab {
+	t.Helper()
 	l, err := New(Spec{Prefix: prefix, Hosts: hosts, Dir: t.TempDir(), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 // NodeConfig is the part of a `manifold run` config file the lab uses.
 type NodeConfig struct {
 	Name              string
+	Site              string // node.site; "" keeps the default (the name)
 	XDPMode           string // native unless set
 	Address, Address6 netip.Addr
 	API               string // 127.0.0.1:9100 unless set; each node has its own namespace
@@ -72,6 +73,9 @@ type Health struct {
 func (c NodeConfig) YAML() []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "node:\n  name: %s\n  interfaces: [%s]\n  xdp_mode: %s\n", c.Name, HostLink, or(c.XDPMode, "native"))
+	if c.Site != "" {
+		fmt.Fprintf(&b, "  site: %s\n", c.Site)
+	}
 	fmt.Fprintf(&b, "  address: %s\n", c.Address)
 	if c.Address6.IsValid() {
 		fmt.Fprintf(&b, "  address6: %s\n", c.Address6)
@@ -128,11 +132,16 @@ func (c NodeConfig) YAML() []byte {
 // fleet (a node's file) is seeded with the services of services (a node's file without
 // a fleet section); force replaces the services the store holds.
 func (l *Lab) FleetImport(manifold string, h *Host, fleet, services NodeConfig, force bool) error {
+	return l.FleetImportFile(manifold, h, fleet, services.YAML(), force)
+}
+
+// FleetImportFile is FleetImport of a services file given as it is.
+func (l *Lab) FleetImportFile(manifold string, h *Host, fleet NodeConfig, services []byte, force bool) error {
 	fleetPath, servicesPath := filepath.Join(l.Dir, "fleet-import.yaml"), filepath.Join(l.Dir, "fleet-services.yaml")
 	if err := writeFileAtomic(fleetPath, fleet.YAML()); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(servicesPath, services.YAML()); err != nil {
+	if err := writeFileAtomic(servicesPath, services); err != nil {
 		return err
 	}
 	args := []string{"fleet", "import", "--config", fleetPath, "--services", servicesPath}
@@ -143,7 +152,7 @@ func (l *Lab) FleetImport(manifold string, h *Host, fleet, services NodeConfig, 
 	if err != nil {
 		return err
 	}
-	l.logf("manifold fleet import of %d services: %s", len(services.Services), strings.TrimSpace(out))
+	l.logf("manifold fleet import: %s", strings.TrimSpace(out))
 	return nil
 }
 

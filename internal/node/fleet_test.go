@@ -1,0 +1,58 @@
+package node
+
+import (
+	"math"
+	"testing"
+
+	"github.com/manifoldlb/manifold/internal/api"
+)
+
+// The RTT a node publishes is an average over its successful health checks, one sample
+// per check however often the record is built; failed checks and kind none add
+// nothing; each service's backend has its own.
+func TestRTTSmoother(t *testing.T) {
+	b := func(checks uint64, ms float64, lastError string) api.BackendStatus {
+		return api.BackendStatus{Address: "10.1.0.11", Health: api.BackendHealth{Check: "tcp://10.1.0.11:80", Checks: checks, LatencySeconds: ms / 1000, LastError: lastError}}
+	}
+	steps := []struct {
+		backend api.BackendStatus
+		want    float64
+	}{
+		{b(0, 0, ""), 0},               // not checked yet
+		{b(1, 40, ""), 40},             // the first sample is the average
+		{b(1, 40, ""), 40},             // the same check, seen again: no new sample
+		{b(2, 80, ""), 50},             // 40 + ¼·(80 − 40)
+		{b(3, 500, "i/o timeout"), 50}, // a failed check is no round trip
+		{b(5, 10, ""), 40},             // 50 + ¼·(10 − 50); checks missed between records do not count
+		{b(6, 1040, ""), 290},          // 40 + ¼·1000: one outlier moves it by a quarter
+		{b(7, 290, "refused"), 290},    //
+		{b(8, 290, ""), 290},           //
+	}
+	rtt := rttSmoother{}
+	for i, s := range steps {
+		next := rttSmoother{}
+		if got := rtt.observe(next, "web", s.backend); math.Abs(got-s.want) > 1e-9 {
+			t.Fatalf("step %d: %v ms, want %v", i, got, s.want)
+		}
+		rtt = next
+	}
+
+	// a step of the path's RTT shows in the average within ten checks (95 %)
+	for i := uint64(9); i < 19; i++ {
+		next := rttSmoother{}
+		rtt.observe(next, "web", b(i, 100, ""))
+		rtt = next
+	}
+	if got := rtt[rttKey{"web", "10.1.0.11"}].ms; got > 100+0.06*190 {
+		t.Errorf("after ten checks at 100 ms the average is %v ms", got)
+	}
+
+	none := api.BackendStatus{Address: "10.1.0.11", Health: api.BackendHealth{Check: "none", Up: true}}
+	if got := (rttSmoother{}).observe(rttSmoother{}, "web", none); got != 0 {
+		t.Errorf("a check of kind none measured %v ms", got)
+	}
+	// the same address in another service is another check: its own average
+	if got := rtt.observe(rttSmoother{}, "api", b(1, 7, "")); got != 7 {
+		t.Errorf("another service's backend at the same address: %v ms, want 7", got)
+	}
+}

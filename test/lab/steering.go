@@ -1,0 +1,202 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/hostprog"
+)
+
+// The parts of the steering lab (README: Global steering): edge sites whose clients
+// reach their own site's node, origins whose backends answer the health check after the
+// round-trip time of the checking node's site, and the steering controllers.
+
+// OriginServer is one backend of an origin: an HTTP server on port 80 (the VIP's, after
+// the backend agent's decapsulation) that counts the connections it accepts, and a
+// health endpoint on HealthPort that answers after the RTT configured from the
+// checking node to the origin.
+//
+// The lab has no netem (the kernel lacks the qdisc), so an origin's distance is given
+// at the application: the health check is an HTTP GET, and its duration, which the node
+// averages into the RTT it publishes, is the connect plus the wait. The VIP's traffic
+// itself is not delayed.
+type OriginServer struct {
+	Host    *Host
+	rtt     map[netip.Addr]time.Duration // by the checking node's address
+	conns   atomic.Uint64
+	servers []*http.Server
+	done    sync.WaitGroup
+}
+
+// HealthPort is where an OriginServer answers the health check.
+const HealthPort = 8080
+
+// StartOriginServer serves on h; rtt gives each checking node's wait (a node not named
+// gets an answer at once).
+func StartOriginServer(h *Host, rtt map[netip.Addr]time.Duration) (*OriginServer, error) {
+	o := &OriginServer{Host: h, rtt: rtt}
+	serve := http.NewServeMux()
+	serve.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintf(w, "%s\n", h.Role) })
+	web := &http.Server{Handler: serve, ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			o.conns.Add(1)
+		}
+	}}
+	health := &http.Server{Handler: http.HandlerFunc(o.health)}
+	for port, srv := range map[int]*http.Server{80: web, HealthPort: health} {
+		var ln net.Listener
+		err := InNamespace(h.NS, func() error {
+			var err error
+			ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
+			return err
+		})
+		if err != nil {
+			return o, errors.Join(fmt.Errorf("%s: listen on %d: %w", h.Role, port, err), o.Close())
+		}
+		o.servers = append(o.servers, srv)
+		o.done.Go(func() { _ = srv.Serve(ln) })
+	}
+	return o, nil
+}
+
+// health answers after the checking node's RTT to this origin: what the wire would
+// have taken.
+func (o *OriginServer) health(w http.ResponseWriter, r *http.Request) {
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		select {
+		case <-time.After(o.rtt[ap.Addr().Unmap()]):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// Conns is how many connections the server has accepted on port 80.
+func (o *OriginServer) Conns() uint64 { return o.conns.Load() }
+
+// Close stops both servers, closing their connections: the backend is gone (its health
+// checks are refused). It is safe to call more than once.
+func (o *OriginServer) Close() error {
+	var errs []error
+	for _, srv := range o.servers {
+		errs = append(errs, srv.Close())
+	}
+	o.done.Wait()
+	return errors.Join(errs...)
+}
+
+// RouteVIPFrom points the router's route for vip, for packets from the host from only,
+// at an LB node: with one router in the lab, this is how each site's clients reach
+// their own site's node, as anycast would take them to the closest edge. table is a
+// routing table of the router's that nothing else uses.
+func (l *Lab) RouteVIPFrom(vip netip.Addr, from, via *Host, table int) error {
+	rule := netlink.NewRule()
+	rule.Src = prefixNet(netip.PrefixFrom(from.Addr4, 32))
+	rule.Table = table
+	if err := l.Router.nl.RuleAdd(rule); err != nil {
+		return fmt.Errorf("router: rule from %s lookup %d: %w", from.Addr4, table, err)
+	}
+	r := &netlink.Route{Dst: prefixNet(netip.PrefixFrom(vip, 32)), Gw: via.Addr4.AsSlice(), Table: table}
+	if err := l.Router.nl.RouteReplace(r); err != nil {
+		return fmt.Errorf("router: route %s via %s (%s) in table %d: %w", vip, via.Addr4, via.Role, table, err)
+	}
+	return nil
+}
+
+// StartSteer runs `manifold steer --config` on h: a steering controller named name on
+// the fleet store at endpoints.
+func (l *Lab) StartSteer(manifold string, h *Host, name string, endpoints []string, interval, lease time.Duration) (*Process, error) {
+	path := filepath.Join(l.Dir, "steer-"+name+".yaml")
+	file := fmt.Sprintf("fleet:\n  etcd:\n    endpoints: [%s]\nsteer:\n  name: %s\n  interval: %s\n  lease: %s\n",
+		strings.Join(endpoints, ", "), name, interval, lease)
+	if err := writeFileAtomic(path, []byte(file)); err != nil {
+		return nil, err
+	}
+	return l.Start(h, "steer-"+name, hostprog.Built(manifold), "steer", "--config", path)
+}
+
+// Steering returns the node's GET /api/v1/steering: the shares it applies.
+func (a *NodeAPI) Steering() (*api.SteeringStatus, error) {
+	var st api.SteeringStatus
+	return &st, a.Get("/api/v1/steering", &st)
+}
+
+// OfferedLoad sends HTTP requests, each on a new connection, from a namespace to a URL
+// at a set rate, without waiting for the answers: an offered load, which does not slow
+// down when the servers do.
+type OfferedLoad struct {
+	rate         chan float64
+	stop         chan struct{}
+	loop, flows  sync.WaitGroup
+	sent, failed atomic.Uint64
+}
+
+// StartOfferedLoad starts sending from ns to url, rate new connections per second.
+func StartOfferedLoad(ns, url string, rate float64) *OfferedLoad {
+	l := &OfferedLoad{rate: make(chan float64), stop: make(chan struct{})}
+	tick := time.NewTicker(period(rate))
+	l.loop.Go(func() {
+		defer tick.Stop()
+		for {
+			select {
+			case <-l.stop:
+				return
+			case r := <-l.rate:
+				tick.Reset(period(r))
+			case <-tick.C:
+				l.sent.Add(1)
+				l.flows.Go(func() {
+					if _, err := HTTPGet(ns, url, 0); err != nil {
+						l.failed.Add(1)
+					}
+				})
+			}
+		}
+	})
+	return l
+}
+
+func period(rate float64) time.Duration { return time.Duration(float64(time.Second) / rate) }
+
+// SetRate changes the rate from now on.
+func (l *OfferedLoad) SetRate(rate float64) { l.rate <- rate }
+
+// Counts is how many requests were sent so far and how many of the finished ones failed.
+func (l *OfferedLoad) Counts() (sent, failed uint64) { return l.sent.Load(), l.failed.Load() }
+
+// Stop stops sending and waits for the requests under way.
+func (l *OfferedLoad) Stop() {
+	close(l.stop)
+	l.loop.Wait()
+	l.flows.Wait()
+}
+
+// waitSteering polls a node's shares until cond holds of them, for at most timeout,
+// and returns them.
+func waitSteering(a *NodeAPI, timeout time.Duration, cond func(*api.Steering) error) (*api.Steering, error) {
+	var got *api.Steering
+	err := Eventually(timeout, 50*time.Millisecond, func() error {
+		st, err := a.Steering()
+		switch {
+		case err != nil:
+			return err
+		case len(st.Services) != 1:
+			return fmt.Errorf("%s: shares of %d services, want 1", a.Host.Role, len(st.Services))
+		}
+		got = &st.Services[0]
+		return cond(got)
+	})
+	return got, err
+}

@@ -1,0 +1,387 @@
+package lab
+
+// The live lab of global steering: two edge sites, two origins, etcd, two controllers,
+// clients that offer more than the closest origin takes.
+//
+//	c-sjc ──┐                    ┌── lb-sjc (site sjc; etcd; controller a)
+//	        ├── router ──────────┼── lb-ams (site ams; controller b)
+//	c-ams ──┘  VIP: by source    ├── us1 us2  origin us, capacity 100/s
+//	           (c-sjc → lb-sjc,  └── eu1 eu2  origin eu, capacity 400/s
+//	            c-ams → lb-ams)
+//
+// One router, and the VIP routed by the client's address: each site's client reaches
+// its own site's node, as anycast takes a client to the closest edge (the lab's other
+// tests cover BGP and ECMP; here the route is static). One node per site.
+//
+// Distance: the lab has no netem, so the RTT is the application's (OriginServer): the
+// backends answer the HTTP health check after the RTT from the checking node's site,
+// us near sjc and eu near ams. The origins are listed eu first: sjc going to us first
+// shows that the measured RTT, not the list, decides.
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/steer"
+)
+
+const (
+	steerInterval = time.Second
+	steerLease    = 2 * time.Second
+	// the health check: a backend is down after fall failed checks
+	steerCheckInterval = 500 * time.Millisecond
+	steerCheckFall     = 2
+	// detection is the health check's detection time: fall checks, and the interval the
+	// failure may start in
+	detection = steerCheckInterval*steerCheckFall + steerCheckInterval
+	// publication is how long a node's record may take to show a change (it publishes
+	// every second)
+	publication = time.Second
+
+	usCapacity, euCapacity   = 100, 400
+	sjcLow, sjcHigh, amsRate = 60, 125, 25
+)
+
+// rttOf is the RTT from each site to each origin.
+var rttOf = map[string]map[string]time.Duration{
+	"us": {"sjc": 5 * time.Millisecond, "ams": 40 * time.Millisecond},
+	"eu": {"sjc": 40 * time.Millisecond, "ams": 5 * time.Millisecond},
+}
+
+// rttSlack is what a measured RTT may exceed the configured one by: the connect and
+// the HTTP exchange of the check, in a -race build on a shared machine.
+const rttSlack = 20 * time.Millisecond
+
+func TestSteering(t *testing.T) {
+	requireLab(t)
+	if err := hostprog.Check(hostprog.Etcd); err != nil {
+		t.Skip(err)
+	}
+	if buildErr != nil {
+		t.Fatalf("cannot build manifold (make build shows the same): %v", buildErr)
+	}
+	hosts := []HostSpec{{"c-sjc", Client}, {"c-ams", Client}, {"lb-sjc", LBNode}, {"lb-ams", LBNode},
+		{"us1", Backend}, {"us2", Backend}, {"eu1", Backend}, {"eu2", Backend}}
+	l := newLabOf(t, hosts...)
+	lbs := map[string]*Host{"sjc": l.Host("lb-sjc"), "ams": l.Host("lb-ams")}
+	origins := map[string][]*OriginServer{}
+	var backends strings.Builder
+	for _, role := range []string{"us1", "us2", "eu1", "eu2"} {
+		h, origin := l.Host(role), role[:2]
+		if _, err := l.StartBackendAgent(manifoldBin, h, vip4); err != nil {
+			t.Fatal(err)
+		}
+		rtt := map[netip.Addr]time.Duration{}
+		for site, lb := range lbs {
+			rtt[lb.Addr4] = rttOf[origin][site]
+		}
+		o, err := StartOriginServer(h, rtt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = o.Close() })
+		origins[origin] = append(origins[origin], o)
+		fmt.Fprintf(&backends, "      - {address: %s, origin: %s}\n", h.Addr4, origin)
+	}
+
+	etcd, err := l.StartEtcd(lbs["sjc"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleetCfg := func(h *Host, site string) NodeConfig {
+		return NodeConfig{Name: h.Role, Site: site, Address: h.Addr4, Fleet: &Fleet{Endpoints: etcd.Endpoints()}}
+	}
+	// a node's file ending in its services section, which the service with origins
+	// (the lab's NodeConfig knows none) completes
+	services := string(NodeConfig{Name: "import", Address: lbs["sjc"].Addr4}.YAML()) + fmt.Sprintf(`  - name: web
+    vip: %s
+    port: 80
+    protocol: tcp
+    origins:
+      - {name: eu, capacity: %d}
+      - {name: us, capacity: %d}
+    backends:
+%s    health: {kind: http, port: %d, path: /health, interval: %s, timeout: 300ms, rise: 1, fall: %d}
+`, vip4, euCapacity, usCapacity, backends.String(), HealthPort, steerCheckInterval, steerCheckFall)
+	if err := l.FleetImportFile(manifoldBin, lbs["sjc"], fleetCfg(lbs["sjc"], "sjc"), []byte(services), false); err != nil {
+		t.Fatal(err)
+	}
+	apis := map[string]*NodeAPI{}
+	for table, site := range []string{"sjc", "ams"} {
+		h := lbs[site]
+		if _, err := l.StartNode(manifoldBin, h, fleetCfg(h, site)); err != nil {
+			t.Fatal(err)
+		}
+		apis[site] = NewNodeAPI(h)
+		if err := l.RouteVIPFrom(vip4, l.Host("c-"+site), h, 100+table); err != nil {
+			t.Fatal(err)
+		}
+	}
+	controllers := map[string]*Process{}
+	for name, site := range map[string]string{"a": "sjc", "b": "ams"} {
+		if controllers[name], err = l.StartSteer(manifoldBin, lbs[site], name, etcd.Endpoints(), steerInterval, steerLease); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Log("the RTT each node measures to each backend, and the controller's per site and origin")
+	err = Eventually(20*time.Second, 100*time.Millisecond, func() error {
+		var fl api.FleetStatus
+		if err := apis["sjc"].Get("/api/v1/fleet", &fl); err != nil {
+			return err
+		}
+		seen := 0
+		for _, n := range fl.Nodes {
+			for _, s := range n.Services {
+				for _, b := range s.Backends {
+					want := rttOf[originOf(l, b.Address)][n.Site]
+					got := time.Duration(b.RTTMilliseconds * float64(time.Millisecond))
+					if got < want || got > want+rttSlack {
+						return fmt.Errorf("%s (site %s) measures %v to %s, configured %v", n.Name, n.Site, got, b.Address, want)
+					}
+					seen++
+				}
+			}
+		}
+		if seen != 8 {
+			return fmt.Errorf("%d backends in the nodes' records, want 4 per node", seen)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := waitSteering(apis["sjc"], 10*time.Second, func(st *api.Steering) error {
+		for _, site := range st.Decision.Sites {
+			for _, sh := range site.Shares {
+				want := rttOf[sh.Origin][site.Site]
+				if got := time.Duration(sh.RTTMs * float64(time.Millisecond)); got < want || got > want+rttSlack {
+					return fmt.Errorf("the controller takes %s → %s at %v, configured %v", site.Site, sh.Origin, got, want)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, site := range st.Decision.Sites {
+		for _, sh := range site.Shares {
+			t.Logf("  %s → %s: %.1f ms (configured %v)", site.Site, sh.Origin, sh.RTTMs, rttOf[sh.Origin][site.Site])
+		}
+	}
+
+	t.Logf("below capacity: sjc offers %d/s, ams %d/s; each site all on its closest origin", sjcLow, amsRate)
+	loads := map[string]*OfferedLoad{
+		"sjc": StartOfferedLoad(l.Host("c-sjc").NS, URL(vip4, 80), sjcLow),
+		"ams": StartOfferedLoad(l.Host("c-ams").NS, URL(vip4, 80), amsRate),
+	}
+	t.Cleanup(func() {
+		for _, ld := range loads {
+			ld.Stop()
+		}
+	})
+	if _, err := waitSteering(apis["sjc"], 20*time.Second, shares(map[string]map[string]float64{"sjc": {"us": 1, "eu": 0}, "ams": {"us": 0, "eu": 1}})); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Logf("above us's capacity: sjc offers %d/s; within 30 s the shares settle and no origin takes more than its capacity + 5 %%", sjcHigh)
+	changed := time.Now()
+	loads["sjc"].SetRate(sjcHigh)
+	st, err = waitSteering(apis["sjc"], 20*time.Second, func(st *api.Steering) error {
+		for _, site := range st.Decision.Sites {
+			for _, sh := range site.Shares {
+				if math.Abs(sh.Share-sh.Target) > 0.01 {
+					return fmt.Errorf("%s → %s: share %.3f, target %.3f (round %d)", site.Site, sh.Origin, sh.Share, sh.Target, st.Round)
+				}
+			}
+		}
+		// us takes 100 of sjc's 125/s: 20 % spilled to eu, ± the demand's noise
+		if us := st.Shares["sjc"]["us"]; us < 0.7 || us > 0.9 {
+			return fmt.Errorf("sjc's share of us is %.3f, want about %.2f", us, float64(usCapacity)/sjcHigh)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settled := time.Since(changed)
+	// The window ends within 30 s of the change. Each flow's origin is a hash: over a
+	// window of W seconds, us's count is binomial around its share, ±1.4 % of its
+	// capacity at W = 10 s, plus the noise of the demand the target is computed from;
+	// 20 s keep the 5 % bound ~3 of those deviations away.
+	window := min(30*time.Second-settled, 20*time.Second)
+	if window < 10*time.Second {
+		t.Fatalf("the shares settled %v after the load change: too late to measure within 30 s", settled.Round(time.Millisecond))
+	}
+	t.Logf("  settled %v after the change: %s", settled.Round(time.Millisecond), describe(st))
+	before, sentBefore := originConns(origins), sentBy(loads)
+	start := time.Now()
+	time.Sleep(window) // the measurement's window: the origins count what they take meanwhile
+	after, sentAfter := originConns(origins), sentBy(loads)
+	elapsed := time.Since(start).Seconds()
+	for site := range loads {
+		t.Logf("  %s offered %.1f new connections/s", site, float64(sentAfter[site]-sentBefore[site])/elapsed)
+	}
+	if st, err := waitSteering(apis["sjc"], 5*time.Second, func(*api.Steering) error { return nil }); err == nil {
+		t.Logf("  after the window: %s", describe(st))
+	}
+	for origin, capacity := range map[string]float64{"us": usCapacity, "eu": euCapacity} {
+		rate := float64(after[origin]-before[origin]) / elapsed
+		t.Logf("  %s takes %.1f new connections/s (capacity %.0f/s), counted at its backends over %.1f s", origin, rate, capacity, elapsed)
+		if rate > 1.05*capacity {
+			t.Errorf("%s takes %.1f/s, above its capacity %.0f/s + 5 %%", origin, rate, capacity)
+		}
+	}
+	// closest first: us is filled, not merely relieved
+	if rate := float64(after["us"]-before["us"]) / elapsed; rate < 0.85*usCapacity {
+		t.Errorf("us takes %.1f/s of its %d/s: sjc spilled more than it needed to", rate, usCapacity)
+	}
+	for site, ld := range loads {
+		if sent, failed := ld.Counts(); failed > 0 {
+			t.Errorf("%s: %d of %d requests failed while the shares moved", site, failed, sent)
+		}
+	}
+
+	t.Log("the leading controller killed: the standby takes over within the lease, and the shares do not move meanwhile")
+	st, err = waitSteering(apis["sjc"], 5*time.Second, func(*api.Steering) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := st.Leader
+	standby := map[string]string{"a": "b", "b": "a"}[dead]
+	if standby == "" {
+		t.Fatalf("the shares were written by %q, not by a controller of the lab", dead)
+	}
+	killed := time.Now()
+	if err := controllers[dead].Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// nothing is written between the kill and the standby's first round: a round of the
+	// dead leader seen after the kill must have been made before it (in flight)
+	last := st
+	took, err := waitSteering(apis["sjc"], steerLease+2*steerInterval+2*time.Second, func(st *api.Steering) error {
+		if st.Leader != dead {
+			return nil
+		}
+		if st.Round != last.Round {
+			if at, err := time.Parse(time.RFC3339Nano, st.At); err != nil || at.After(killed) {
+				t.Errorf("round %d of %s, made at %s, after it was killed at %s", st.Round, dead, st.At, killed.UTC().Format(time.RFC3339Nano))
+			}
+		}
+		last = st
+		return fmt.Errorf("still the shares of %s, round %d", dead, st.Round)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	takeover := time.Since(killed)
+	t.Logf("  %s took over %v after %s was killed (lease %v, interval %v), at round %d",
+		took.Leader, takeover.Round(time.Millisecond), dead, steerLease, steerInterval, took.Round)
+	if took.Leader != standby || took.Round != last.Round+1 {
+		t.Errorf("after %s's round %d came %s's round %d", dead, last.Round, took.Leader, took.Round)
+	}
+	if takeover > steerLease+2*steerInterval {
+		t.Errorf("the standby took over %v after the leader died, more than the lease %v and two rounds", takeover, steerLease)
+	}
+	// the new leader's first round starts from the shares in force: it moves them the
+	// law's step toward its target (or onto it, when that close), as the dead leader's
+	// next round would have; a leader that started afresh would jump to its target
+	for _, site := range took.Decision.Sites {
+		for _, sh := range site.Shares {
+			from := last.Shares[site.Site][sh.Origin]
+			step := from + steer.DefaultGain*(sh.Target-from)
+			if math.Abs(sh.Share-step) > 1e-6 && math.Abs(sh.Share-sh.Target) > 1e-9 {
+				t.Errorf("the new leader moved %s's share of %s from %.4f to %.4f (target %.4f): not one step from the shares in force",
+					site.Site, sh.Origin, from, sh.Share, sh.Target)
+			}
+		}
+	}
+
+	t.Log("every backend of us fails: its share goes to eu within the health check's detection time, the record's publication and a round")
+	failed := time.Now()
+	for _, o := range origins["us"] {
+		if err := o.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bound := detection + publication + steerInterval
+	if _, err := waitSteering(apis["sjc"], bound+time.Second, shares(map[string]map[string]float64{"sjc": {"us": 0, "eu": 1}, "ams": {"us": 0, "eu": 1}})); err != nil {
+		t.Fatal(err)
+	}
+	moved := time.Since(failed)
+	t.Logf("  us's shares went to eu %v after its backends failed (detection %v, + publication %v, + a round %v)",
+		moved.Round(time.Millisecond), detection, publication, steerInterval)
+	if moved > bound {
+		t.Errorf("us's shares moved %v after its backends failed, more than %v", moved, bound)
+	}
+}
+
+// describe is the decision in a line: each site's demand and shares, each origin's
+// load.
+func describe(st *api.Steering) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "round %d by %s:", st.Round, st.Leader)
+	for _, site := range st.Decision.Sites {
+		fmt.Fprintf(&b, " %s %.0f/s", site.Site, site.Demand)
+		for _, sh := range site.Shares {
+			fmt.Fprintf(&b, " %s %.1f %% (target %.1f %%)", sh.Origin, 100*sh.Share, 100*sh.Target)
+		}
+		b.WriteString(";")
+	}
+	for _, o := range st.Decision.Origins {
+		fmt.Fprintf(&b, " %s load %.0f/%.0f", o.Origin, o.Load, o.Capacity)
+	}
+	return b.String()
+}
+
+// sentBy is how many requests each site's client has sent.
+func sentBy(loads map[string]*OfferedLoad) map[string]uint64 {
+	out := map[string]uint64{}
+	for site, ld := range loads {
+		out[site], _ = ld.Counts()
+	}
+	return out
+}
+
+// originConns is how many connections each origin's backends have accepted.
+func originConns(origins map[string][]*OriginServer) map[string]uint64 {
+	out := map[string]uint64{}
+	for origin, servers := range origins {
+		for _, o := range servers {
+			out[origin] += o.Conns()
+		}
+	}
+	return out
+}
+
+// originOf is the origin of a backend of the lab, by address: its host's role says it.
+func originOf(l *Lab, addr string) string {
+	for _, h := range l.HostsOf(Backend) {
+		if h.Addr4.String() == addr {
+			return h.Role[:2]
+		}
+	}
+	return ""
+}
+
+// shares is a condition on the shares: each site's share of each origin within 1e-9.
+func shares(want map[string]map[string]float64) func(*api.Steering) error {
+	return func(st *api.Steering) error {
+		for site, m := range want {
+			for origin, w := range m {
+				if got := st.Shares[site][origin]; math.Abs(got-w) > 1e-9 {
+					return fmt.Errorf("%s's share of %s is %.3f, want %.3f (round %d)", site, origin, got, w, st.Round)
+				}
+			}
+		}
+		return nil
+	}
+}
