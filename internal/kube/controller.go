@@ -108,11 +108,17 @@ func Run(ctx context.Context, o Options) error {
 		host, _ := os.Hostname()
 		o.Identity = host + "-" + rand.String(5)
 	}
-	cs, err := kubernetes.NewForConfig(o.Config)
+	cfg := rest.CopyConfig(o.Config)
+	if cfg.QPS == 0 {
+		// client-go's default (5 a second, bursts of 10) would take seconds to write
+		// the status of many Services after a pool changes.
+		cfg.QPS, cfg.Burst = 50, 100
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamic.NewForConfig(o.Config)
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -121,10 +127,9 @@ func Run(ctx context.Context, o Options) error {
 		Client:     cs.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: o.Identity},
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var runErr error
-	lost := false
+	// The elector runs the callback in a goroutine it does not wait for; serve runs
+	// here instead, so that Run returns only once the controller has stopped acting.
+	leading := make(chan context.Context, 1)
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		ReleaseOnCancel: true,
@@ -132,27 +137,42 @@ func Run(ctx context.Context, o Options) error {
 		RenewDeadline:   10 * time.Second,
 		RetryPeriod:     2 * time.Second,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				o.Log.Info("leading", "lease", o.Namespace+"/"+LeaseName, "identity", o.Identity)
-				runErr = serve(ctx, cs, dyn, o)
-				cancel()
-			},
-			OnStoppedLeading: func() {
-				if ctx.Err() == nil {
-					lost = true
-				}
-			},
+			OnStartedLeading: func(ctx context.Context) { leading <- ctx },
+			OnStoppedLeading: func() {},
 		},
 		Name: LeaseName,
 	})
 	if err != nil {
 		return err
 	}
-	le.Run(ctx)
-	if lost {
+	ctx, cancel := context.WithCancel(ctx)
+	elected := make(chan struct{})
+	go func() {
+		defer close(elected)
+		le.Run(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-elected
+	}()
+	var leadCtx context.Context
+	select {
+	case leadCtx = <-leading:
+	case <-elected:
+		select {
+		case leadCtx = <-leading:
+		default:
+			return nil
+		}
+	}
+	o.Log.Info("leading", "lease", o.Namespace+"/"+LeaseName, "identity", o.Identity)
+	if err := serve(leadCtx, cs, dyn, o); err != nil {
+		return err
+	}
+	if ctx.Err() == nil {
 		return errors.New("lost the Lease " + o.Namespace + "/" + LeaseName)
 	}
-	return runErr
+	return nil
 }
 
 // poolsKey is the queue's key for "the pools changed"; Service keys have a slash.
