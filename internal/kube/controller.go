@@ -368,7 +368,7 @@ func (c *controller) assign(svc *corev1.Service) ([]netip.Addr, error) {
 	}
 	if want == nil {
 		kept := append(c.alloc.Held(key), statusAddrs(svc)...)
-		for _, v6 := range families(svc) {
+		for n, v6 := range families(svc) {
 			i := slices.IndexFunc(kept, func(a netip.Addr) bool { return a.Is6() == v6 && c.alloc.Check(claim, a) == nil })
 			if i >= 0 {
 				want = append(want, kept[i])
@@ -376,6 +376,11 @@ func (c *controller) assign(svc *corev1.Service) ([]netip.Addr, error) {
 			}
 			a, err := c.alloc.Pick(claim, v6)
 			if err != nil {
+				// A Service that prefers dual stack still gets its first family's
+				// address when no pool has one of the second.
+				if n > 0 && optionalSecondFamily(svc) {
+					continue
+				}
 				return nil, err
 			}
 			want = append(want, a)
@@ -485,6 +490,10 @@ func families(svc *corev1.Service) []bool {
 		out = []bool{false}
 	}
 	return out
+}
+
+func optionalSecondFamily(svc *corev1.Service) bool {
+	return svc.Spec.IPFamilyPolicy == nil || *svc.Spec.IPFamilyPolicy != corev1.IPFamilyPolicyRequireDualStack
 }
 
 func statusAddrs(svc *corev1.Service) []netip.Addr {

@@ -52,7 +52,7 @@ func newEnv(t *testing.T) *env {
 func (e *env) pool(name string, spec map[string]any) {
 	e.t.Helper()
 	spec["serviceSelector"] = map[string]any{"matchLabels": map[string]any{"test": e.ns}}
-	name = e.ns + "-" + name
+	name = e.poolName(name)
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "manifold.io/v1alpha1", "kind": "IPPool",
 		"metadata": map[string]any{"name": name}, "spec": spec,
@@ -64,6 +64,8 @@ func (e *env) pool(name string, spec map[string]any) {
 		_ = e.c.dyn.Resource(PoolResource).Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 }
+
+func (e *env) poolName(name string) string { return e.ns + "-" + name }
 
 // service creates a LoadBalancer Service of manifold's class with one TCP port, as
 // edit changes it; it is deleted when the test ends (before its pools are).
@@ -154,7 +156,13 @@ func (e *env) waitService(name string, within time.Duration, what string, cond f
 // waitEvent waits until an Event of reason is recorded on the named Service.
 func (e *env) waitEvent(name, reason string, within time.Duration) *corev1.Event {
 	e.t.Helper()
-	events := e.c.cs.CoreV1().Events(e.ns)
+	return e.waitEventIn(e.ns, name, reason, within)
+}
+
+// waitEventIn waits for an Event in namespace ns ("default" for a cluster-scoped object).
+func (e *env) waitEventIn(ns, name, reason string, within time.Duration) *corev1.Event {
+	e.t.Helper()
+	events := e.c.cs.CoreV1().Events(ns)
 	selector := fields.Set{"involvedObject.name": name, "reason": reason}.String()
 	var found []*corev1.Event
 	return waitFor(e.t, within, fmt.Sprintf("event %s on %s", reason, name),
@@ -207,8 +215,7 @@ func TestAssignsAnAddressWithinASecond(t *testing.T) {
 	e.service("no-class", 80, func(s *corev1.Service) { s.Spec.LoadBalancerClass = nil })
 	start := time.Now()
 	e.service("web", 80, func(s *corev1.Service) {
-		policy := corev1.IPFamilyPolicyPreferDualStack
-		s.Spec.IPFamilyPolicy = &policy
+		s.Spec.IPFamilyPolicy = new(corev1.IPFamilyPolicyPreferDualStack)
 	})
 	web := e.waitService("web", assignWithin, "an address of each family", func(s *corev1.Service) bool { return len(s.Status.LoadBalancer.Ingress) == 2 })
 	t.Logf("web has %v %s after its creation", addrs(web), time.Since(start).Round(time.Millisecond))
@@ -223,8 +230,22 @@ func TestDefaultClass(t *testing.T) {
 	e := newEnv(t)
 	e.pool("v4", map[string]any{"cidrs": []any{"192.0.2.8/29"}})
 	e.c.runController(t, "default-class", true)
-	e.service("no-class", 80, func(s *corev1.Service) { s.Spec.LoadBalancerClass = nil })
-	inPrefix(t, addrs(e.waitService("no-class", assignWithin, "an address", hasAddr))[0], "192.0.2.8/29")
+	// Dual stack preferred, but the pools have IPv4 only: the IPv4 address it gets.
+	e.service("no-class", 80, func(s *corev1.Service) {
+		s.Spec.LoadBalancerClass = nil
+		s.Spec.IPFamilyPolicy = new(corev1.IPFamilyPolicyPreferDualStack)
+	})
+	got := addrs(e.waitService("no-class", assignWithin, "an address", hasAddr))
+	if len(got) != 1 {
+		t.Fatalf("no-class has %v, want one IPv4 address", got)
+	}
+	inPrefix(t, got[0], "192.0.2.8/29")
+	// Dual stack required: both or nothing.
+	e.service("both-or-none", 80, func(s *corev1.Service) {
+		s.Spec.IPFamilyPolicy = new(corev1.IPFamilyPolicyRequireDualStack)
+	})
+	e.waitEvent("both-or-none", ReasonExhausted, assignWithin)
+	e.noAddress("both-or-none")
 }
 
 func TestPoolExhaustedThenFreed(t *testing.T) {
@@ -248,6 +269,20 @@ func TestPoolExhaustedThenFreed(t *testing.T) {
 	if got := addrs(e.waitService("second", assignWithin, "the freed address", hasAddr)); got[0] != netip.MustParseAddr("192.0.2.16") {
 		t.Errorf("second got %v, want the freed 192.0.2.16", got)
 	}
+}
+
+// A pool the schema lets through but no address can come from is reported on the
+// pool, and the other pools still serve.
+func TestInvalidPool(t *testing.T) {
+	e := newEnv(t)
+	e.pool("bad", map[string]any{"cidrs": []any{"192.0.2.300/24"}})
+	e.pool("good", map[string]any{"ranges": []any{"192.0.2.44-192.0.2.45"}})
+	e.c.runController(t, "invalid-pool", false)
+	if ev := e.waitEventIn("default", e.poolName("bad"), ReasonInvalidPool, assignWithin); !strings.Contains(ev.Message, "spec.cidrs[0]") {
+		t.Errorf("the event does not name the field: %q", ev.Message)
+	}
+	e.service("web", 80, nil)
+	inPrefix(t, addrs(e.waitService("web", assignWithin, "an address from the good pool", hasAddr))[0], "192.0.2.44/31")
 }
 
 func TestPinnedAddress(t *testing.T) {
