@@ -5,8 +5,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
+	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -15,19 +16,25 @@ import (
 	"github.com/manifoldlb/manifold/internal/kube"
 )
 
+const kubeControllerUsage = `Usage: manifold kube-controller [--kubeconfig FILE] [--default-class] [--namespace NS]
+  --kubeconfig FILE   the cluster to serve (default: in the cluster, the Pod's ServiceAccount)
+  --default-class     also serve LoadBalancer Services that name no loadBalancerClass
+  --namespace NS      namespace of the Lease that elects the one active replica (default manifold-system)`
+
 // kubeControllerCmd runs `manifold kube-controller` in the foreground, in the cluster
 // (the Pod's ServiceAccount) or with --kubeconfig FILE; SIGTERM or SIGINT stop it and
 // give up its Lease, so that a standby takes over at once.
 func kubeControllerCmd(args []string) error {
 	fs := flag.NewFlagSet("kube-controller", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: the Pod's ServiceAccount, in the cluster)")
 	defaultClass := fs.Bool("default-class", false, "also serve LoadBalancer Services that name no loadBalancerClass")
 	namespace := fs.String("namespace", "manifold-system", "namespace of the Lease that elects the one active replica")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return fmt.Errorf("%v\n%s", err, kubeControllerUsage)
 	}
 	if fs.NArg() > 0 {
-		return errors.New("unexpected arguments: " + fs.Arg(0))
+		return fmt.Errorf("unexpected argument %q\n%s", fs.Arg(0), kubeControllerUsage)
 	}
 	cfg, err := kube.RESTConfig(*kubeconfig)
 	if err != nil {

@@ -152,9 +152,23 @@ func startCluster(bin string) (*testCluster, error) {
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--token-auth-file", tokenFile, "--authorization-mode", "RBAC",
 		"--service-cluster-ip-range", "10.96.0.0/16,fd00:96::/112")
+	// The admin's kubeconfig, read as `manifold kube-controller --kubeconfig` reads one.
+	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
+	if err := os.WriteFile(kubeconfig, fmt.Appendf(nil, `apiVersion: v1
+kind: Config
+clusters: [{name: test, cluster: {server: "https://%s", insecure-skip-tls-verify: true}}]
+users: [{name: admin, user: {token: admin-token}}]
+contexts: [{name: test, context: {cluster: test, user: admin}}]
+current-context: test
+`, addr), 0o600); err != nil {
+		return nil, err
+	}
+	if c.admin, err = RESTConfig(kubeconfig); err != nil {
+		return nil, err
+	}
 	// The tests' own calls are not throttled (client-go allows 5 a second by default):
 	// a wait must not expire in the client.
-	c.admin = &rest.Config{Host: "https://" + addr, BearerToken: "admin-token", TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: -1}
+	c.admin.QPS = -1
 	if c.cs, err = kubernetes.NewForConfig(c.admin); err != nil {
 		return nil, err
 	}
