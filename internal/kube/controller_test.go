@@ -359,8 +359,8 @@ func TestTypeChangeFreesTheAddress(t *testing.T) {
 }
 
 // A restarted controller keeps every address, even when a Service created while it
-// was away comes first in its list; a standby takes over when the leader gives up
-// the Lease, and only then acts.
+// was away comes first in its list; a standby acts only once the leader has given up
+// the Lease, and then takes over.
 func TestRestartAndStandby(t *testing.T) {
 	e := newEnv(t)
 	e.pool("v4", map[string]any{"cidrs": []any{"192.0.2.48/29"}})
@@ -371,9 +371,18 @@ func TestRestartAndStandby(t *testing.T) {
 		e.service(name, 80, nil)
 		before[name] = addrs(e.waitService(name, assignWithin, "an address", hasAddr))[0]
 	}
-	stopB := e.c.runController(t, "replica-b", false)
+	// The standby serves classless Services and the leader does not: while the
+	// leader leads, one stays without an address (the leader has synced it when it
+	// has given the Service created after it its address); once the standby leads, it
+	// gets one.
+	stopB := e.c.runController(t, "replica-b", true)
+	e.service("classless", 80, func(s *corev1.Service) { s.Spec.LoadBalancerClass = nil })
+	e.service("marker", 80, nil)
+	e.waitService("marker", assignWithin, "an address from the leader", hasAddr)
+	e.noAddress("classless")
 	stopA()
 	e.waitLease("replica-b")
+	e.waitService("classless", assignWithin, "an address from the new leader", hasAddr)
 	// Named to come first in the informer's list, which is in key order.
 	e.service("a-new", 80, nil)
 	got := addrs(e.waitService("a-new", assignWithin, "an address from the standby", hasAddr))[0]
