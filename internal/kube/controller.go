@@ -267,7 +267,11 @@ func (c *controller) next(ctx context.Context) bool {
 		err = c.sync(ctx, key)
 	}
 	if err != nil && ctx.Err() == nil {
-		c.o.Log.Warn("sync failed, will retry", "service", key, "err", err)
+		// A conflict is the informer's copy being older than the Service (our own
+		// status write not seen yet): the retry reads the new one.
+		if !apierrors.IsConflict(err) {
+			c.o.Log.Warn("sync failed, will retry", "service", key, "err", err)
+		}
 		c.queue.AddRateLimited(key)
 		return true
 	}
