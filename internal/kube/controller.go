@@ -166,13 +166,14 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	o.Log.Info("leading", "lease", o.Namespace+"/"+LeaseName, "identity", o.Identity)
-	if err := serve(leadCtx, cs, dyn, o); err != nil {
-		return err
-	}
-	if ctx.Err() == nil {
+	err = serve(leadCtx, cs, dyn, o)
+	switch {
+	case ctx.Err() != nil:
+		return nil // stopped: whatever serve was doing was cut short on purpose
+	case leadCtx.Err() != nil:
 		return errors.New("lost the Lease " + o.Namespace + "/" + LeaseName)
 	}
-	return nil
+	return err
 }
 
 // poolsKey is the queue's key for "the pools changed"; Service keys have a slash.
