@@ -7,6 +7,7 @@
 //	manifold fleet import|export      seed or read the fleet store (etcd)
 //	manifold steer simulate           the steering controller on a simulated clock
 //	manifold connect --config FILE    the tunnel connector: an origin behind NAT dials the edges
+//	manifold kube-controller          LoadBalancer addresses for Kubernetes Services, from IPPools
 //
 // The benchmarks are another binary, manifold-bench, so that this one does not carry
 // their test rig (TestNoTestRigLinked).
@@ -38,6 +39,8 @@ Usage:
   manifold fleet import|export ...  seed or read the fleet store (manifold fleet: how)
   manifold steer simulate ...       run the steering controller on a scenario (simulated time)
   manifold connect --config FILE    the tunnel connector of an origin behind NAT (foreground)
+  manifold kube-controller [--kubeconfig FILE] [--default-class]
+                                    allocate LoadBalancer addresses from IPPools (Kubernetes)
   manifold version
 
 The benchmarks are a binary of their own: manifold-bench (make build builds both).
@@ -67,6 +70,8 @@ func main() {
 		err = steerCmd(args, os.Stdout)
 	case "connect":
 		err = connectCmd(args)
+	case "kube-controller":
+		err = kubeControllerCmd(args)
 	case "bench":
 		err = errors.New("the benchmarks are a binary of their own: bin/manifold-bench (make build)")
 	case "version", "--version":

@@ -55,7 +55,7 @@ var (
 	Clang     = debian("clang", "/usr/bin/clang", "clang") // run by bpf2go in `make generate`
 	Curl      = debian("curl", "/usr/bin/curl", "curl")
 	Dpkg      = debian("dpkg", "/usr/bin/dpkg", "dpkg")
-	Etcd      = debian("etcd", "/usr/bin/etcd", "etcd-server") // the fleet store's members in tests and the lab
+	Etcd      = debian("etcd", "/usr/bin/etcd", "etcd-server") // the fleet store's members in tests and the lab; the store of the Kubernetes tests' API server
 	Ethtool   = debian("ethtool", "/usr/sbin/ethtool", "ethtool")
 	HAProxy   = debian("haproxy", "/usr/sbin/haproxy", "haproxy")
 	IP        = debian("ip", "/usr/sbin/ip", "iproute2")
