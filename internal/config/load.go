@@ -21,11 +21,7 @@ import (
 
 // Load reads and parses the config file of `manifold run`.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, readError(path, err)
-	}
-	return Parse(path, data)
+	return load(path, Parse)
 }
 
 // Parse parses and validates a config file of `manifold run`. file is used only in
@@ -49,11 +45,7 @@ func Parse(file string, data []byte) (*Config, error) {
 
 // LoadSteer reads and parses the config file of `manifold steer --config`.
 func LoadSteer(path string) (*Steer, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, readError(path, err)
-	}
-	return ParseSteer(path, data)
+	return load(path, ParseSteer)
 }
 
 // ParseSteer parses and validates a config file of `manifold steer --config`. file is
@@ -94,11 +86,7 @@ func ParseSteer(file string, data []byte) (*Steer, error) {
 
 // LoadBackend reads and parses the config file of `manifold backend`.
 func LoadBackend(path string) (*BackendAgent, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, readError(path, err)
-	}
-	return ParseBackend(path, data)
+	return load(path, ParseBackend)
 }
 
 // ParseBackend parses and validates a config file of `manifold backend`. file is used
@@ -118,6 +106,16 @@ func ParseBackend(file string, data []byte) (*BackendAgent, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// load reads a config file and hands it to its parser.
+func load[T any](path string, parse func(file string, data []byte) (T, error)) (T, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		var zero T
+		return zero, readError(path, err)
+	}
+	return parse(path, data)
 }
 
 func readError(path string, err error) error {

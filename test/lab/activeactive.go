@@ -245,14 +245,9 @@ func (a *ActiveActive) Status(role string) (*api.Status, error) {
 // BackendState returns the state (up, draining, down) a node's status gives a backend
 // address in a service.
 func BackendState(st *api.Status, service string, addr netip.Addr) (api.BackendState, error) {
-	for _, s := range st.Services {
-		if s.Name != service {
-			continue
-		}
-		for _, b := range s.Backends {
-			if b.Address == addr.String() {
-				return b.State, nil
-			}
+	if s, ok := st.Service(service); ok {
+		if b, ok := s.Backend(addr.String()); ok {
+			return b.State, nil
 		}
 	}
 	return "", fmt.Errorf("no backend %s in service %s", addr, service)

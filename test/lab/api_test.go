@@ -119,13 +119,10 @@ func (al *apiLab) service(t *testing.T, name string) api.ServiceStatus {
 	return s
 }
 
+// backendOf is the backend of addr in s, nil when s has none.
 func backendOf(s api.ServiceStatus, addr string) *api.BackendStatus {
-	for i := range s.Backends {
-		if s.Backends[i].Address == addr {
-			return &s.Backends[i]
-		}
-	}
-	return nil
+	b, _ := s.Backend(addr)
+	return b
 }
 
 // TestAPIOperatorSurface drives a live node through its API: every exchange matches
