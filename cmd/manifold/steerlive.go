@@ -6,16 +6,21 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/fleet"
+	"github.com/manifoldlb/manifold/internal/metrics"
 )
 
 func steerLiveCmd(args []string) error {
@@ -44,5 +49,39 @@ func steerLiveCmd(args []string) error {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	log.Info("steering controller starting", "name", cfg.Name, "prefix", cfg.Fleet.Prefix, "interval", cfg.Interval, "lease", cfg.Lease)
-	return fleet.NewController(cli, cfg.Fleet.Prefix, cfg.Name, cfg.Interval, cfg.Lease, log).Run(ctx)
+	ctl := fleet.NewController(cli, cfg.Fleet.Prefix, cfg.Name, cfg.Interval, cfg.Lease, log)
+	if cfg.Metrics != "" {
+		stop, err := serveSteerMetrics(cfg.Metrics, ctl, cfg.Name, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	return ctl.Run(ctx)
+}
+
+// serveSteerMetrics serves the controller's GET /metrics on addr until the returned
+// func is called.
+func serveSteerMetrics(addr string, ctl *fleet.Controller, name string, log *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("steer.metrics: listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics.SteerHandler(func() metrics.SteerSnapshot {
+		return metrics.SteerSnapshot{Controller: name, Leading: ctl.Leading(), Rounds: ctl.Rounds(), Services: ctl.Written()}
+	}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute}
+	// owned by steerLiveCmd: shut down by the returned func before it returns
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	log.Info("metrics listening", "address", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
 }

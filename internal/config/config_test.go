@@ -568,12 +568,12 @@ func TestLargeConfig(t *testing.T) {
 }
 
 func TestParseSteer(t *testing.T) {
-	got, err := ParseSteer("s.yaml", []byte("fleet:\n  etcd:\n    endpoints: [http://10.0.0.5:2379]\nsteer:\n  name: s1\n  interval: 2s\n"))
+	got, err := ParseSteer("s.yaml", []byte("fleet:\n  etcd:\n    endpoints: [http://10.0.0.5:2379]\nsteer:\n  name: s1\n  interval: 2s\n  metrics: 127.0.0.1:9101\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &Steer{Fleet: Fleet{Endpoints: []string{"http://10.0.0.5:2379"}, Prefix: DefaultFleetPrefix}, Name: "s1",
-		Interval: 2 * time.Second, Lease: DefaultSteerLease}
+		Interval: 2 * time.Second, Lease: DefaultSteerLease, Metrics: "127.0.0.1:9101"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
@@ -581,6 +581,8 @@ func TestParseSteer(t *testing.T) {
 		{"no fleet", "steer:\n  interval: 1s\n", "s.yaml:1: fleet: required"},
 		{"lease not whole seconds", "fleet:\n  etcd:\n    endpoints: [http://10.0.0.5:2379]\nsteer:\n  lease: 2500ms\n",
 			"s.yaml:5: steer.lease: 2.5s is not whole seconds (etcd's leases are)"},
+		{"metrics not host:port", "fleet:\n  etcd:\n    endpoints: [http://10.0.0.5:2379]\nsteer:\n  metrics: 9101\n",
+			`s.yaml:5: steer.metrics: "9101" is not host:port (e.g. 127.0.0.1:9100)`},
 		{"services in the file", "fleet:\n  etcd:\n    endpoints: [http://10.0.0.5:2379]\nservices: []\n",
 			"s.yaml:4: services: unknown field (accepted: fleet, steer)"},
 	} {

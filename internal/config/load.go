@@ -70,6 +70,8 @@ func ParseSteer(file string, data []byte) (*Steer, error) {
 					s.Interval, _ = p.duration(v, path)
 				case "lease":
 					s.Lease, _ = p.duration(v, path)
+				case "metrics":
+					s.Metrics, _ = p.str(v, path)
 				}
 			})
 		}

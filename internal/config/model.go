@@ -188,6 +188,8 @@ type Steer struct {
 	// Interval is the time between two rounds; Lease how long the leader's lease lasts
 	// without renewal: a standby takes over within it when the leader is gone.
 	Interval, Lease time.Duration
+	// Metrics is where GET /metrics listens (host:port); "" for nowhere.
+	Metrics string
 }
 
 // BackendAgent is the desired state of `manifold backend --config FILE`.

@@ -166,6 +166,8 @@ var SteerSchema = append([]Field{
 		Example: "1s", Doc: "one round: read the nodes' records, decide, write the shares"},
 	{Path: "steer.lease", Type: TypeDuration, Default: def(DefaultSteerLease), Range: durations(MinSteerLease, MaxSteerLease),
 		Example: "5s", Doc: "the leader's lease: a standby takes over this long after the leader is gone (whole seconds)"},
+	{Path: "steer.metrics", Type: TypeString, Example: "127.0.0.1:9101",
+		Doc: "host:port of the controller's Prometheus metrics (GET /metrics); none when absent"},
 }...)...)
 
 // fleetRows are the node schema's rows below fleet.

@@ -205,6 +205,11 @@ func (p *parser) validateSteer(s *Steer) {
 	if lp := "steer.lease"; p.given(lp) && s.Lease%time.Second != 0 {
 		p.errorAt(lp, "%s is not whole seconds (etcd's leases are)", s.Lease)
 	}
+	if mp := "steer.metrics"; p.given(mp) {
+		if msg := apiProblem(s.Metrics); msg != "" {
+			p.errorAt(mp, "%s", msg)
+		}
+	}
 }
 
 // endpointProblem says what is wrong with an etcd client URL ("" when nothing).

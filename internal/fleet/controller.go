@@ -46,6 +46,7 @@ type Controller struct {
 	mu      sync.Mutex
 	leading bool
 	rounds  uint64
+	written []api.Steering // by the last round of the current term
 }
 
 // NewController makes a controller named name (its identity in the election).
@@ -65,6 +66,14 @@ func (c *Controller) Rounds() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.rounds
+}
+
+// Written is what the controller's last round wrote, while it leads; nil while it
+// stands by (what it once wrote may have been replaced since).
+func (c *Controller) Written() []api.Steering {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.written
 }
 
 // Run campaigns and, while it leads, decides every interval, until ctx ends; then it
@@ -126,6 +135,7 @@ func (c *Controller) setLeading(v bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.leading = v
+	c.written = nil
 }
 
 var errNotLeader = errors.New("no longer the leader")
@@ -161,6 +171,7 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 		}
 	}
 	var ops []clientv3.Op
+	var written []api.Steering
 	withOrigins := map[string]bool{}
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		var spec api.ServiceSpec
@@ -181,6 +192,7 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 			return err
 		}
 		ops = append(ops, clientv3.OpPut(c.keys.steeringOf(spec.Name), string(value)))
+		written = append(written, st)
 	}
 	// a service that lost its origins (or was deleted) goes back to its own weights
 	for name := range current {
@@ -200,6 +212,7 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 	}
 	c.mu.Lock()
 	c.rounds++
+	c.written = written
 	c.mu.Unlock()
 	return nil
 }

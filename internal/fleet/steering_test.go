@@ -226,8 +226,13 @@ func TestControllerLeadsAndFailsOver(t *testing.T) {
 		t.Fatalf("the standby moved the shares: %+v after %+v", took, first)
 	}
 	// the count follows the write: read it once the standby's next round is written
-	if next := nextSteering(t, watch); next.Leader != standby || !ctls[standby].Leading() || ctls[standby].Rounds() == 0 {
+	next := nextSteering(t, watch)
+	if next.Leader != standby || !ctls[standby].Leading() || ctls[standby].Rounds() == 0 {
 		t.Fatalf("the standby wrote but does not say it leads")
+	}
+	// what it says it wrote (its metrics): its first round or a later one
+	if w := ctls[standby].Written(); len(w) != 1 || w[0].Leader != standby || w[0].Round < took.Round || w[0].Decision.Sites == nil {
+		t.Fatalf("the new leader says it wrote %+v, after its round %d", w, took.Round)
 	}
 }
 

@@ -1,7 +1,7 @@
-// Package metrics exposes a node's state in the Prometheus text format (GET /metrics).
-// Values are read at scrape time from a Source — the BPF maps' per-CPU counters summed,
-// the reconciler's view, the health checker and the BGP speaker — so a scrape costs
-// nothing on the packet path.
+// Package metrics exposes a node's state, and a steering controller's (steer.go), in
+// the Prometheus text format (GET /metrics). Values are read at scrape time from a
+// Source — the BPF maps' per-CPU counters summed, the reconciler's view, the health
+// checker and the BGP speaker — so a scrape costs nothing on the packet path.
 package metrics
 
 import (
@@ -107,7 +107,7 @@ var (
 	fleetConflictsDesc = desc("manifold_fleet_write_conflicts_total",
 		"API writes refused because another write reached the fleet store first.")
 	steeringShareDesc = desc("manifold_steering_share",
-		"Fraction of this node's site's new flows that global steering sends to an origin.", "service", "site", "origin")
+		"Fraction of a site's new flows that global steering sends to an origin (a node reports its own site's, the leading controller every site's).", "service", "site", "origin")
 	steeringTargetDesc = desc("manifold_steering_target",
 		"The share global steering moves toward (the capacity-bound closest-first assignment).", "service", "site", "origin")
 	apiDesc = desc("manifold_api_requests_total",
@@ -207,9 +207,11 @@ func bit(b bool) float64 {
 }
 
 // Handler serves the node's metrics, plus the Go runtime's and the process's.
-func Handler(src Source) http.Handler {
+func Handler(src Source) http.Handler { return handler(collector{src}) }
+
+func handler(c prometheus.Collector) http.Handler {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{src}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -20,8 +21,14 @@ func (f fixed) MetricsSnapshot() Snapshot { return Snapshot(f) }
 
 func scrape(t *testing.T, src Source) (string, map[string]float64) {
 	t.Helper()
+	return scrapeHandler(t, Handler(src))
+}
+
+// scrapeHandler is h's scrape, and its values by metric name and labels.
+func scrapeHandler(t *testing.T, h http.Handler) (string, map[string]float64) {
+	t.Helper()
 	rec := httptest.NewRecorder()
-	Handler(src).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
@@ -137,16 +144,19 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	}
 }
 
-// The same rules promtool check metrics applies.
+// The same rules promtool check metrics applies, to a node's and a controller's.
 func TestMetricsPassLint(t *testing.T) {
-	body, _ := scrape(t, full)
-	problems, err := promlint.New(strings.NewReader(body)).Lint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		if strings.HasPrefix(p.Metric, "manifold_") {
-			t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	node, _ := scrape(t, full)
+	controller, _ := steerScrape(t, leading)
+	for _, body := range []string{node, controller} {
+		problems, err := promlint.New(strings.NewReader(body)).Lint()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			if strings.HasPrefix(p.Metric, "manifold_") {
+				t.Errorf("lint: %s: %s", p.Metric, p.Text)
+			}
 		}
 	}
 }
