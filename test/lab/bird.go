@@ -33,11 +33,11 @@ type RouterOptions struct {
 	HoldTime time.Duration
 }
 
-// Bird is BIRD running in the router namespace.
+// Bird is BIRD running in a router's namespace.
 type Bird struct {
 	*Process
 	Socket string
-	router *Host
+	Router *Host
 }
 
 // BirdConfig renders the router's BIRD configuration.
@@ -85,26 +85,40 @@ template bgp lbnode {
 // StartBird runs BIRD in the router namespace with L4 ECMP hashing switched on, and
 // returns once it answers on its control socket.
 func (l *Lab) StartBird(peers []RouterPeer, o RouterOptions) (*Bird, error) {
+	return l.startBird(l.Router, "bird", peers, o)
+}
+
+// StartEdgeBird runs BIRD on a site's edge router, as StartBird does on the router in
+// the middle.
+func (l *Lab) StartEdgeBird(router *Host, peers []RouterPeer, o RouterOptions) (*Bird, error) {
+	if router.Kind != EdgeRouter {
+		return nil, fmt.Errorf("lab: %s is a %s, not an edge router", router.Role, router.Kind)
+	}
+	return l.startBird(router, "bird-"+router.Role, peers, o)
+}
+
+// startBird runs BIRD on router; name names its process and its files.
+func (l *Lab) startBird(router *Host, name string, peers []RouterPeer, o RouterOptions) (*Bird, error) {
 	// hash flows on the 5-tuple (policy 1), not just the addresses: one client's
 	// connections then spread over the nodes
-	if err := l.Router.Sysctl(map[string]string{
+	if err := router.Sysctl(map[string]string{
 		"net.ipv4.fib_multipath_hash_policy": "1",
 		"net.ipv6.fib_multipath_hash_policy": "1",
 	}); err != nil {
 		return nil, err
 	}
-	conf := filepath.Join(l.Dir, "bird.conf")
+	conf := filepath.Join(l.Dir, name+".conf")
 	if err := writeFileAtomic(conf, []byte(BirdConfig(peers, o))); err != nil {
 		return nil, err
 	}
-	b := &Bird{Socket: filepath.Join(l.Dir, "bird.ctl"), router: l.Router}
-	p, err := l.Start(l.Router, "bird", hostprog.Bird, "-f", "-c", conf, "-s", b.Socket, "-P", filepath.Join(l.Dir, "bird.pid"))
+	b := &Bird{Socket: filepath.Join(l.Dir, name+".ctl"), Router: router}
+	p, err := l.Start(router, name, hostprog.Bird, "-f", "-c", conf, "-s", b.Socket, "-P", filepath.Join(l.Dir, name+".pid"))
 	if err != nil {
 		return nil, err
 	}
 	b.Process = p
 	if err := p.WaitReady(10*time.Second, func() error { _, err := b.Show("status"); return err }); err != nil {
-		return b, fmt.Errorf("bird: %w", err)
+		return b, fmt.Errorf("%s: %w", name, err)
 	}
 	return b, nil
 }
@@ -127,6 +141,12 @@ func (l *Lab) NextHops(vip netip.Addr) ([]netip.Addr, error) { return nextHops(l
 // next hops want (none: no route), and returns how long that took.
 func (l *Lab) WaitNextHops(vip netip.Addr, want []netip.Addr, timeout time.Duration) (time.Duration, error) {
 	return waitNextHops(l.Router, vip, want, timeout)
+}
+
+// WaitNextHops waits up to timeout until BIRD's router routes vip over exactly the
+// next hops want, and returns how long that took.
+func (b *Bird) WaitNextHops(vip netip.Addr, want []netip.Addr, timeout time.Duration) (time.Duration, error) {
+	return waitNextHops(b.Router, vip, want, timeout)
 }
 
 func nextHops(router *Host, vip netip.Addr) ([]netip.Addr, error) {

@@ -12,6 +12,14 @@
 // has eth0 with 10.0.i.2/24 and fd00:0:i::2/64; the router's end of the pair is named
 // after the host's role and has 10.0.i.1 and fd00:0:i::1, the host's default gateway.
 //
+// A lab of several sites gives each an edge router (kind EdgeRouter, itself a host of
+// the router in the middle); the site's hosts hang off it (HostSpec.Via) with the same
+// addressing, and the router in the middle routes their subnets to it:
+//
+//	c-sjc ── r-sjc ── router ── r-ams ── c-ams
+//	lb-sjc1 ─┘  │       │         │└─ lb-ams1
+//	lb-sjc2 ────┘      be1        └── lb-ams2
+//
 // Links, addresses and routes are made through netlink handles opened inside each
 // namespace; the namespaces themselves with `ip netns add` (so that `ip netns exec`
 // finds them); offload settings with ethtool. Sysctls are written from a thread
@@ -55,6 +63,9 @@ const (
 	Client              // sends traffic to the VIPs
 	LBNode              // runs `manifold run`: forwards; the router's end of its veth takes XDP_TX
 	Backend             // runs `manifold backend` and an HTTP server
+	// EdgeRouter is a site's router, a host of the router in the middle: the hosts
+	// whose HostSpec.Via names it hang off it, and it forwards.
+	EdgeRouter
 )
 
 func (k Kind) String() string {
@@ -67,6 +78,8 @@ func (k Kind) String() string {
 		return "lb-node"
 	case Backend:
 		return "backend"
+	case EdgeRouter:
+		return "edge-router"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -75,6 +88,9 @@ func (k Kind) String() string {
 type HostSpec struct {
 	Role string // namespace suffix and name of the router's end of the veth; at most 15 bytes
 	Kind Kind
+	// Via is the role of the EdgeRouter the host hangs off, listed before it; "" for
+	// the router in the middle.
+	Via string
 }
 
 // Spec describes a lab.
@@ -107,7 +123,10 @@ type Host struct {
 	Addr4, Addr6 netip.Addr
 	// Gateway4 and Gateway6 are the router's addresses on the link to this host.
 	Gateway4, Gateway6 netip.Addr
-	// RouterLink is the router's end of the veth pair ("" for the router).
+	// Upstream is the router the host hangs off: the one in the middle or its site's
+	// edge router (nil for the router in the middle). RouterLink is its end of the veth
+	// pair.
+	Upstream   *Host
 	RouterLink string
 
 	nsh netns.NsHandle
@@ -166,7 +185,7 @@ func New(spec Spec) (l *Lab, err error) {
 		if err := h.WaitLocal(3*time.Second, h.Addr4, h.Addr6); err != nil {
 			return l, err
 		}
-		if err := l.Router.WaitLocal(3*time.Second, h.Gateway4, h.Gateway6); err != nil {
+		if err := h.Upstream.WaitLocal(3*time.Second, h.Gateway4, h.Gateway6); err != nil {
 			return l, err
 		}
 		if err := h.resolveGateways(); err != nil {
@@ -287,10 +306,17 @@ func (l *Lab) addHost(i int, hs HostSpec) (*Host, error) {
 	if hs.Role == "" || hs.Role == "router" || len(hs.Role) > 15 || l.Host(hs.Role) != nil {
 		return nil, fmt.Errorf("lab: bad or duplicate role %q", hs.Role)
 	}
+	up := l.Router
+	if hs.Via != "" {
+		if up = l.Host(hs.Via); up == nil || up.Kind != EdgeRouter {
+			return nil, fmt.Errorf("lab: %s: via %q, which is not an edge router listed before it", hs.Role, hs.Via)
+		}
+	}
 	h, err := l.addNamespace(hs.Role, hs.Kind)
 	if err != nil {
 		return nil, err
 	}
+	h.Upstream = up
 	h.RouterLink = hs.Role
 	h.Addr4 = netip.AddrFrom4([4]byte{10, 0, byte(i), 2})
 	h.Gateway4 = netip.AddrFrom4([4]byte{10, 0, byte(i), 1})
@@ -302,19 +328,31 @@ func (l *Lab) addHost(i int, hs HostSpec) (*Host, error) {
 		PeerName:      HostLink,
 		PeerNamespace: netlink.NsFd(h.nsh),
 	}
-	if err := l.Router.nl.LinkAdd(veth); err != nil {
+	if err := up.nl.LinkAdd(veth); err != nil {
 		h.close()
-		return nil, fmt.Errorf("veth router:%s ↔ %s:%s: %w", h.RouterLink, h.NS, HostLink, err)
+		return nil, fmt.Errorf("veth %s:%s ↔ %s:%s: %w", up.Role, h.RouterLink, h.NS, HostLink, err)
 	}
 	steps := []func() error{
-		func() error { return l.Router.addAddr(h.RouterLink, h.Gateway4, 24) },
-		func() error { return l.Router.addAddr(h.RouterLink, h.Gateway6, 64) },
+		func() error { return up.addAddr(h.RouterLink, h.Gateway4, 24) },
+		func() error { return up.addAddr(h.RouterLink, h.Gateway6, 64) },
 		func() error { return h.addAddr(HostLink, h.Addr4, 24) },
 		func() error { return h.addAddr(HostLink, h.Addr6, 64) },
-		func() error { return l.Router.linkUp(h.RouterLink) },
+		func() error { return up.linkUp(h.RouterLink) },
 		func() error { return h.linkUp(HostLink) },
 		func() error { return h.addDefaultRoute(h.Gateway4) },
 		func() error { return h.addDefaultRoute(h.Gateway6) },
+	}
+	if up != l.Router {
+		// the router in the middle reaches the site's hosts through the edge router
+		steps = append(steps,
+			func() error { return l.Router.addRoute(netip.PrefixFrom(h.Gateway4, 24).Masked(), up.Addr4) },
+			func() error { return l.Router.addRoute(netip.PrefixFrom(h.Gateway6, 64).Masked(), up.Addr6) },
+		)
+	}
+	if hs.Kind == EdgeRouter {
+		steps = append(steps, func() error {
+			return h.Sysctl(map[string]string{"net.ipv4.conf.all.forwarding": "1", "net.ipv6.conf.all.forwarding": "1"})
+		})
 	}
 	if hs.Kind == Client {
 		// Off a wire, packets carry complete checksums; between veths the kernel leaves
@@ -327,11 +365,11 @@ func (l *Lab) addHost(i int, hs HostSpec) (*Host, error) {
 		// no forwarding sysctls: manifold run enables forwarding on its interfaces itself
 		steps = append(steps,
 			// XDP_TX out of a veth needs NAPI on the peer, which GRO gives it ...
-			func() error { return l.Router.Exec(hostprog.Ethtool, "-K", h.RouterLink, "gro", "on") },
+			func() error { return up.Exec(hostprog.Ethtool, "-K", h.RouterLink, "gro", "on") },
 			// ... but the veth driver kicks the peer's NAPI after XDP_TX only when the
 			// peer has an XDP program of its own (veth_xdp_flush): with GRO alone the
 			// frames wait in the peer's ring until something else polls it.
-			func() error { return l.Router.attachXDPPass(h.RouterLink) },
+			func() error { return up.attachXDPPass(h.RouterLink) },
 		)
 	}
 	for _, step := range steps {
@@ -517,6 +555,13 @@ func (h *Host) addAddr(name string, a netip.Addr, bits int) error {
 	}
 	if err := h.nl.AddrAdd(link, addr); err != nil {
 		return fmt.Errorf("%s: address %s/%d on %s: %w", h.NS, a, bits, name, err)
+	}
+	return nil
+}
+
+func (h *Host) addRoute(dst netip.Prefix, gw netip.Addr) error {
+	if err := h.nl.RouteAdd(&netlink.Route{Dst: prefixNet(dst), Gw: net.IP(gw.AsSlice())}); err != nil {
+		return fmt.Errorf("%s: route %s via %s: %w", h.NS, dst, gw, err)
 	}
 	return nil
 }

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // Every test builds its own lab under this prefix, one test at a time.
@@ -413,22 +411,11 @@ func TestSpreadAndDSR(t *testing.T) {
 // scraped from its /metrics.
 func forwarded(t *testing.T, lb *Host) uint64 {
 	t.Helper()
-	out, err := lb.Output(hostprog.Curl, "-sf", "http://127.0.0.1:9100/metrics")
+	_, families, err := Scrape(lb, "127.0.0.1:9100")
 	if err != nil {
-		t.Fatalf("scrape %s /metrics: %v", lb.Role, err)
+		t.Fatal(err)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(out))
-	if err != nil {
-		t.Fatalf("%s /metrics is not the Prometheus text format: %v", lb.Role, err)
-	}
-	var n uint64
-	if f, ok := families["manifold_packets_total"]; ok {
-		for _, m := range f.Metric {
-			n += uint64(m.GetCounter().GetValue())
-		}
-	}
-	return n
+	return uint64(MetricSum(families, "manifold_packets_total"))
 }
 
 // A reload with a bad file changes nothing: the daemon says why, keeps running, keeps

@@ -12,15 +12,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
-// The parts of the steering lab (README: Global steering): edge sites whose clients
-// reach their own site's node, origins whose backends answer the health check after the
-// round-trip time of the checking node's site, and the steering controllers.
+// The parts of the steering lab (README: Global steering): origins whose backends
+// answer the health check after the round-trip time of the checking node's site, the
+// steering controllers, and clients that offer a load.
 
 // OriginServer is one backend of an origin: an HTTP server on port 80 (the VIP's, after
 // the backend agent's decapsulation) that counts the connections it accepts, and a
@@ -97,30 +95,16 @@ func (o *OriginServer) Close() error {
 	return errors.Join(errs...)
 }
 
-// RouteVIPFrom points the router's route for vip, for packets from the host from only,
-// at an LB node: with one router in the lab, this is how each site's clients reach
-// their own site's node, as anycast would take them to the closest edge. table is a
-// routing table of the router's that nothing else uses.
-func (l *Lab) RouteVIPFrom(vip netip.Addr, from, via *Host, table int) error {
-	rule := netlink.NewRule()
-	rule.Src = prefixNet(netip.PrefixFrom(from.Addr4, 32))
-	rule.Table = table
-	if err := l.Router.nl.RuleAdd(rule); err != nil {
-		return fmt.Errorf("router: rule from %s lookup %d: %w", from.Addr4, table, err)
-	}
-	r := &netlink.Route{Dst: prefixNet(netip.PrefixFrom(vip, 32)), Gw: via.Addr4.AsSlice(), Table: table}
-	if err := l.Router.nl.RouteReplace(r); err != nil {
-		return fmt.Errorf("router: route %s via %s (%s) in table %d: %w", vip, via.Addr4, via.Role, table, err)
-	}
-	return nil
-}
+// SteerMetrics is where the lab's steering controllers serve their metrics, on their
+// host's loopback (a node's API has 9100).
+const SteerMetrics = "127.0.0.1:9101"
 
 // StartSteer runs `manifold steer --config` on h: a steering controller named name on
-// the fleet store at endpoints.
+// the fleet store at endpoints, serving its metrics on SteerMetrics.
 func (l *Lab) StartSteer(manifold string, h *Host, name string, endpoints []string, interval, lease time.Duration) (*Process, error) {
 	path := filepath.Join(l.Dir, "steer-"+name+".yaml")
-	file := fmt.Sprintf("fleet:\n  etcd:\n    endpoints: [%s]\nsteer:\n  name: %s\n  interval: %s\n  lease: %s\n",
-		strings.Join(endpoints, ", "), name, interval, lease)
+	file := fmt.Sprintf("fleet:\n  etcd:\n    endpoints: [%s]\nsteer:\n  name: %s\n  interval: %s\n  lease: %s\n  metrics: %s\n",
+		strings.Join(endpoints, ", "), name, interval, lease, SteerMetrics)
 	if err := writeFileAtomic(path, []byte(file)); err != nil {
 		return nil, err
 	}
@@ -144,24 +128,30 @@ type OfferedLoad struct {
 }
 
 // StartOfferedLoad starts sending from ns to url, rate new connections per second.
+// A tick that comes late (a busy machine) sends what is due since the rate was set, so
+// that the rate holds on average.
 func StartOfferedLoad(ns, url string, rate float64) *OfferedLoad {
 	l := &OfferedLoad{rate: make(chan float64), stop: make(chan struct{})}
 	tick := time.NewTicker(period(rate))
 	l.loop.Go(func() {
 		defer tick.Stop()
+		since, base := time.Now(), uint64(0) // the rate's start, and what was sent before it
 		for {
 			select {
 			case <-l.stop:
 				return
-			case r := <-l.rate:
-				tick.Reset(period(r))
-			case <-tick.C:
-				l.sent.Add(1)
-				l.flows.Go(func() {
-					if _, err := HTTPGet(ns, url, 0); err != nil {
-						l.failed.Add(1)
-					}
-				})
+			case rate = <-l.rate:
+				since, base = time.Now(), l.sent.Load()
+				tick.Reset(period(rate))
+			case now := <-tick.C:
+				for due := base + uint64(rate*now.Sub(since).Seconds()); l.sent.Load() < due; {
+					l.sent.Add(1)
+					l.flows.Go(func() {
+						if _, err := HTTPGet(ns, url, 0); err != nil {
+							l.failed.Add(1)
+						}
+					})
+				}
 			}
 		}
 	})

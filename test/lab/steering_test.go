@@ -1,17 +1,21 @@
 package lab
 
-// The live lab of global steering: two edge sites, two origins, etcd, two controllers,
-// clients that offer more than the closest origin takes.
+// The live lab of global steering: two edge sites, each a router running BIRD and two
+// nodes announcing the VIP to it over BGP (ECMP at the router), two origins of two
+// backends each, etcd, two controllers, clients that offer more than the closest
+// origin takes.
 //
-//	c-sjc ──┐                    ┌── lb-sjc (site sjc; etcd; controller a)
-//	        ├── router ──────────┼── lb-ams (site ams; controller b)
-//	c-ams ──┘  VIP: by source    ├── us1 us2  origin us, capacity 100/s
-//	           (c-sjc → lb-sjc,  └── eu1 eu2  origin eu, capacity 400/s
-//	            c-ams → lb-ams)
+//	c-sjc ─┐                ┌─ lb-sjc1  etcd; controller a
+//	       r-sjc (BIRD) ────┤                                 ┌─ us1 us2  origin us, 100/s
+//	         │              └─ lb-sjc2                        │
+//	         └──────────────────────── router ────────────────┤
+//	         ┌─────────────────────────┘                      │
+//	       r-ams (BIRD) ────┬─ lb-ams1  controller b          └─ eu1 eu2  origin eu, 400/s
+//	c-ams ─┘                └─ lb-ams2
 //
-// One router, and the VIP routed by the client's address: each site's client reaches
-// its own site's node, as anycast takes a client to the closest edge (the lab's other
-// tests cover BGP and ECMP; here the route is static). One node per site.
+// Each site's client reaches its own site's nodes, as anycast takes a client to the
+// closest edge: its edge router has the VIP from its nodes' BGP sessions and spreads
+// the client's connections over them by their 5-tuple.
 //
 // Distance: the lab has no netem, so the RTT is the application's (OriginServer): the
 // backends answer the HTTP health check after the RTT from the checking node's site,
@@ -27,8 +31,11 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/metrics"
 	"github.com/manifoldlb/manifold/internal/steer"
 )
 
@@ -59,18 +66,34 @@ var rttOf = map[string]map[string]time.Duration{
 // the HTTP exchange of the check, in a -race build on a shared machine.
 const rttSlack = 20 * time.Millisecond
 
+// steerSites are the lab's sites, each with its nodes.
+var steerSites = map[string][]string{"sjc": {"lb-sjc1", "lb-sjc2"}, "ams": {"lb-ams1", "lb-ams2"}}
+
 func TestSteering(t *testing.T) {
 	requireLab(t)
-	if err := hostprog.Check(hostprog.Etcd); err != nil {
+	if err := hostprog.Check(hostprog.Etcd, hostprog.Bird, hostprog.Birdc); err != nil {
 		t.Skip(err)
 	}
 	if buildErr != nil {
 		t.Fatalf("cannot build manifold (make build shows the same): %v", buildErr)
 	}
-	hosts := []HostSpec{{"c-sjc", Client}, {"c-ams", Client}, {"lb-sjc", LBNode}, {"lb-ams", LBNode},
-		{"us1", Backend}, {"us2", Backend}, {"eu1", Backend}, {"eu2", Backend}}
+	hosts := []HostSpec{{Role: "r-sjc", Kind: EdgeRouter}, {Role: "r-ams", Kind: EdgeRouter}}
+	for _, site := range []string{"sjc", "ams"} {
+		hosts = append(hosts, HostSpec{Role: "c-" + site, Kind: Client, Via: "r-" + site})
+		for _, role := range steerSites[site] {
+			hosts = append(hosts, HostSpec{Role: role, Kind: LBNode, Via: "r-" + site})
+		}
+	}
+	for _, role := range []string{"us1", "us2", "eu1", "eu2"} {
+		hosts = append(hosts, HostSpec{Role: role, Kind: Backend})
+	}
 	l := newLabOf(t, hosts...)
-	lbs := map[string]*Host{"sjc": l.Host("lb-sjc"), "ams": l.Host("lb-ams")}
+	siteOf := map[*Host]string{}
+	for site, roles := range steerSites {
+		for _, role := range roles {
+			siteOf[l.Host(role)] = site
+		}
+	}
 	origins := map[string][]*OriginServer{}
 	var backends strings.Builder
 	for _, role := range []string{"us1", "us2", "eu1", "eu2"} {
@@ -79,7 +102,7 @@ func TestSteering(t *testing.T) {
 			t.Fatal(err)
 		}
 		rtt := map[netip.Addr]time.Duration{}
-		for site, lb := range lbs {
+		for lb, site := range siteOf {
 			rtt[lb.Addr4] = rttOf[origin][site]
 		}
 		o, err := StartOriginServer(h, rtt)
@@ -91,16 +114,19 @@ func TestSteering(t *testing.T) {
 		fmt.Fprintf(&backends, "      - {address: %s, origin: %s}\n", h.Addr4, origin)
 	}
 
-	etcd, err := l.StartEtcd(lbs["sjc"])
+	first := l.Host("lb-sjc1")
+	etcd, err := l.StartEtcd(first)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fleetCfg := func(h *Host, site string) NodeConfig {
-		return NodeConfig{Name: h.Role, Site: site, Address: h.Addr4, Fleet: &Fleet{Endpoints: etcd.Endpoints()}}
+	nodeCfg := func(h *Host) NodeConfig {
+		return NodeConfig{Name: h.Role, Site: siteOf[h], Address: h.Addr4, Fleet: &Fleet{Endpoints: etcd.Endpoints()},
+			// no drain at the end: the test is over by then
+			BGP: &BGP{ASN: NodeASN, RouterID: h.Addr4, DrainTime: time.Millisecond, Peers: []BGPPeer{{Address: h.Gateway4, ASN: RouterASN}}}}
 	}
 	// a node's file ending in its services section, which the service with origins
 	// (the lab's NodeConfig knows none) completes
-	services := string(NodeConfig{Name: "import", Address: lbs["sjc"].Addr4}.YAML()) + fmt.Sprintf(`  - name: web
+	services := string(NodeConfig{Name: "import", Address: first.Addr4}.YAML()) + fmt.Sprintf(`  - name: web
     vip: %s
     port: 80
     protocol: tcp
@@ -110,23 +136,43 @@ func TestSteering(t *testing.T) {
     backends:
 %s    health: {kind: http, port: %d, path: /health, interval: %s, timeout: 300ms, rise: 1, fall: %d}
 `, vip4, euCapacity, usCapacity, backends.String(), HealthPort, steerCheckInterval, steerCheckFall)
-	if err := l.FleetImportFile(manifoldBin, lbs["sjc"], fleetCfg(lbs["sjc"], "sjc"), []byte(services), false); err != nil {
+	if err := l.FleetImportFile(manifoldBin, first, nodeCfg(first), []byte(services), false); err != nil {
 		t.Fatal(err)
 	}
-	apis := map[string]*NodeAPI{}
-	for table, site := range []string{"sjc", "ams"} {
-		h := lbs[site]
-		if _, err := l.StartNode(manifoldBin, h, fleetCfg(h, site)); err != nil {
-			t.Fatal(err)
+	birds := map[string]*Bird{}
+	for site, roles := range steerSites {
+		var peers []RouterPeer
+		for _, role := range roles {
+			peers = append(peers, RouterPeer{Name: strings.ReplaceAll(role, "-", "_"), Address: l.Host(role).Addr4, ASN: NodeASN})
 		}
-		apis[site] = NewNodeAPI(h)
-		if err := l.RouteVIPFrom(vip4, l.Host("c-"+site), h, 100+table); err != nil {
+		if birds[site], err = l.StartEdgeBird(l.Host("r-"+site), peers, RouterOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	apis := map[string]*NodeAPI{}
+	for lb := range siteOf {
+		if _, err := l.StartNode(manifoldBin, lb, nodeCfg(lb)); err != nil {
+			t.Fatal(err)
+		}
+		apis[lb.Role] = NewNodeAPI(lb)
+	}
+	sjc := apis["lb-sjc1"] // the node whose view of the shares the test follows
+	t.Log("each site's router routes the VIP over its two nodes (ECMP)")
+	for site, roles := range steerSites {
+		var want []netip.Addr
+		for _, role := range roles {
+			want = append(want, l.Host(role).Addr4)
+		}
+		took, err := birds[site].WaitNextHops(vip4, want, 30*time.Second)
+		if err != nil {
+			t.Fatalf("r-%s: %v", site, err)
+		}
+		t.Logf("  r-%s: %s via %v, %v after the nodes started", site, vip4, want, took.Round(time.Millisecond))
+	}
 	controllers := map[string]*Process{}
-	for name, site := range map[string]string{"a": "sjc", "b": "ams"} {
-		if controllers[name], err = l.StartSteer(manifoldBin, lbs[site], name, etcd.Endpoints(), steerInterval, steerLease); err != nil {
+	controllerHost := map[string]*Host{"a": first, "b": l.Host("lb-ams1")}
+	for name, h := range controllerHost {
+		if controllers[name], err = l.StartSteer(manifoldBin, h, name, etcd.Endpoints(), steerInterval, steerLease); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -134,7 +180,7 @@ func TestSteering(t *testing.T) {
 	t.Log("the RTT each node measures to each backend, and the controller's per site and origin")
 	err = Eventually(20*time.Second, 100*time.Millisecond, func() error {
 		var fl api.FleetStatus
-		if err := apis["sjc"].Get("/api/v1/fleet", &fl); err != nil {
+		if err := sjc.Get("/api/v1/fleet", &fl); err != nil {
 			return err
 		}
 		seen := 0
@@ -150,15 +196,15 @@ func TestSteering(t *testing.T) {
 				}
 			}
 		}
-		if seen != 8 {
-			return fmt.Errorf("%d backends in the nodes' records, want 4 per node", seen)
+		if seen != 16 {
+			return fmt.Errorf("%d backends in the nodes' records, want 4 per node of 4", seen)
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := waitSteering(apis["sjc"], 10*time.Second, func(st *api.Steering) error {
+	st, err := waitSteering(sjc, 10*time.Second, func(st *api.Steering) error {
 		for _, site := range st.Decision.Sites {
 			for _, sh := range site.Shares {
 				want := rttOf[sh.Origin][site.Site]
@@ -188,14 +234,14 @@ func TestSteering(t *testing.T) {
 			ld.Stop()
 		}
 	})
-	if _, err := waitSteering(apis["sjc"], 20*time.Second, shares(map[string]map[string]float64{"sjc": {"us": 1, "eu": 0}, "ams": {"us": 0, "eu": 1}})); err != nil {
+	if _, err := waitSteering(sjc, 20*time.Second, shares(map[string]map[string]float64{"sjc": {"us": 1, "eu": 0}, "ams": {"us": 0, "eu": 1}})); err != nil {
 		t.Fatal(err)
 	}
 
 	t.Logf("above us's capacity: sjc offers %d/s; within 30 s the shares settle and no origin takes more than its capacity + 5 %%", sjcHigh)
 	changed := time.Now()
 	loads["sjc"].SetRate(sjcHigh)
-	st, err = waitSteering(apis["sjc"], 20*time.Second, func(st *api.Steering) error {
+	st, err = waitSteering(sjc, 20*time.Second, func(st *api.Steering) error {
 		for _, site := range st.Decision.Sites {
 			for _, sh := range site.Shares {
 				if math.Abs(sh.Share-sh.Target) > 0.01 {
@@ -222,15 +268,25 @@ func TestSteering(t *testing.T) {
 		t.Fatalf("the shares settled %v after the load change: too late to measure within 30 s", settled.Round(time.Millisecond))
 	}
 	t.Logf("  settled %v after the change: %s", settled.Round(time.Millisecond), describe(st))
-	before, sentBefore := originConns(origins), sentBy(loads)
+	before, sentBefore, flowsBefore := originConns(origins), sentBy(loads), newFlowsOf(t, siteOf)
 	start := time.Now()
 	time.Sleep(window) // the measurement's window: the origins count what they take meanwhile
-	after, sentAfter := originConns(origins), sentBy(loads)
+	after, sentAfter, flowsAfter := originConns(origins), sentBy(loads), newFlowsOf(t, siteOf)
 	elapsed := time.Since(start).Seconds()
-	for site := range loads {
-		t.Logf("  %s offered %.1f new connections/s", site, float64(sentAfter[site]-sentBefore[site])/elapsed)
+	for site, roles := range steerSites {
+		sent := float64(sentAfter[site] - sentBefore[site])
+		t.Logf("  %s offered %.1f new connections/s", site, sent/elapsed)
+		// ECMP: the router spreads the site's connections over both its nodes (by their
+		// 5-tuple: each node's part is binomial, ±1 % of the site's over the window)
+		for _, role := range roles {
+			part := (flowsAfter[role] - flowsBefore[role]) / sent
+			t.Logf("    %s took %.0f %% of them", role, 100*part)
+			if part < 0.3 || part > 0.7 {
+				t.Errorf("%s took %.0f %% of %s's new connections: the router does not spread them over the site's two nodes", role, 100*part, site)
+			}
+		}
 	}
-	if st, err := waitSteering(apis["sjc"], 5*time.Second, func(*api.Steering) error { return nil }); err == nil {
+	if st, err := waitSteering(sjc, 5*time.Second, func(*api.Steering) error { return nil }); err == nil {
 		t.Logf("  after the window: %s", describe(st))
 	}
 	for origin, capacity := range map[string]float64{"us": usCapacity, "eu": euCapacity} {
@@ -251,7 +307,7 @@ func TestSteering(t *testing.T) {
 	}
 
 	t.Log("the leading controller killed: the standby takes over within the lease, and the shares do not move meanwhile")
-	st, err = waitSteering(apis["sjc"], 5*time.Second, func(*api.Steering) error { return nil })
+	st, err = waitSteering(sjc, 5*time.Second, func(*api.Steering) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,6 +316,8 @@ func TestSteering(t *testing.T) {
 	if standby == "" {
 		t.Fatalf("the shares were written by %q, not by a controller of the lab", dead)
 	}
+	checkSteerMetrics(t, controllerHost[dead], dead, true, st)
+	checkSteerMetrics(t, controllerHost[standby], standby, false, nil)
 	killed := time.Now()
 	if err := controllers[dead].Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -267,7 +325,7 @@ func TestSteering(t *testing.T) {
 	// nothing is written between the kill and the standby's first round: a round of the
 	// dead leader seen after the kill must have been made before it (in flight)
 	last := st
-	took, err := waitSteering(apis["sjc"], steerLease+2*steerInterval+2*time.Second, func(st *api.Steering) error {
+	took, err := waitSteering(sjc, steerLease+2*steerInterval+2*time.Second, func(st *api.Steering) error {
 		if st.Leader != dead {
 			return nil
 		}
@@ -288,6 +346,7 @@ func TestSteering(t *testing.T) {
 	if took.Leader != standby || took.Round != last.Round+1 {
 		t.Errorf("after %s's round %d came %s's round %d", dead, last.Round, took.Leader, took.Round)
 	}
+	checkSteerMetrics(t, controllerHost[standby], standby, true, took)
 	if takeover > steerLease+2*steerInterval {
 		t.Errorf("the standby took over %v after the leader died, more than the lease %v and two rounds", takeover, steerLease)
 	}
@@ -313,7 +372,7 @@ func TestSteering(t *testing.T) {
 		}
 	}
 	bound := detection + publication + steerInterval
-	if _, err := waitSteering(apis["sjc"], bound+time.Second, shares(map[string]map[string]float64{"sjc": {"us": 0, "eu": 1}, "ams": {"us": 0, "eu": 1}})); err != nil {
+	if _, err := waitSteering(sjc, bound+time.Second, shares(map[string]map[string]float64{"sjc": {"us": 0, "eu": 1}, "ams": {"us": 0, "eu": 1}})); err != nil {
 		t.Fatal(err)
 	}
 	moved := time.Since(failed)
@@ -322,6 +381,88 @@ func TestSteering(t *testing.T) {
 	if moved > bound {
 		t.Errorf("us's shares moved %v after its backends failed, more than %v", moved, bound)
 	}
+}
+
+// newFlowsOf is each LB node's count of new flows (manifold_new_flows_total, over its
+// backends), by role.
+func newFlowsOf(t *testing.T, lbs map[*Host]string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for lb := range lbs {
+		_, families, err := Scrape(lb, "127.0.0.1:9100")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[lb.Role] = MetricSum(families, "manifold_new_flows_total")
+	}
+	return out
+}
+
+// checkSteerMetrics checks a controller's /metrics: promtool accepts it, it says
+// whether it leads and counts its rounds; a leader reports what it wrote (st, or a
+// later round), a standby no shares.
+func checkSteerMetrics(t *testing.T, h *Host, name string, leading bool, st *api.Steering) {
+	t.Helper()
+	// a controller counts a round once its write is done, which the nodes may see first
+	var body string
+	var families map[string]*dto.MetricFamily
+	err := Eventually(3*time.Second, 50*time.Millisecond, func() error {
+		var err error
+		if body, families, err = Scrape(h, SteerMetrics); err != nil {
+			return err
+		}
+		if _, ok := families["manifold_steering_share"]; ok != leading {
+			return fmt.Errorf("controller %s: shares reported %v, want %v", name, ok, leading)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if hostprog.Check(hostprog.Promtool) == nil {
+		if err := metrics.Promtool(body); err != nil {
+			t.Errorf("controller %s: %v", name, err)
+		}
+	}
+	controller := map[string]string{"controller": name}
+	if v, _ := MetricValue(families, "manifold_steering_leader", controller); v != float64(bit(leading)) {
+		t.Errorf("controller %s: manifold_steering_leader %v, want %v", name, v, bit(leading))
+	}
+	rounds, _ := MetricValue(families, "manifold_steering_rounds_total", controller)
+	if !leading {
+		t.Logf("  controller %s: standing by, %.0f rounds written", name, rounds)
+		return
+	}
+	if rounds < 1 {
+		t.Errorf("controller %s leads and counts %v rounds", name, rounds)
+	}
+	for origin, capacity := range map[string]float64{"us": usCapacity, "eu": euCapacity} {
+		if v, ok := MetricValue(families, "manifold_steering_origin_capacity", map[string]string{"service": "web", "origin": origin}); v != capacity {
+			t.Errorf("controller %s: %s's capacity %v (present %v), want %v", name, origin, v, ok, capacity)
+		}
+		if _, ok := MetricValue(families, "manifold_steering_origin_load", map[string]string{"service": "web", "origin": origin}); !ok {
+			t.Errorf("controller %s reports no load of %s", name, origin)
+		}
+	}
+	// the shares of the round it last wrote: st's, or the next few rounds' (the shares
+	// have settled, and move by less than a point a round)
+	for site, m := range st.Shares {
+		for origin, want := range m {
+			got, ok := MetricValue(families, "manifold_steering_share", map[string]string{"service": "web", "site": site, "origin": origin})
+			if !ok || math.Abs(got-want) > 0.05 {
+				t.Errorf("controller %s: manifold_steering_share of %s → %s is %.3f (present %v); it wrote %.3f", name, site, origin, got, ok, want)
+			}
+		}
+	}
+	t.Logf("  controller %s: leading, %.0f rounds written, sjc → us %.3f", name, rounds, st.Shares["sjc"]["us"])
+}
+
+func bit(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // describe is the decision in a line: each site's demand and shares, each origin's
