@@ -17,17 +17,27 @@ import (
 
 // ControlplaneMethod says how the control-plane figures are measured.
 const ControlplaneMethod = "Maglev: wall time of maglev.Build for one service's table of 65537 " +
-	"slots (the default table_size), averaged over repeated builds within a run. Programming: wall " +
-	"time of reconcile.Apply from an empty, freshly loaded data plane to N services (4 backends " +
-	"each, one VIP address each, its own Maglev ring map of the default 65537 slots), through " +
-	"the same code the node runs on start and reload; then the time to apply a change of one " +
-	"backend of one service with all N in place. The kernel objects are real (BPF maps of the " +
-	"loaded XDP program); nothing is attached to an interface."
+	"slots, averaged over repeated builds within a run. Programming: wall time of " +
+	"reconcile.Apply from an empty, freshly loaded data plane to N services (4 backends each, one " +
+	"VIP address each, its own Maglev ring map of the default table size for 4 backends, 1021 " +
+	"slots; one row with table_size 65537, the default before), through the same code the node " +
+	"runs on start and reload; then the time to apply a change of one backend of one service with " +
+	"all N in place. Memory: the kernel's memlock figure of every map of the program (what " +
+	"`bpftool map show` prints) with the N services in, the rings and the flow table (262144 " +
+	"entries, empty or full alike) named apart. The data plane is loaded with room for N services " +
+	"and 4N backends (node.max_services, node.max_backends). The kernel objects are real (BPF " +
+	"maps of the loaded XDP program); nothing is attached to an interface."
 
 // Maglev table sizes and service counts measured.
 var (
 	MaglevBackendCounts = []int{10, 100, 1000}
-	ServiceCounts       = []int{1000, 10000}
+	ServiceCounts       = []int{1000, 10000, 100000}
+)
+
+// Bounds of issue 18 on 10 000 services: programmed in 2 s, their maps in 1 GiB.
+const (
+	programBound10k = 2000 // ms
+	memoryBound10k  = 1024 // MiB
 )
 
 // Controlplane measures `runs` runs of each figure and prints a table to w.
@@ -44,24 +54,47 @@ func Controlplane(w io.Writer, runs int) (Part, error) {
 		}
 		part.Figures = append(part.Figures, NewFigure("control_plane", fmt.Sprintf("Maglev table, %d backends", n), "ms", times))
 	}
+	cases := []struct {
+		services  int
+		tableSize uint32 // 0: the default
+	}{{1000, 65537}}
 	for _, n := range ServiceCounts {
-		var all, one []float64
+		cases = append(cases, struct {
+			services  int
+			tableSize uint32
+		}{n, 0})
+	}
+	for _, c := range cases {
+		var all, one, rings, total []float64
 		for range runs {
-			full, change, err := programTime(n)
+			m, err := programTime(c.services, c.tableSize)
 			if err != nil {
 				return part, err
 			}
-			all, one = append(all, ms(full)), append(one, ms(change))
+			all, one = append(all, ms(m.full)), append(one, ms(m.change))
+			rings, total = append(rings, mib(m.mem.Rings)), append(total, mib(m.mem.Rings+m.mem.Flows+m.mem.Other))
 		}
-		part.Figures = append(part.Figures,
-			NewFigure("control_plane", fmt.Sprintf("program %d services", n), "ms", all),
-			NewFigure("control_plane", fmt.Sprintf("change 1 backend among %d services", n), "ms", one))
+		name := fmt.Sprintf("%d services", c.services)
+		if c.tableSize != 0 {
+			name = fmt.Sprintf("%d services, table_size %d", c.services, c.tableSize)
+		}
+		program := NewFigure("control_plane", "program "+name, "ms", all)
+		memory := NewFigure("control_plane", "BPF map memory, "+name, "MiB", total)
+		if c.services == 10000 && c.tableSize == 0 {
+			program.SetBound("<=", programBound10k)
+			memory.SetBound("<=", memoryBound10k)
+		}
+		part.Figures = append(part.Figures, program,
+			NewFigure("control_plane", "change 1 backend among "+name, "ms", one),
+			NewFigure("control_plane", "Maglev ring memory, "+name, "MiB", rings), memory)
 	}
 	WriteFigureTable(w, part.Figures)
 	return part, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func mib(bytes uint64) float64 { return float64(bytes) / (1 << 20) }
 
 // maglevBuildTime is the mean time of one table build for n backends, over enough
 // builds to take at least 200 ms.
@@ -73,7 +106,7 @@ func maglevBuildTime(n int) (time.Duration, error) {
 	var builds int
 	start := time.Now()
 	for time.Since(start) < 200*time.Millisecond {
-		if _, err := maglev.Build(fmt.Sprintf("svc%d", builds), backends, config.DefaultTableSize); err != nil {
+		if _, err := maglev.Build(fmt.Sprintf("svc%d", builds), backends, 65537); err != nil {
 			return 0, err
 		}
 		builds++
@@ -82,15 +115,18 @@ func maglevBuildTime(n int) (time.Duration, error) {
 }
 
 // manyServices is n TCP services on port 80 of VIPs 100.64.0.0/10 (one each), with 4
-// backends each taken from 10.128.0.0/9.
-func manyServices(n int) *config.Config {
+// backends each taken from 10.128.0.0/9, and the given table size (0: the default).
+func manyServices(n int, tableSize uint32) *config.Config {
 	cfg := &config.Config{Node: config.Node{FlowTableSize: config.DefaultFlowTableSize}}
 	for i := range n {
-		s := config.Service{Name: fmt.Sprintf("svc%05d", i), VIP: addr4(100<<24|64<<16, i), Port: 80,
+		s := config.Service{Name: fmt.Sprintf("svc%06d", i), VIP: addr4(100<<24|64<<16, i), Port: 80,
 			Protocol: config.TCP, Forwarding: config.IPIP, GUEPort: config.DefaultGUEPort,
-			Scheduler: config.Maglev, TableSize: config.DefaultTableSize}
+			Scheduler: config.Maglev, TableSize: tableSize}
 		for j := range 4 {
 			s.Backends = append(s.Backends, config.Backend{Address: addr4(10<<24|128<<16, 4*i+j), Weight: 1})
+		}
+		if tableSize == 0 {
+			s.TableSize = config.DefaultTableSize(len(s.Backends))
 		}
 		cfg.Services = append(cfg.Services, s)
 	}
@@ -102,28 +138,40 @@ func addr4(base uint32, i int) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-// programTime loads a fresh data plane, times programming n services into it, then
-// times a change of one backend in one of them.
-func programTime(n int) (full, change time.Duration, err error) {
-	lb, err := datapath.LoadLB(datapath.Options{NodeAddr4: netip.MustParseAddr("10.0.0.1")})
+// programmed is what programTime measures.
+type programmed struct {
+	full, change time.Duration
+	mem          datapath.Memory
+}
+
+// programTime loads a fresh data plane, times programming n services into it, reads
+// what its maps cost, then times a change of one backend in one of them.
+func programTime(n int, tableSize uint32) (programmed, error) {
+	var p programmed
+	lb, err := datapath.LoadLB(datapath.Options{NodeAddr4: netip.MustParseAddr("10.0.0.1"),
+		MaxServices: max(uint32(n+1), datapath.MaxServices), MaxBackends: max(uint32(4*n+2), datapath.MaxBackends)})
 	if err != nil {
-		return 0, 0, fmt.Errorf("load data plane (needs root): %w", err)
+		return p, fmt.Errorf("load data plane (needs root): %w", err)
 	}
 	defer lb.Close()
-	cfg := manyServices(n)
+	cfg := manyServices(n, tableSize)
 	r := reconcile.New(lb)
 	start := time.Now()
 	if err := r.Apply(cfg, reconcile.AlwaysUp); err != nil {
-		return 0, 0, fmt.Errorf("program %d services: %w", n, err)
+		return p, fmt.Errorf("program %d services: %w", n, err)
 	}
-	full = time.Since(start)
+	p.full = time.Since(start)
+	if p.mem, err = lb.Memory(); err != nil {
+		return p, err
+	}
 	svc := &cfg.Services[n/2]
 	svc.Backends[0].Address = addr4(10<<24|129<<16, 0) // not used by any other service
 	start = time.Now()
 	if err := r.Apply(cfg, reconcile.AlwaysUp); err != nil {
-		return 0, 0, fmt.Errorf("change one backend among %d services: %w", n, err)
+		return p, fmt.Errorf("change one backend among %d services: %w", n, err)
 	}
-	return full, time.Since(start), nil
+	p.change = time.Since(start)
+	return p, nil
 }
 
 // WriteFigureTable prints figures as a table: value min/median/max, and each

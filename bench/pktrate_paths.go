@@ -49,7 +49,7 @@ const pktrateBackends = 10
 // behind the sink, on a node with the default flow table and new-flow bound.
 func pktrateConfig() *config.Config {
 	svc := config.Service{Name: "udp4", VIP: benchVIP4, Port: genDport, Protocol: config.UDP,
-		Forwarding: config.IPIP, Scheduler: config.Maglev, TableSize: config.DefaultTableSize}
+		Forwarding: config.IPIP, Scheduler: config.Maglev, TableSize: 65537}
 	for i := 1; i <= pktrateBackends; i++ {
 		svc.Backends = append(svc.Backends, config.Backend{Address: labBackend(i), Weight: 1})
 	}

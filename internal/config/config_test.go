@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/maglev"
 )
 
 var addr = netip.MustParseAddr
@@ -110,7 +112,7 @@ func TestParseDefaults(t *testing.T) {
 	svc := func(name, vip string, port uint16) Service {
 		return Service{
 			Name: name, VIP: addr(vip), Port: port, Protocol: TCP, Forwarding: IPIP, GUEPort: 6080,
-			Scheduler: Maglev, TableSize: 65537, Health: defaultHealth(port),
+			Scheduler: Maglev, TableSize: 1021, Health: defaultHealth(port),
 		}
 	}
 	web := svc("web", "198.51.100.10", 0)
@@ -507,6 +509,43 @@ func TestNextPrime(t *testing.T) {
 	}
 	if n := nextPrime(MaxTableSize - 1); n != MaxTableSize {
 		t.Errorf("nextPrime(MaxTableSize-1) = %d", n)
+	}
+}
+
+// A service without table_size gets the first step with 100 slots per configured
+// backend, health aside; one that names its size keeps it.
+func TestDefaultTableSize(t *testing.T) {
+	prev := uint32(0)
+	for _, size := range TableSizeSteps {
+		if !maglev.IsPrime(uint64(size)) || size <= prev || size > MaxTableSize {
+			t.Errorf("step %d: not a prime above %d within the bounds", size, prev)
+		}
+		prev = size
+	}
+	svcWith := func(backends int, extra string) string {
+		var b strings.Builder
+		b.WriteString(hdr + "services:\n  - name: s\n    vip: 198.51.100.10\n" + extra + "    backends:\n")
+		for i := range backends {
+			fmt.Fprintf(&b, "      - address: 10.0.%d.%d\n", i/250, i%250+1)
+		}
+		return b.String()
+	}
+	for _, c := range []struct {
+		backends int
+		extra    string
+		want     uint32
+	}{
+		{0, "", 1021}, {4, "", 1021}, {10, "", 1021}, {11, "", 4093}, {40, "", 4093},
+		{41, "", 16381}, {164, "", 65537}, {700, "", 65537},
+		{4, "    table_size: 65537\n", 65537}, {11, "    table_size: 251\n", 251},
+	} {
+		cfg, err := Parse("t.yaml", []byte(svcWith(c.backends, c.extra)))
+		if err != nil {
+			t.Fatalf("%d backends %q: %v", c.backends, c.extra, err)
+		}
+		if got := cfg.Services[0].TableSize; got != c.want {
+			t.Errorf("%d backends %q: table_size %d, want %d", c.backends, c.extra, got, c.want)
+		}
 	}
 }
 

@@ -44,8 +44,6 @@ const (
 	DefaultGUEPort = 6080
 	// services[].scheduler.
 	DefaultScheduler = Maglev
-	// services[].table_size: Maglev lookup table size, a prime.
-	DefaultTableSize = 65537
 	// services[].backends[].weight.
 	DefaultWeight = 1
 
@@ -130,7 +128,7 @@ func applyDefaults(c *Config, present func(path string) bool) {
 			s.Scheduler = DefaultScheduler
 		}
 		if def("table_size") {
-			s.TableSize = DefaultTableSize
+			s.TableSize = DefaultTableSize(len(s.Backends))
 		}
 		for j := range s.Backends {
 			if def(fmt.Sprintf("backends[%d].weight", j)) {
@@ -186,4 +184,26 @@ func applySteerDefaults(s *Steer, present func(path string) bool, hostname func(
 	if !present("steer.name") {
 		s.Name, _ = hostname()
 	}
+}
+
+// TableSizeSteps are the Maglev table sizes a service gets when it names none: the
+// smallest with TableSlotsPerBackend slots per configured backend, the largest beyond.
+// A ring costs 8 bytes a slot in the kernel, so a service of a few backends needs no
+// 65537-slot table (512 KiB; 10 000 of them were 5 GiB); steps a factor of 4 apart
+// keep the size, and the ring, the same over most backend-list edits.
+var TableSizeSteps = []uint32{1021, 4093, 16381, 65537}
+
+// TableSlotsPerBackend keeps the load a Maglev table gives each backend within about
+// 1 % of its share (the Maglev paper's M ≥ 100·N).
+const TableSlotsPerBackend = 100
+
+// DefaultTableSize is services[].table_size for a service of `backends` backends
+// (as configured, whatever their health: a backend going down resizes nothing).
+func DefaultTableSize(backends int) uint32 {
+	for _, size := range TableSizeSteps {
+		if uint64(size) >= uint64(backends)*TableSlotsPerBackend {
+			return size
+		}
+	}
+	return TableSizeSteps[len(TableSizeSteps)-1]
 }

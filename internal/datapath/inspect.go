@@ -1,9 +1,15 @@
 package datapath
 
 import (
+	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
 
 	"github.com/cilium/ebpf"
 )
@@ -48,4 +54,75 @@ func (lb *LB) BackendAddr(id uint32) (netip.Addr, error) {
 		return netip.AddrFrom16(b), nil
 	}
 	return netip.Addr{}, nil
+}
+
+// Memory is what the kernel charges for the program's maps, in bytes: each map's
+// memlock figure, the one `bpftool map show` prints.
+type Memory struct {
+	Rings    uint64 // the Maglev rings, each counted once however many services use it
+	RingMaps int
+	Flows    uint64 // lb_flows, sized at load, filled or not
+	Other    uint64 // every other map of the program
+}
+
+// Memory adds up the memlock figures of the program's maps and of every ring
+// lb_maglev holds now.
+func (lb *LB) Memory() (Memory, error) {
+	var mem Memory
+	seen := map[ebpf.MapID]bool{}
+	var innerID ebpf.MapID
+	for id := uint32(1); id < lb.services; id++ {
+		err := lb.objs.LbMaglev.Lookup(id, &innerID)
+		if errors.Is(err, ebpf.ErrKeyNotExist) || seen[innerID] {
+			continue
+		}
+		if err != nil {
+			return mem, fmt.Errorf("lb_maglev lookup %d: %w", id, err)
+		}
+		seen[innerID] = true
+		ring, err := ebpf.NewMapFromID(innerID)
+		if err != nil {
+			return mem, fmt.Errorf("ring of service %d: %w", id, err)
+		}
+		n, err := memlock(ring)
+		ring.Close()
+		if err != nil {
+			return mem, err
+		}
+		mem.Rings += n
+		mem.RingMaps++
+	}
+	maps := reflect.ValueOf(lb.objs.lbMaps)
+	for i := range maps.NumField() {
+		m, ok := maps.Field(i).Interface().(*ebpf.Map)
+		if !ok || m == nil {
+			continue
+		}
+		n, err := memlock(m)
+		if err != nil {
+			return mem, err
+		}
+		if m == lb.objs.LbFlows {
+			mem.Flows += n
+		} else {
+			mem.Other += n
+		}
+	}
+	return mem, nil
+}
+
+// memlock is the memory the kernel charges for m, from its fdinfo.
+func memlock(m *ebpf.Map) (uint64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
+	if err != nil {
+		return 0, fmt.Errorf("map memory: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "memlock:"); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("map memory: no memlock in the fdinfo of map fd %d", m.FD())
 }

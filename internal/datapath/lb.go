@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -16,12 +17,20 @@ type Options struct {
 	NodeAddr4     netip.Addr // outer source of IPv4 encapsulation (may be zero)
 	NodeAddr6     netip.Addr // outer source of IPv6 encapsulation (may be zero)
 	FlowTableSize uint32     // entries of lb_flows; 0 keeps the compiled default
+	// Services and (service, backend) slots the maps hold; 0 keeps the compiled
+	// MaxServices / MaxBackends. Sized at load because several of those maps are per
+	// CPU: 100 000 services cost tens of megabytes per CPU that a small node should not
+	// pay.
+	MaxServices uint32
+	MaxBackends uint32
 }
 
 // LB is the loaded XDP load balancer: its program, its maps and its attachments.
 type LB struct {
 	objs     lbObjects
 	ringSpec *ebpf.MapSpec // template of a service's Maglev ring
+	services uint32        // capacity in services (ids 1..services-1)
+	backends uint32        // capacity in backend slots (ids 1..backends-1)
 	links    map[string]link.Link
 
 	vipMu        sync.Mutex
@@ -57,8 +66,23 @@ func LoadLB(opts Options) (*LB, error) {
 	if opts.FlowTableSize > 0 {
 		spec.Maps[lbMapLbFlows].MaxEntries = opts.FlowTableSize
 	}
-	lb := &LB{links: map[string]link.Link{}, vipSlotAddrs: map[vipSlotKey][]netip.Addr{}}
+	lb := &LB{links: map[string]link.Link{}, vipSlotAddrs: map[vipSlotKey][]netip.Addr{},
+		services: cmp.Or(opts.MaxServices, MaxServices), backends: cmp.Or(opts.MaxBackends, MaxBackends)}
+	for _, m := range []string{lbMapLbVips, lbMapLbMaglev, lbMapLbServiceStats} {
+		spec.Maps[m].MaxEntries = lb.services
+	}
+	for _, m := range []string{lbMapLbBackends, lbMapLbBackendStats, lbMapLbFibCache} {
+		spec.Maps[m].MaxEntries = lb.backends
+	}
+	// every service may have a VIP address of its own
+	for _, m := range []string{lbMapLb4VipAddrs, lbMapLb6VipAddrs} {
+		spec.Maps[m].MaxEntries = max(spec.Maps[m].MaxEntries, lb.services)
+	}
 	lb.ringSpec = spec.Maps[lbMapLbMaglev].InnerMap.Copy()
+	// a ring without BTF: with it, creating each ring loads its key and value types
+	// into the kernel as a BTF object of its own, a fifth of the time of programming
+	// thousands of services, for nothing the program or bpftool needs
+	lb.ringSpec.Key, lb.ringSpec.Value = nil, nil
 	if err := spec.LoadAndAssign(&lb.objs, nil); err != nil {
 		return nil, loadError("XDP program", err)
 	}
@@ -74,6 +98,10 @@ func loadError(what string, err error) error {
 	}
 	return fmt.Errorf("load %s: %w", what, err)
 }
+
+// Capacity is the number of service ids and backend ids the maps hold, 0 included
+// (it means "none").
+func (lb *LB) Capacity() (services, backends uint32) { return lb.services, lb.backends }
 
 // Program is the XDP program, for BPF_PROG_TEST_RUN in tests and benchmarks.
 func (lb *LB) Program() *ebpf.Program { return lb.objs.ManifoldLb }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/netip"
 	"slices"
+	"syscall"
 
 	"github.com/cilium/ebpf"
 )
@@ -93,8 +95,8 @@ func (lb *LB) PutRing(serviceID uint32, ring []uint32) error {
 	return lb.PutRings(map[uint32][]uint32{serviceID: ring})
 }
 
-// PutRings swaps in the rings of many services (service id → ring) with one batch
-// update of lb_maglev. Every update of a map of maps makes the kernel wait for an RCU
+// PutRings swaps in the rings of many services (service id → ring) with few batch
+// updates of lb_maglev. Every update of a map of maps makes the kernel wait for an RCU
 // grace period (milliseconds on a busy machine) before it returns; one batch waits
 // once, where one update per service would wait once per service. Each ring is built
 // aside and filled through a memory mapping (BPF_F_MMAPABLE): a plain copy, where
@@ -103,6 +105,30 @@ func (lb *LB) PutRing(serviceID uint32, ring []uint32) error {
 // have their new ring.
 func (lb *LB) PutRings(rings map[uint32][]uint32) error {
 	ids := slices.Sorted(maps.Keys(rings))
+	for batch := range slices.Chunk(ids, ringBatch()) {
+		if err := lb.putRingBatch(batch, rings); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ringBatch is how many rings one batch update swaps in. Each batch costs a grace
+// period (100 ms and more on a loaded machine: half the time of programming 10 000
+// services in batches of 512), and each ring is a file descriptor held open until the
+// update: half of what the process may open, a Go process's hard limit.
+func ringBatch() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return minRingBatch
+	}
+	return max(minRingBatch, int(min(rl.Cur/2, math.MaxInt32)))
+}
+
+// minRingBatch is the batch size below any likely limit (Linux starts at 1024).
+const minRingBatch = 256
+
+func (lb *LB) putRingBatch(ids []uint32, rings map[uint32][]uint32) error {
 	fds := make([]uint32, 0, len(ids))
 	for _, id := range ids {
 		m, err := lb.newRing(id, rings[id])
@@ -111,9 +137,6 @@ func (lb *LB) PutRings(rings map[uint32][]uint32) error {
 		}
 		defer m.Close() // lb_maglev holds its own reference once the ring is in
 		fds = append(fds, uint32(m.FD()))
-	}
-	if len(ids) == 0 {
-		return nil
 	}
 	if _, err := lb.objs.LbMaglev.BatchUpdate(ids, fds, nil); err != nil {
 		return fmt.Errorf("lb_maglev: put the rings of %d services: %w", len(ids), err)

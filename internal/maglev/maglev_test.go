@@ -351,13 +351,14 @@ func TestBuildErrors(t *testing.T) {
 }
 
 func TestIsPrime(t *testing.T) {
-	primes := []uint64{2, 3, 5, 13, 65537, 65539, 655373, 1048573, 1<<31 - 1, 1<<61 - 1, 18446744073709551557}
+	primes := []uint64{2, 3, 5, 13, 65537, 65539, 655373, 1048573, 1<<31 - 1, 4294967291, 1<<61 - 1, 18446744073709551557}
 	composites := []uint64{
 		0, 1, 4, 9, 65535, 655371, 1048575,
 		561,                  // Carmichael number
 		3215031751,           // strong pseudoprime to bases 2, 3, 5 and 7
 		4294967297,           // 2^32 + 1 = 641 · 6700417
 		65537 * 65539,        // product of two large primes
+		65519 * 65521,        // the same, just below 2^32 (trial division)
 		18446744073709551615, // 2^64 - 1
 	}
 	for _, n := range primes {

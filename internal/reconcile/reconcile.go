@@ -45,6 +45,7 @@ type Dataplane interface {
 	DeleteBackend(id uint32) error
 	ResetServiceCounters(id uint32) error
 	PutSettings(s datapath.Settings) error
+	Capacity() (services, backends uint32) // ids the maps hold, 0 ("none") included
 }
 
 // HealthFunc reports whether a backend of a service passes its health check.
@@ -126,12 +127,13 @@ func SettingsOf(n *config.Node) datapath.Settings {
 }
 
 func New(dp Dataplane) *Reconciler {
+	services, backends := dp.Capacity()
 	return &Reconciler{
 		dp:         dp,
 		services:   map[string]*service{},
 		vipAddrs:   map[netip.Addr]uint32{},
-		serviceIDs: newIDAllocator(datapath.MaxServices),
-		backendIDs: newIDAllocator(datapath.MaxBackends),
+		serviceIDs: newIDAllocator(services),
+		backendIDs: newIDAllocator(backends),
 	}
 }
 
@@ -244,7 +246,7 @@ func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc) (*p
 	if !ok {
 		id, ok := r.serviceIDs.alloc()
 		if !ok {
-			return nil, fmt.Errorf("service %s: no free service id (limit %d)", cfg.Name, datapath.MaxServices-1)
+			return nil, fmt.Errorf("service %s: no free service id (limit %d)", cfg.Name, r.serviceIDs.max-1)
 		}
 		if err := r.dp.ResetServiceCounters(id); err != nil {
 			r.serviceIDs.free(id)
@@ -267,7 +269,7 @@ func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc) (*p
 		if !ok {
 			id, ok := r.backendIDs.alloc()
 			if !ok {
-				return nil, fmt.Errorf("service %s: backend %s: no free backend id (limit %d)", cfg.Name, bc.Address, datapath.MaxBackends-1)
+				return nil, fmt.Errorf("service %s: backend %s: no free backend id (limit %d)", cfg.Name, bc.Address, r.backendIDs.max-1)
 			}
 			b = &backend{id: id, state: datapath.BackendUnused}
 			s.backends[bc.Address] = b

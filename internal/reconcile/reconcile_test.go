@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -23,6 +24,8 @@ type fakeDP struct {
 	settings datapath.Settings
 	writes   int
 	failAt   int // the failAt-th write fails (0: never)
+	// capacities of the maps in ids (0 included); 0: the compiled ones
+	maxServices, maxBackends uint32
 }
 
 func newFake(t *testing.T) *fakeDP {
@@ -126,6 +129,10 @@ func (f *fakeDP) DeleteBackend(id uint32) error {
 	return nil
 }
 func (f *fakeDP) ResetServiceCounters(uint32) error { return f.write() }
+
+func (f *fakeDP) Capacity() (services, backends uint32) {
+	return cmp.Or(f.maxServices, datapath.MaxServices), cmp.Or(f.maxBackends, datapath.MaxBackends)
+}
 
 func (f *fakeDP) PutSettings(s datapath.Settings) error {
 	if err := f.write(); err != nil {
@@ -412,5 +419,38 @@ func TestTableSizeChangeRebuildsRing(t *testing.T) {
 		if s.TableSize != 509 {
 			t.Errorf("service %v entry says %d slots, want 509", k, s.TableSize)
 		}
+	}
+}
+
+// The id allocators take their bounds from the data plane's maps (sized at load): a
+// service or backend beyond them is refused by name, and the services already in keep
+// their state.
+func TestCapacityComesFromTheDataplane(t *testing.T) {
+	for _, c := range []struct {
+		name                     string
+		maxServices, maxBackends uint32
+		want                     string
+	}{
+		{"services", 3, 0, "service c: no free service id (limit 2)"},
+		{"backends", 0, 3, "service b: backend 10.0.2.2: no free backend id (limit 2)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFake(t)
+			f.maxServices, f.maxBackends = c.maxServices, c.maxBackends
+			r := New(f)
+			a := svc("a", "198.51.100.10", 80, "10.0.1.1")
+			b := svc("b", "198.51.100.11", 80, "10.0.2.1")
+			if err := r.Apply(cfgOf(a, b), AlwaysUp); err != nil {
+				t.Fatal(err)
+			}
+			b = svc("b", "198.51.100.11", 80, "10.0.2.1", "10.0.2.2")
+			err := r.Apply(cfgOf(a, b, svc("c", "198.51.100.12", 80, "10.0.3.1")), AlwaysUp)
+			if err == nil || err.Error() != c.want {
+				t.Fatalf("err = %v, want %q", err, c.want)
+			}
+			if len(f.services) != 2 || len(f.backends) != 2 {
+				t.Errorf("after the refusal: %d services, %d backends, want the 2 and 2 of before", len(f.services), len(f.backends))
+			}
+		})
 	}
 }

@@ -197,7 +197,7 @@ func TestPutServiceCreatesAndReplaces(t *testing.T) {
 	}
 	commit(t, s, ch)
 	api := service(t, s.Config(), "api")
-	if api.Protocol != config.TCP || api.TableSize != config.DefaultTableSize || api.Health.Port != 443 || len(api.Backends) != 2 || api.Backends[1].Weight != 1 {
+	if api.Protocol != config.TCP || api.TableSize != config.DefaultTableSize(2) || api.Health.Port != 443 || len(api.Backends) != 2 || api.Backends[1].Weight != 1 {
 		t.Errorf("defaults not applied as for a file: %+v", api)
 	}
 	if !strings.Contains(read(t, s), "  - name: api\n    vip: 198.51.100.20\n") {
