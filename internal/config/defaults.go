@@ -20,6 +20,11 @@ const (
 	DefaultAPIToken = ""
 	// node.flow_table_size: entries of the LRU flow table.
 	DefaultFlowTableSize = 262144
+	// node.max_services and node.max_backends: what the data plane holds unless told
+	// otherwise (LB_MAX_SERVICES and LB_MAX_BACKENDS of bpf/lib/consts.h; a test in
+	// internal/reconcile holds them to those).
+	DefaultMaxServices = 16384
+	DefaultMaxBackends = 65536
 	// node.entropy_source: outer sources are the node address.
 	DefaultEntropySource = false
 	// node.new_flow_rate: new flows per second inserted into the flow table. A flood
@@ -82,6 +87,12 @@ func applyDefaults(c *Config, present func(path string) bool) {
 	}
 	if !present("node.flow_table_size") {
 		n.FlowTableSize = DefaultFlowTableSize
+	}
+	if !present("node.max_services") {
+		n.MaxServices = DefaultMaxServices
+	}
+	if !present("node.max_backends") {
+		n.MaxBackends = DefaultMaxBackends
 	}
 	if !present("node.entropy_source") {
 		n.EntropySource = DefaultEntropySource

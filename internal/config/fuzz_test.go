@@ -96,7 +96,8 @@ func checkConfig(t *testing.T, c *Config) {
 		t.Errorf("address6 %v of the same family as address %v", n.Address6, n.Address)
 	}
 	if !slices.Contains([]XDPMode{XDPNative, XDPGeneric, XDPAuto}, n.XDPMode) ||
-		n.FlowTableSize < MinFlowTableSize || n.FlowTableSize > MaxFlowTableSize {
+		n.FlowTableSize < MinFlowTableSize || n.FlowTableSize > MaxFlowTableSize ||
+		n.MaxServices < MinMaxServices || n.MaxServices > MaxMaxServices || n.MaxBackends < MinMaxBackends || n.MaxBackends > MaxMaxBackends {
 		t.Errorf("bad node %+v", n)
 	}
 	// what the data plane's entropy needs: a /16 and a /64 for the families in use

@@ -781,6 +781,12 @@ func (p *parser) node(n *yaml.Node, path string, out *Node) {
 		case "flow_table_size":
 			x, _ := p.integer(v, path)
 			out.FlowTableSize = uint32(x)
+		case "max_services":
+			x, _ := p.integer(v, path)
+			out.MaxServices = uint32(x)
+		case "max_backends":
+			x, _ := p.integer(v, path)
+			out.MaxBackends = uint32(x)
 		case "entropy_source":
 			out.EntropySource, _ = p.boolean(v, path)
 		case "entropy_prefix4":

@@ -59,6 +59,10 @@ type Node struct {
 	APITokenFile string
 	// FlowTableSize is the number of entries of the LRU flow table (5-tuple → backend).
 	FlowTableSize uint32
+	// MaxServices and MaxBackends size the data plane's maps of services and of
+	// (service, backend) slots, id 0 included (it means "none").
+	MaxServices uint32
+	MaxBackends uint32
 	// EntropySource makes the outer source of encapsulated packets an address of
 	// EntropyPrefix4 (a /16) or EntropyPrefix6 (a /64) picked by the flow hash, instead
 	// of the node address, so that backends spread flows over their receive queues.

@@ -20,6 +20,10 @@ import (
 const (
 	MinFlowTableSize  = 1024
 	MaxFlowTableSize  = 1 << 24 // 16777216
+	MinMaxServices    = 16
+	MaxMaxServices    = 1 << 20 // service ids are array indices: 1 Mi of them
+	MinMaxBackends    = 16
+	MaxMaxBackends    = 1 << 22
 	MinASN            = 1
 	MaxASN            = 4294967294 // 4294967295 is reserved (RFC 7300)
 	MinHoldTime       = 3 * time.Second

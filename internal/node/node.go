@@ -91,6 +91,8 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 		NodeAddr4:     cfg.Node.SourceFor(false),
 		NodeAddr6:     cfg.Node.SourceFor(true),
 		FlowTableSize: cfg.Node.FlowTableSize,
+		MaxServices:   cfg.Node.MaxServices,
+		MaxBackends:   cfg.Node.MaxBackends,
 	}); err != nil {
 		return err
 	}

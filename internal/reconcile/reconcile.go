@@ -246,7 +246,7 @@ func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc) (*p
 	if !ok {
 		id, ok := r.serviceIDs.alloc()
 		if !ok {
-			return nil, fmt.Errorf("service %s: no free service id (limit %d)", cfg.Name, r.serviceIDs.max-1)
+			return nil, fmt.Errorf("service %s: no free service id (limit %d, node.max_services)", cfg.Name, r.serviceIDs.max-1)
 		}
 		if err := r.dp.ResetServiceCounters(id); err != nil {
 			r.serviceIDs.free(id)
@@ -269,7 +269,7 @@ func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc) (*p
 		if !ok {
 			id, ok := r.backendIDs.alloc()
 			if !ok {
-				return nil, fmt.Errorf("service %s: backend %s: no free backend id (limit %d)", cfg.Name, bc.Address, r.backendIDs.max-1)
+				return nil, fmt.Errorf("service %s: backend %s: no free backend id (limit %d, node.max_backends)", cfg.Name, bc.Address, r.backendIDs.max-1)
 			}
 			b = &backend{id: id, state: datapath.BackendUnused}
 			s.backends[bc.Address] = b

@@ -422,6 +422,14 @@ func TestTableSizeChangeRebuildsRing(t *testing.T) {
 	}
 }
 
+// The node's defaults are the capacities compiled into the program.
+func TestDefaultCapacitiesAreTheProgramsOwn(t *testing.T) {
+	if config.DefaultMaxServices != datapath.MaxServices || config.DefaultMaxBackends != datapath.MaxBackends {
+		t.Errorf("node.max_services %d, node.max_backends %d; the program holds %d and %d",
+			config.DefaultMaxServices, config.DefaultMaxBackends, datapath.MaxServices, datapath.MaxBackends)
+	}
+}
+
 // The id allocators take their bounds from the data plane's maps (sized at load): a
 // service or backend beyond them is refused by name, and the services already in keep
 // their state.
@@ -431,8 +439,8 @@ func TestCapacityComesFromTheDataplane(t *testing.T) {
 		maxServices, maxBackends uint32
 		want                     string
 	}{
-		{"services", 3, 0, "service c: no free service id (limit 2)"},
-		{"backends", 0, 3, "service b: backend 10.0.2.2: no free backend id (limit 2)"},
+		{"services", 3, 0, "service c: no free service id (limit 2, node.max_services)"},
+		{"backends", 0, 3, "service b: backend 10.0.2.2: no free backend id (limit 2, node.max_backends)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFake(t)
