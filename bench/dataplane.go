@@ -46,6 +46,10 @@ type dpCase struct {
 	target  float64
 }
 
+// tc says whether the case's program is a tc one: run as an skb, without an ingress
+// device.
+func (c dpCase) tc() bool { return c.prog.Type() == ebpf.SchedCLS }
+
 var (
 	benchVIP4 = netip.MustParseAddr("198.51.100.10")
 	benchVIP6 = netip.MustParseAddr("2001:db8:100::10")
@@ -145,9 +149,6 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 		{"ICMP frag-needed to backend", lb.Program(), [][]byte{fragNeeded}, 0},
 		{"too big: frag-needed to client", lb.Program(), [][]byte{tooBig}, 0},
 	}
-	medians := make([][]float64, len(cases))
-	means := make([][]float64, len(cases))
-	verdicts := make([]uint32, len(cases))
 	err = n.Do(func() error {
 		// One CPU: the flow table's LRU lists are per CPU, and a thread that moved
 		// between CPUs would measure two lists at different fill.
@@ -167,36 +168,50 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 				return err
 			}
 		}
-		for run := 0; run < runs; run++ {
-			times, err := dataplaneRun(cases, n.Port0.Index, calls, run*calls, verdicts)
-			if err != nil {
-				return err
-			}
-			for ci := range cases {
-				median, mean := medianAndMean(times[ci])
-				medians[ci] = append(medians[ci], median)
-				means[ci] = append(means[ci], mean)
-			}
-		}
-		return nil
+		figures, err := measureCases("per_packet", cases, n.Port0.Index, calls, runs)
+		part.Figures = append(part.Figures, figures...)
+		return err
 	})
 	if err != nil {
 		return part, err
 	}
+	WriteDataplaneTable(w, part, "per_packet", "× xdp_tx")
+	return part, nil
+}
+
+// measureCases times every case over `runs` runs of `calls` calls each and returns,
+// per case, its median and mean figures in section, each compared run by run with the
+// first case's (the reference), against the case's target.
+func measureCases(section string, cases []dpCase, ifindex, calls, runs int) ([]Figure, error) {
+	medians := make([][]float64, len(cases))
+	means := make([][]float64, len(cases))
+	verdicts := make([]uint32, len(cases))
+	for run := 0; run < runs; run++ {
+		times, err := dataplaneRun(cases, ifindex, calls, run*calls, verdicts)
+		if err != nil {
+			return nil, err
+		}
+		for ci := range cases {
+			median, mean := medianAndMean(times[ci])
+			medians[ci] = append(medians[ci], median)
+			means[ci] = append(means[ci], mean)
+		}
+	}
+	var figures []Figure
 	var refMedian, refMean Figure
 	for ci, c := range cases {
-		med := NewFigure("per_packet", c.name, "ns/packet", medians[ci])
-		mean := NewFigure("per_packet", c.name, "mean ns/packet", means[ci])
-		med.Note, mean.Note = "verdict "+verdictName(verdicts[ci]), "verdict "+verdictName(verdicts[ci])
+		med := NewFigure(section, c.name, "ns/packet", medians[ci])
+		mean := NewFigure(section, c.name, "mean ns/packet", means[ci])
+		med.Note = "verdict " + verdictName(verdicts[ci], c.tc())
+		mean.Note = med.Note
 		if ci == 0 {
 			refMedian, refMean = med, mean
 		}
 		med.Compare(refMedian, "<=", c.target)
 		mean.Compare(refMean, "<=", 0)
-		part.Figures = append(part.Figures, med, mean)
+		figures = append(figures, med, mean)
 	}
-	WriteDataplaneTable(w, part)
-	return part, nil
+	return figures, nil
 }
 
 // dataplaneRun times `calls` calls of every case, interleaved in slices; a case with
@@ -208,7 +223,7 @@ func dataplaneRun(cases []dpCase, ifindex, calls, first int, verdicts []uint32) 
 	for sl := 0; sl < slices; sl++ {
 		for ci, c := range cases {
 			for i := sl * calls / slices; i < (sl+1)*calls/slices; i++ {
-				v, ns, err := dptest.TimedXDP(c.prog, ifindex, c.packets[(first+i)%len(c.packets)], 1)
+				v, ns, err := timedCase(c, ifindex, c.packets[(first+i)%len(c.packets)])
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", c.name, err)
 				}
@@ -218,6 +233,13 @@ func dataplaneRun(cases []dpCase, ifindex, calls, first int, verdicts []uint32) 
 		}
 	}
 	return times, nil
+}
+
+func timedCase(c dpCase, ifindex int, pkt []byte) (uint32, uint32, error) {
+	if c.tc() {
+		return dptest.TimedTC(c.prog, pkt)
+	}
+	return dptest.TimedXDP(c.prog, ifindex, pkt, 1)
 }
 
 // icmpPacket builds an ICMP message from `from` to `to`: type, code, the 4 bytes after
@@ -232,7 +254,16 @@ func icmpPacket(from, to netip.Addr, typ, code uint8, rest uint32, payload []byt
 // quote is the first n bytes of p's IP packet, as an ICMP error carries it.
 func quote(p dptest.Packet, n int) []byte { return p.Bytes()[14 : 14+n] }
 
-func verdictName(v uint32) string {
+func verdictName(v uint32, tc bool) string {
+	if tc {
+		switch v {
+		case dptest.TCActOK:
+			return "TC_ACT_OK"
+		case tcActShot:
+			return "TC_ACT_SHOT"
+		}
+		return fmt.Sprintf("tc %d", v)
+	}
 	switch v {
 	case dptest.XDPDrop:
 		return "XDP_DROP"
@@ -246,13 +277,13 @@ func verdictName(v uint32) string {
 	return "XDP_ABORTED"
 }
 
-// WriteDataplaneTable prints the per-packet figures of a part: per case the median
-// over runs of each run's median (min–max beside it), the mean, and the ratio to the
-// reference with its target.
-func WriteDataplaneTable(w io.Writer, p Part) {
-	fmt.Fprintf(w, "%-30s %-13s %7s %11s %7s %9s %11s  %s\n", "case", "verdict", "median", "(runs)", "mean", "× xdp_tx", "(runs)", "target")
+// WriteDataplaneTable prints the per-packet figures of a part's section: per case the
+// median over runs of each run's median (min–max beside it), the mean, and the ratio to
+// the reference (headed ref) with its target.
+func WriteDataplaneTable(w io.Writer, p Part, section, ref string) {
+	fmt.Fprintf(w, "%-30s %-13s %7s %11s %7s %9s %11s  %s\n", "case", "verdict", "median", "(runs)", "mean", ref, "(runs)", "target")
 	for _, f := range p.Figures {
-		if f.Section != "per_packet" || f.Metric != "ns/packet" {
+		if f.Section != section || f.Metric != "ns/packet" {
 			continue
 		}
 		mean, _ := p.Find(f.Section, f.Name, "mean ns/packet")

@@ -28,7 +28,7 @@ func TestDataplaneTableSaysMetOrNot(t *testing.T) {
 	slow.Compare(ref, "<=", 2.3)
 	mean := NewFigure("per_packet", "fast", "mean ns/packet", []float64{170})
 	var buf bytes.Buffer
-	WriteDataplaneTable(&buf, Part{Figures: []Figure{ref, fast, mean, slow}})
+	WriteDataplaneTable(&buf, Part{Figures: []Figure{ref, fast, mean, slow}}, "per_packet", "× xdp_tx")
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 4 {
 		t.Fatalf("want a header and 3 rows (the mean is a column), got:\n%s", buf.String())

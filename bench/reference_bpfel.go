@@ -17,6 +17,7 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	referenceProgReferenceDrop = "reference_drop"
+	referenceProgReferenceTcOk = "reference_tc_ok"
 	referenceProgReferenceTx   = "reference_tx"
 )
 
@@ -63,6 +64,7 @@ type referenceSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type referenceProgramSpecs struct {
 	ReferenceDrop *ebpf.ProgramSpec `ebpf:"reference_drop"`
+	ReferenceTcOk *ebpf.ProgramSpec `ebpf:"reference_tc_ok"`
 	ReferenceTx   *ebpf.ProgramSpec `ebpf:"reference_tx"`
 }
 
@@ -115,12 +117,14 @@ type referenceVariables struct {
 // It can be passed to loadReferenceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type referencePrograms struct {
 	ReferenceDrop *ebpf.Program `ebpf:"reference_drop"`
+	ReferenceTcOk *ebpf.Program `ebpf:"reference_tc_ok"`
 	ReferenceTx   *ebpf.Program `ebpf:"reference_tx"`
 }
 
 func (p *referencePrograms) Close() error {
 	return _ReferenceClose(
 		p.ReferenceDrop,
+		p.ReferenceTcOk,
 		p.ReferenceTx,
 	)
 }

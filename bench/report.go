@@ -91,6 +91,8 @@ func WriteReport(dir string, r Report) error {
 // sectionTitles orders and names the sections of the report.
 var sectionTitles = []struct{ key, title string }{
 	{"per_packet", "Per-packet cost (BPF_PROG_TEST_RUN)"},
+	{"flow_scale", "Established flows against the flow table's size"},
+	{"decap", "The backend's decapsulation (tc)"},
 	{"flood", "New-flow flood"},
 	{"packet_rate", "Packet rate through one node"},
 	{"http", "HTTP requests/s and latency"},

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* reference.c: the trivial programs the data-plane benchmark measures manifold against,
- * in the same run: the least any XDP forwarder does (swap MACs, XDP_TX) and nothing
- * at all (XDP_DROP). */
+ * in the same run: the least any XDP forwarder does (swap MACs, XDP_TX), nothing at all
+ * (XDP_DROP), and for the backend's tc decapsulation, a tc program that lets every
+ * packet through. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
+#include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 
 SEC("xdp")
@@ -26,6 +28,12 @@ SEC("xdp")
 int reference_drop(struct xdp_md *ctx)
 {
 	return XDP_DROP;
+}
+
+SEC("tc")
+int reference_tc_ok(struct __sk_buff *skb)
+{
+	return TC_ACT_OK;
 }
 
 char _license[] SEC("license") = "Dual BSD/GPL";

@@ -75,6 +75,13 @@ func dataplane(args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(w, "\nThe backend's decapsulation (tc), against a tc program that only returns TC_ACT_OK:\n\n")
+	decap, err := bench.Decap(w, *calls, *runs)
+	if err != nil {
+		return err
+	}
+	part.Figures = append(part.Figures, decap...)
+	part.Method += " " + bench.DecapMethod
 	if *syns > 0 {
 		fmt.Fprintf(w, "\nEstablished flows (idle during the flood, their backends drained) that keep their backend through %d spoofed SYNs:\n\n", *syns)
 		flood, err := bench.Flood(w, 10000, *syns)

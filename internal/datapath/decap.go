@@ -104,6 +104,35 @@ func (d *Decap) attachClsact(ifindex int) error {
 	return nil
 }
 
+// Program is the tc program, for BPF_PROG_TEST_RUN in tests and benchmarks.
+func (d *Decap) Program() *ebpf.Program { return d.objs.ManifoldDecap }
+
+// DecapCounters are the backend's decapsulation counters summed over CPUs.
+type DecapCounters struct {
+	IPIP4, IPIP6, GUE4, GUE6, NotVIP, Errors uint64
+}
+
+func (d *Decap) Counters() (DecapCounters, error) {
+	var out DecapCounters
+	for c, dst := range map[decapLbDecapCounter]*uint64{
+		decapLbDecapCounterLB_DECAP_IPIP4:   &out.IPIP4,
+		decapLbDecapCounterLB_DECAP_IPIP6:   &out.IPIP6,
+		decapLbDecapCounterLB_DECAP_GUE4:    &out.GUE4,
+		decapLbDecapCounterLB_DECAP_GUE6:    &out.GUE6,
+		decapLbDecapCounterLB_DECAP_NOT_VIP: &out.NotVIP,
+		decapLbDecapCounterLB_DECAP_ERROR:   &out.Errors,
+	} {
+		var per []uint64
+		if err := d.objs.LbDecapStats.Lookup(uint32(c), &per); err != nil {
+			return out, fmt.Errorf("lb_decap_stats %d: %w", c, err)
+		}
+		for _, v := range per {
+			*dst += v
+		}
+	}
+	return out, nil
+}
+
 // Close detaches and releases the program.
 func (d *Decap) Close() error {
 	var errs []error

@@ -5,46 +5,9 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/layers"
-
 	"github.com/manifoldlb/manifold/internal/datapath"
 	"github.com/manifoldlb/manifold/internal/datapath/dptest"
 )
-
-// ipip wraps an inner client packet (without its Ethernet header) the way an LB node
-// does: outer IPv4/IPv6 with protocol 4/41.
-func ipip(inner dptest.Packet, outerSrc, outerDst netip.Addr) []byte {
-	ls := inner.Layers()[1:] // drop the client's Ethernet header
-	eth := &layers.Ethernet{SrcMAC: dptest.RouterMAC, DstMAC: dptest.ClientMAC}
-	var outer gopacket.SerializableLayer
-	if outerDst.Is4() {
-		eth.EthernetType = layers.EthernetTypeIPv4
-		outer = &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolIPv4, SrcIP: outerSrc.AsSlice(), DstIP: outerDst.AsSlice()}
-	} else {
-		eth.EthernetType = layers.EthernetTypeIPv6
-		outer = &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolIPv6, SrcIP: outerSrc.AsSlice(), DstIP: outerDst.AsSlice()}
-	}
-	return dptest.Serialize(append([]gopacket.SerializableLayer{eth, outer}, ls...)...)
-}
-
-// gue wraps an inner client packet the way an LB node does with forwarding: gue: outer
-// IP, UDP to port, then the inner IP packet (GUE variant 1).
-func gue(inner dptest.Packet, outerSrc, outerDst netip.Addr, port uint16) []byte {
-	ls := inner.Layers()[1:]
-	eth := &layers.Ethernet{SrcMAC: dptest.RouterMAC, DstMAC: dptest.ClientMAC}
-	var outer gopacket.NetworkLayer
-	if outerDst.Is4() {
-		eth.EthernetType = layers.EthernetTypeIPv4
-		outer = &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: outerSrc.AsSlice(), DstIP: outerDst.AsSlice()}
-	} else {
-		eth.EthernetType = layers.EthernetTypeIPv6
-		outer = &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolUDP, SrcIP: outerSrc.AsSlice(), DstIP: outerDst.AsSlice()}
-	}
-	udp := &layers.UDP{SrcPort: 50000, DstPort: layers.UDPPort(port)}
-	udp.SetNetworkLayerForChecksum(outer)
-	return dptest.Serialize(append([]gopacket.SerializableLayer{eth, outer.(gopacket.SerializableLayer), udp}, ls...)...)
-}
 
 func TestDecap(t *testing.T) {
 	requireRoot(t)
@@ -70,31 +33,31 @@ func TestDecap(t *testing.T) {
 		want    []byte // nil: unchanged
 		counter func(datapath.DecapCounters) uint64
 	}{
-		{"IPv4-in-IPv4 for a VIP is stripped", ipip(in4, dptest.NodeAddr4, dptest.Backend4(1)), in4.Bytes(),
+		{"IPv4-in-IPv4 for a VIP is stripped", dptest.IPIP(in4, dptest.NodeAddr4, dptest.Backend4(1)), in4.Bytes(),
 			func(c datapath.DecapCounters) uint64 { return c.IPIP4 }},
-		{"IPv6-in-IPv6 for a VIP is stripped", ipip(in6, dptest.NodeAddr6, dptest.Backend6(1)), in6.Bytes(),
+		{"IPv6-in-IPv6 for a VIP is stripped", dptest.IPIP(in6, dptest.NodeAddr6, dptest.Backend6(1)), in6.Bytes(),
 			func(c datapath.DecapCounters) uint64 { return c.IPIP6 }},
-		{"IPv4-in-IPv4 for another address passes untouched", ipip(notVIP4, dptest.NodeAddr4, dptest.Backend4(1)), nil,
+		{"IPv4-in-IPv4 for another address passes untouched", dptest.IPIP(notVIP4, dptest.NodeAddr4, dptest.Backend4(1)), nil,
 			func(c datapath.DecapCounters) uint64 { return c.NotVIP }},
-		{"IPv6-in-IPv6 for another address passes untouched", ipip(notVIP6, dptest.NodeAddr6, dptest.Backend6(1)), nil,
+		{"IPv6-in-IPv6 for another address passes untouched", dptest.IPIP(notVIP6, dptest.NodeAddr6, dptest.Backend6(1)), nil,
 			func(c datapath.DecapCounters) uint64 { return c.NotVIP }},
 		{"plain packet to the VIP passes untouched", in4.Bytes(), nil, nil},
 		{"plain IPv6 packet passes untouched", in6.Bytes(), nil, nil},
-		{"truncated IPIP passes untouched", ipip(in4, dptest.NodeAddr4, dptest.Backend4(1))[:14+20+10], nil, nil},
-		{"GUE in IPv4 for a VIP is stripped", gue(in4, dptest.NodeAddr4, dptest.Backend4(1), 6080), in4.Bytes(),
+		{"truncated IPIP passes untouched", dptest.IPIP(in4, dptest.NodeAddr4, dptest.Backend4(1))[:14+20+10], nil, nil},
+		{"GUE in IPv4 for a VIP is stripped", dptest.GUE(in4, dptest.NodeAddr4, dptest.Backend4(1), 6080), in4.Bytes(),
 			func(c datapath.DecapCounters) uint64 { return c.GUE4 }},
-		{"GUE in IPv6 for a VIP is stripped", gue(in6, dptest.NodeAddr6, dptest.Backend6(1), 6080), in6.Bytes(),
+		{"GUE in IPv6 for a VIP is stripped", dptest.GUE(in6, dptest.NodeAddr6, dptest.Backend6(1), 6080), in6.Bytes(),
 			func(c datapath.DecapCounters) uint64 { return c.GUE6 }},
-		{"GUE for another address passes untouched", gue(notVIP4, dptest.NodeAddr4, dptest.Backend4(1), 6080), nil,
+		{"GUE for another address passes untouched", dptest.GUE(notVIP4, dptest.NodeAddr4, dptest.Backend4(1), 6080), nil,
 			func(c datapath.DecapCounters) uint64 { return c.NotVIP }},
-		{"UDP to another port passes untouched", gue(in4, dptest.NodeAddr4, dptest.Backend4(1), 6081), nil, nil},
-		{"GUE with IPv6 inside IPv4 passes untouched", gue(in6, dptest.NodeAddr4, dptest.Backend4(1), 6080), nil, nil},
+		{"UDP to another port passes untouched", dptest.GUE(in4, dptest.NodeAddr4, dptest.Backend4(1), 6081), nil, nil},
+		{"GUE with IPv6 inside IPv4 passes untouched", dptest.GUE(in6, dptest.NodeAddr4, dptest.Backend4(1), 6080), nil, nil},
 		{"fragmented GUE passes untouched (the stack reassembles)", func() []byte {
-			p := gue(in4, dptest.NodeAddr4, dptest.Backend4(1), 6080)
+			p := dptest.GUE(in4, dptest.NodeAddr4, dptest.Backend4(1), 6080)
 			p[14+6] = 0x20 // more fragments
 			return p
 		}(), nil, nil},
-		{"truncated GUE passes untouched", gue(in4, dptest.NodeAddr4, dptest.Backend4(1), 6080)[:14+20+8+10], nil, nil},
+		{"truncated GUE passes untouched", dptest.GUE(in4, dptest.NodeAddr4, dptest.Backend4(1), 6080)[:14+20+8+10], nil, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -2,7 +2,6 @@ package datapath
 
 import (
 	"errors"
-	"fmt"
 	"net/netip"
 
 	"github.com/cilium/ebpf"
@@ -21,35 +20,6 @@ func WithKernelHZ(hz uint32, f func()) {
 
 // ConfigHZ exposes the kernel config parser to the tests.
 var ConfigHZ = configHZ
-
-// Program is the tc program, for BPF_PROG_TEST_RUN.
-func (d *Decap) Program() *ebpf.Program { return d.objs.ManifoldDecap }
-
-// DecapCounters are the backend's decapsulation counters summed over CPUs.
-type DecapCounters struct {
-	IPIP4, IPIP6, GUE4, GUE6, NotVIP, Errors uint64
-}
-
-func (d *Decap) Counters() (DecapCounters, error) {
-	var out DecapCounters
-	for c, dst := range map[decapLbDecapCounter]*uint64{
-		decapLbDecapCounterLB_DECAP_IPIP4:   &out.IPIP4,
-		decapLbDecapCounterLB_DECAP_IPIP6:   &out.IPIP6,
-		decapLbDecapCounterLB_DECAP_GUE4:    &out.GUE4,
-		decapLbDecapCounterLB_DECAP_GUE6:    &out.GUE6,
-		decapLbDecapCounterLB_DECAP_NOT_VIP: &out.NotVIP,
-		decapLbDecapCounterLB_DECAP_ERROR:   &out.Errors,
-	} {
-		var per []uint64
-		if err := d.objs.LbDecapStats.Lookup(uint32(c), &per); err != nil {
-			return out, fmt.Errorf("lb_decap_stats %d: %w", c, err)
-		}
-		for _, v := range per {
-			*dst += v
-		}
-	}
-	return out, nil
-}
 
 // FlowBackend returns the backend id the flow table holds for f, 0 when none.
 func (lb *LB) FlowBackend(f Flow) (uint32, error) {

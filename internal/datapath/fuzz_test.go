@@ -191,10 +191,10 @@ func FuzzDecap(f *testing.F) {
 	in4 := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 40000, DPort: 80, Flags: dptest.SYN}
 	in6 := dptest.Packet{Src: dptest.Client6, Dst: vip6, SPort: 40000, DPort: 80, Flags: dptest.SYN}
 	for _, s := range [][]byte{
-		ipip(in4, dptest.NodeAddr4, dptest.Backend4(1)),
-		ipip(in6, dptest.NodeAddr6, dptest.Backend6(1)),
-		gue(in4, dptest.NodeAddr4, dptest.Backend4(1), 6080),
-		gue(in6, dptest.NodeAddr6, dptest.Backend6(1), 6080),
+		dptest.IPIP(in4, dptest.NodeAddr4, dptest.Backend4(1)),
+		dptest.IPIP(in6, dptest.NodeAddr6, dptest.Backend6(1)),
+		dptest.GUE(in4, dptest.NodeAddr4, dptest.Backend4(1), 6080),
+		dptest.GUE(in6, dptest.NodeAddr6, dptest.Backend6(1), 6080),
 		in4.Bytes(),
 	} {
 		f.Add(s)

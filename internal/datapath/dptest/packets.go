@@ -111,3 +111,33 @@ func Serialize(ls ...gopacket.SerializableLayer) []byte {
 func Decode(b []byte) gopacket.Packet {
 	return gopacket.NewPacket(b, layers.LayerTypeEthernet, gopacket.Default)
 }
+
+// IPIP wraps an inner client packet (without its Ethernet header) the way an LB node
+// does: outer IPv4/IPv6 with protocol 4/41.
+func IPIP(inner Packet, outerSrc, outerDst netip.Addr) []byte {
+	proto := layers.IPProtocolIPv4
+	if outerDst.Is6() {
+		proto = layers.IPProtocolIPv6
+	}
+	eth, outer := outerHeaders(outerSrc, outerDst, proto)
+	return Serialize(append([]gopacket.SerializableLayer{eth, outer.(gopacket.SerializableLayer)}, inner.Layers()[1:]...)...)
+}
+
+// GUE wraps an inner client packet the way an LB node does with forwarding: gue: outer
+// IP, UDP to port, then the inner IP packet (GUE variant 1).
+func GUE(inner Packet, outerSrc, outerDst netip.Addr, port uint16) []byte {
+	eth, outer := outerHeaders(outerSrc, outerDst, layers.IPProtocolUDP)
+	udp := &layers.UDP{SrcPort: 50000, DstPort: layers.UDPPort(port)}
+	udp.SetNetworkLayerForChecksum(outer)
+	return Serialize(append([]gopacket.SerializableLayer{eth, outer.(gopacket.SerializableLayer), udp}, inner.Layers()[1:]...)...)
+}
+
+// outerHeaders are the Ethernet and outer IP headers of an encapsulated packet.
+func outerHeaders(src, dst netip.Addr, proto layers.IPProtocol) (*layers.Ethernet, gopacket.NetworkLayer) {
+	eth := &layers.Ethernet{SrcMAC: RouterMAC, DstMAC: ClientMAC, EthernetType: layers.EthernetTypeIPv4}
+	if dst.Is4() {
+		return eth, &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: proto, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+	}
+	eth.EthernetType = layers.EthernetTypeIPv6
+	return eth, &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: proto, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+}

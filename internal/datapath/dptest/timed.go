@@ -56,17 +56,32 @@ var timed struct {
 func TimedXDP(prog *ebpf.Program, ifindex int, pkt []byte, repeat uint32) (uint32, uint32, error) {
 	timed.Lock()
 	defer timed.Unlock()
-	data := pinned(pkt)
 	timed.ctx = xdpMD{DataEnd: uint32(len(pkt)), IngressIfindex: uint32(ifindex)}
 	timed.attr = TestRunAttr{
-		ProgFD:     uint32(prog.FD()),
-		DataSizeIn: uint32(len(pkt)),
-		DataIn:     uint64(uintptr(unsafe.Pointer(&data[0]))),
-		Repeat:     repeat,
-		CtxSizeIn:  uint32(unsafe.Sizeof(timed.ctx)),
-		CtxIn:      uint64(uintptr(unsafe.Pointer(&timed.ctx))),
+		CtxSizeIn: uint32(unsafe.Sizeof(timed.ctx)),
+		CtxIn:     uint64(uintptr(unsafe.Pointer(&timed.ctx))),
 	}
+	return timedRun(prog, pkt, repeat)
+}
+
+// TimedTC runs pkt once through a tc program (as an skb, without a context) and
+// returns the verdict and the kernel's time for the run in ns.
+func TimedTC(prog *ebpf.Program, pkt []byte) (uint32, uint32, error) {
+	timed.Lock()
+	defer timed.Unlock()
+	timed.attr = TestRunAttr{}
+	return timedRun(prog, pkt, 1)
+}
+
+// timedRun completes timed.attr (held locked by the caller) with the program and the
+// packet, and runs it.
+func timedRun(prog *ebpf.Program, pkt []byte, repeat uint32) (uint32, uint32, error) {
+	data := pinned(pkt)
 	attr := &timed.attr
+	attr.ProgFD = uint32(prog.FD())
+	attr.DataSizeIn = uint32(len(pkt))
+	attr.DataIn = uint64(uintptr(unsafe.Pointer(&data[0])))
+	attr.Repeat = repeat
 	for {
 		errno := ProgTestRun(attr)
 		if errno == unix.EINTR {
