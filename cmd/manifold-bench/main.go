@@ -75,13 +75,22 @@ func dataplane(args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nThe backend's decapsulation (tc), against a tc program that only returns TC_ACT_OK:\n\n")
-	decap, err := bench.Decap(w, *calls, *runs)
-	if err != nil {
-		return err
+	for _, more := range []struct {
+		title   string
+		measure func(io.Writer, int, int) ([]bench.Figure, error)
+		method  string
+	}{
+		{"The backend's decapsulation (tc), against a tc program that only returns TC_ACT_OK", bench.Decap, bench.DecapMethod},
+		{"Established flows against the flow table's size (random flows of a full table)", bench.FlowScale, bench.FlowScaleMethod},
+	} {
+		fmt.Fprintf(w, "\n%s:\n\n", more.title)
+		figures, err := more.measure(w, *calls, *runs)
+		if err != nil {
+			return err
+		}
+		part.Figures = append(part.Figures, figures...)
+		part.Method += " " + more.method
 	}
-	part.Figures = append(part.Figures, decap...)
-	part.Method += " " + bench.DecapMethod
 	if *syns > 0 {
 		fmt.Fprintf(w, "\nEstablished flows (idle during the flood, their backends drained) that keep their backend through %d spoofed SYNs:\n\n", *syns)
 		flood, err := bench.Flood(w, 10000, *syns)
