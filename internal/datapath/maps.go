@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // Capacities compiled into the program (enum lb_shared, bpf/lib/consts.h).
@@ -152,22 +153,29 @@ func (lb *LB) newRing(serviceID uint32, ring []uint32) (*ebpf.Map, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create ring of service %d (%d slots): %w", serviceID, len(ring), err)
 	}
-	// an array map keeps each value in round_up(value_size, 8) bytes, and the mapping
-	// shows that layout: the __u32 the program reads, then 4 bytes of padding
-	buf := make([]byte, 0, 8*len(ring))
-	for _, id := range ring {
-		buf = binary.NativeEndian.AppendUint32(buf, id)
-		buf = binary.NativeEndian.AppendUint32(buf, 0)
-	}
-	mem, err := m.Memory()
-	if err == nil {
-		_, err = mem.WriteAt(buf, 0)
-	}
-	if err != nil {
+	if err := fillRing(m, ring); err != nil {
 		m.Close()
 		return nil, fmt.Errorf("fill ring of service %d: %w", serviceID, err)
 	}
 	return m, nil
+}
+
+// fillRing writes ring into m through a mapping it unmaps at once. (ebpf.Map.Memory
+// keeps its mapping until the garbage collector finds it unreachable: with tens of
+// thousands of rings in one apply, the process reached the kernel's limit on
+// mappings, vm.max_map_count, and even the Go heap could no longer grow.)
+func fillRing(m *ebpf.Map, ring []uint32) error {
+	// an array map keeps each value in round_up(value_size, 8) bytes, and the mapping
+	// shows that layout: the __u32 the program reads, then 4 bytes of padding, which
+	// a new map holds as zeroes
+	mem, err := unix.Mmap(m.FD(), 0, 8*len(ring), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("map the ring: %w", err)
+	}
+	for i, id := range ring {
+		binary.NativeEndian.PutUint32(mem[8*i:], id)
+	}
+	return unix.Munmap(mem)
 }
 
 func (lb *LB) DeleteRing(serviceID uint32) error {
