@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* lb.c: manifold's XDP load balancer. parse → flow table (or service → Maglev) → FIB
  * → IPIP or GUE encapsulation → XDP_TX / redirect; ICMP to a VIP is answered or sent to
- * its flow's backend. Everything that is not for a VIP passes untouched; every drop is
- * counted by reason. */
+ * its flow's backend. Everything that is not for a VIP passes untouched, or in router
+ * mode is forwarded by the FIB (transit.h); every drop is counted by reason. */
 #include "lib/parse.h"
 #include "lib/flow.h"
 #include "lib/icmp.h"
 #include "lib/forward.h"
+#include "lib/transit.h"
 #include "lib/stats.h"
 
 static __always_inline const struct lb_vip *vip_lookup(const struct lb_packet *pkt)
@@ -85,6 +86,8 @@ int manifold_lb(struct xdp_md *ctx)
 	rc = parse_packet(ctx, &pkt);
 	if (rc == LB_PARSE_PASS)
 		return XDP_PASS;
+	if (rc == LB_PARSE_OTHER)
+		return transit(ctx, &pkt);
 	if (rc < 0)
 		return count_drop(-rc);
 

@@ -143,6 +143,7 @@ enum lb_event {
 	LB_EV_ICMP_ECHO_REPLY,       /* echo request to a VIP answered */
 	LB_EV_ICMP_TO_BACKEND,       /* frag-needed / packet-too-big sent to its flow's backend */
 	LB_EV_ICMP_TOO_BIG_SENT,     /* client told its packet does not fit after encapsulation */
+	LB_EV_TRANSIT_FORWARDED,     /* a packet for neither a VIP nor the node routed in XDP */
 	LB_EV_MAX,
 };
 
@@ -157,6 +158,7 @@ struct lb_settings {
 	__be32 entropy4;    /* /16 network of IPIP/GUE outer sources, 0: node_addr4 */
 	__be32 entropy6[2]; /* /64 network of IPv6 outer sources, 0: node_addr6 */
 	__u32 new_flows_per_cpu; /* flow-table inserts per second and CPU, 0: unbounded */
+	__u32 forward_transit;   /* 1: route transit packets in XDP (transit.h) */
 };
 
 /* Backend-side decapsulation counters (index into lb_decap_stats). */

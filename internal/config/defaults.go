@@ -26,6 +26,8 @@ const (
 	// of new flows needs at least 16 s to turn the default table over, so an
 	// established flow that sends a packet in that time keeps its entry.
 	DefaultNewFlowRate = 16384
+	// node.forward_transit: transit packets are the kernel's.
+	DefaultForwardTransit = false
 
 	// bgp.peers[].hold_time.
 	DefaultHoldTime = 9 * time.Second
@@ -90,6 +92,9 @@ func applyDefaults(c *Config, present func(path string) bool) {
 	}
 	if !present("node.new_flow_rate") {
 		n.NewFlowRate = DefaultNewFlowRate
+	}
+	if !present("node.forward_transit") {
+		n.ForwardTransit = DefaultForwardTransit
 	}
 	if !present("node.site") {
 		n.Site = n.Name

@@ -788,6 +788,8 @@ func (p *parser) node(n *yaml.Node, path string, out *Node) {
 		case "new_flow_rate":
 			x, _ := p.integer(v, path)
 			out.NewFlowRate = uint32(x)
+		case "forward_transit":
+			out.ForwardTransit, _ = p.boolean(v, path)
 		}
 	})
 }

@@ -68,6 +68,9 @@ type Node struct {
 	// NewFlowRate bounds the new flows per second the node remembers in the flow
 	// table (0: no bound); above it new flows are forwarded but not inserted.
 	NewFlowRate uint32
+	// ForwardTransit routes packets for neither a VIP nor the node in XDP, by the
+	// kernel's FIB, when the FIB knows the next hop's link-layer address.
+	ForwardTransit bool
 }
 
 // SourceFor returns the node address of the given family (4 or 6), or the zero Addr.

@@ -75,6 +75,8 @@ var NodeSchema = []Field{
 		Doc: fmt.Sprintf("a /%d; required with entropy_source when the node has an IPv6 address", EntropyPrefix6Bits)},
 	{Path: "node.new_flow_rate", Type: TypeInt, Default: def(DefaultNewFlowRate), Range: &Range{0, math.MaxUint32}, Example: "16384",
 		Doc: "new flows per second the flow table takes (0: no bound), see Packets"},
+	{Path: "node.forward_transit", Type: TypeBool, Default: def(DefaultForwardTransit), Example: "false",
+		Doc: "true: route packets for neither a VIP nor the node in XDP (router mode), see Transit forwarding"},
 
 	{Path: "bgp", Type: TypeMapping, Doc: "optional; without it the node forwards and routing is left to the operator"},
 	{Path: "bgp.asn", Type: TypeInt, Required: true, Range: &Range{MinASN, MaxASN}, Example: "65001", Doc: "the node's AS"},

@@ -92,6 +92,7 @@ var eventNames = map[lbLbEvent]string{
 	lbLbEventLB_EV_ICMP_ECHO_REPLY:   "icmp_echo_reply",
 	lbLbEventLB_EV_ICMP_TO_BACKEND:   "icmp_to_backend",
 	lbLbEventLB_EV_ICMP_TOO_BIG_SENT: "icmp_too_big_sent",
+	lbLbEventLB_EV_TRANSIT_FORWARDED: "transit_forwarded",
 }
 
 func eventName(e lbLbEvent) string {
@@ -103,7 +104,8 @@ func eventName(e lbLbEvent) string {
 
 // Events returns the event counters by name, every event present: new flows forwarded
 // but not remembered (node.new_flow_rate), echo replies, ICMP errors sent to backends,
-// and "fragmentation needed" / "packet too big" sent to clients.
+// "fragmentation needed" / "packet too big" sent to clients, and transit packets routed
+// in XDP (node.forward_transit).
 func (lb *LB) Events() (map[string]uint64, error) {
 	out := map[string]uint64{}
 	for e := lbLbEvent(0); e < lbLbEventLB_EV_MAX; e++ {

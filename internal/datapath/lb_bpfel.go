@@ -90,7 +90,8 @@ const (
 	lbLbEventLB_EV_ICMP_ECHO_REPLY   lbLbEvent = 1
 	lbLbEventLB_EV_ICMP_TO_BACKEND   lbLbEvent = 2
 	lbLbEventLB_EV_ICMP_TOO_BIG_SENT lbLbEvent = 3
-	lbLbEventLB_EV_MAX               lbLbEvent = 4
+	lbLbEventLB_EV_TRANSIT_FORWARDED lbLbEvent = 4
+	lbLbEventLB_EV_MAX               lbLbEvent = 5
 )
 
 type lbLbFamily uint8
@@ -140,6 +141,7 @@ type lbLbSettings struct {
 	Entropy4       uint32
 	Entropy6       [2]uint32
 	NewFlowsPerCpu uint32
+	ForwardTransit uint32
 }
 
 type lbLbShared uint32

@@ -118,7 +118,7 @@ func encapOf(s *config.Service) encap {
 
 // SettingsOf is the part of the node's config the data plane reads on every packet.
 func SettingsOf(n *config.Node) datapath.Settings {
-	s := datapath.Settings{NewFlowRate: n.NewFlowRate}
+	s := datapath.Settings{NewFlowRate: n.NewFlowRate, ForwardTransit: n.ForwardTransit}
 	if n.EntropySource {
 		s.Entropy4, s.Entropy6 = n.EntropyPrefix4, n.EntropyPrefix6
 	}

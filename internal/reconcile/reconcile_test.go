@@ -352,11 +352,11 @@ func TestForwardingAndSettings(t *testing.T) {
 	web := svc("web", "198.51.100.10", 80, "10.0.1.1", "10.0.1.2")
 	web.Backends[1].Weight = 0 // draining: must stay draining through the change
 	cfg := cfgOf(web)
-	cfg.Node = config.Node{EntropySource: true, EntropyPrefix4: netip.MustParsePrefix("172.16.0.0/16"), NewFlowRate: 1000}
+	cfg.Node = config.Node{EntropySource: true, EntropyPrefix4: netip.MustParsePrefix("172.16.0.0/16"), NewFlowRate: 1000, ForwardTransit: true}
 	if err := r.Apply(cfg, AlwaysUp); err != nil {
 		t.Fatal(err)
 	}
-	want := datapath.Settings{Entropy4: netip.MustParsePrefix("172.16.0.0/16"), NewFlowRate: 1000}
+	want := datapath.Settings{Entropy4: netip.MustParsePrefix("172.16.0.0/16"), NewFlowRate: 1000, ForwardTransit: true}
 	if f.settings != want {
 		t.Errorf("settings %+v, want %+v", f.settings, want)
 	}
