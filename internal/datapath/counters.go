@@ -59,6 +59,7 @@ var dropReasonNames = map[lbLbDropReason]string{
 	lbLbDropReasonLB_DROP_TOO_BIG:    "too_big",
 	lbLbDropReasonLB_DROP_NO_TX_PORT: "no_tx_port",
 	lbLbDropReasonLB_DROP_ENCAP:      "encap",
+	lbLbDropReasonLB_DROP_NAT_PORTS:  "nat_ports",
 }
 
 func dropReasonName(r lbLbDropReason) string {
@@ -93,6 +94,7 @@ var eventNames = map[lbLbEvent]string{
 	lbLbEventLB_EV_ICMP_TO_BACKEND:   "icmp_to_backend",
 	lbLbEventLB_EV_ICMP_TOO_BIG_SENT: "icmp_too_big_sent",
 	lbLbEventLB_EV_TRANSIT_FORWARDED: "transit_forwarded",
+	lbLbEventLB_EV_NAT_REPLY:         "nat_reply",
 }
 
 func eventName(e lbLbEvent) string {

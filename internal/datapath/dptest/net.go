@@ -57,6 +57,11 @@ var (
 	LinkLocal6 = netip.MustParseAddr("fe80::21")
 )
 
+// ClientRouter is the index of the neighbour (Backend4/Backend6 and NeighMAC of it) the
+// bench routes the clients' networks through, for packets the program sends to clients
+// after a FIB lookup (NAT replies).
+const ClientRouter = 50
+
 // Gateways without a neighbour entry, on port 0's link.
 var (
 	unresolved4 = netip.MustParseAddr("10.0.0.99")
@@ -167,6 +172,8 @@ func (n *Net) setup() error {
 	}{
 		{TransitTX4, Backend4(1), n.Port0}, {TransitRedirect4, Remote4(1), n.Port1}, {TransitNoNeigh4, unresolved4, n.Port0},
 		{TransitTX6, Backend6(1), n.Port0}, {TransitNoNeigh6, unresolved6, n.Port0}, {LinkLocal4, Backend4(1), n.Port0},
+		{netip.PrefixFrom(Client4, 24).Masked(), Backend4(ClientRouter), n.Port0},
+		{netip.PrefixFrom(Client6, 48).Masked(), Backend6(ClientRouter), n.Port0},
 	} {
 		dst := &net.IPNet{IP: r.dst.Addr().AsSlice(), Mask: net.CIDRMask(r.dst.Bits(), r.dst.Addr().BitLen())}
 		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: r.dev.Index, Dst: dst, Gw: r.gw.AsSlice()}); err != nil {
