@@ -53,7 +53,8 @@ const (
 
 	// services[].health.kind: no health checks, every backend is considered up.
 	DefaultHealthKind = HealthNone
-	// services[].health.port defaults to the service's port (no constant).
+	// services[].health.port defaults to the service's port, or backend_port when
+	// given (no constant).
 	// services[].health.path: only for kind http.
 	DefaultHealthPath = "/"
 	// services[].health.interval.
@@ -148,6 +149,9 @@ func applyDefaults(c *Config, present func(path string) bool) {
 		}
 		if def("health.port") {
 			h.Port = s.Port
+			if s.BackendPort != 0 {
+				h.Port = s.BackendPort // what NAT sends to is what answers
+			}
 		}
 		if def("health.path") && h.Kind == HealthHTTP {
 			h.Path = DefaultHealthPath

@@ -880,6 +880,9 @@ func (p *parser) service(n *yaml.Node, path string, out *Service) {
 		case "gue_port":
 			x, _ := p.integer(v, path)
 			out.GUEPort = uint16(x)
+		case "backend_port":
+			x, _ := p.integer(v, path)
+			out.BackendPort = uint16(x)
 		case "scheduler":
 			s, _ := p.enum(v, path)
 			out.Scheduler = Scheduler(s)

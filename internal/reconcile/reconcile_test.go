@@ -384,6 +384,15 @@ func TestForwardingAndSettings(t *testing.T) {
 	if states[datapath.BackendUp] != 1 || states[datapath.BackendDraining] != 1 {
 		t.Errorf("backend states %v after the forwarding change, want one up, one draining", states)
 	}
+	cfg.Services[0].Forwarding, cfg.Services[0].BackendPort = config.NAT, 8080
+	if err := r.Apply(cfg, AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	for id, b := range f.backends {
+		if !b.NAT || b.GUE || b.NATPort != 8080 {
+			t.Errorf("backend %d: NAT %v to port %d, GUE %v; want NAT to 8080", id, b.NAT, b.NATPort, b.GUE)
+		}
+	}
 	// entropy off: the prefixes are not passed on even if the model holds them
 	cfg.Node.EntropySource = false
 	if s := SettingsOf(&cfg.Node); s.Entropy4.IsValid() || s.NewFlowRate != 1000 {
