@@ -58,6 +58,10 @@ type Service struct {
 	Backends  []netip.Addr // each with weight 1
 	Health    *Health      // nil: no health section
 	TableSize int          // 0 keeps the default
+	// Forwarding is the service's forwarding ("" keeps the default, ipip), and
+	// BackendPort its backend_port (forwarding nat; 0: absent).
+	Forwarding  string
+	BackendPort uint16
 }
 
 // Health is a service's health check.
@@ -111,6 +115,12 @@ func (c NodeConfig) YAML() []byte {
 		fmt.Fprintf(&b, "  - name: %s\n    vip: %s\n    port: %d\n    protocol: tcp\n", s.Name, s.VIP, s.Port)
 		if s.TableSize != 0 {
 			fmt.Fprintf(&b, "    table_size: %d\n", s.TableSize)
+		}
+		if s.Forwarding != "" {
+			fmt.Fprintf(&b, "    forwarding: %s\n", s.Forwarding)
+		}
+		if s.BackendPort != 0 {
+			fmt.Fprintf(&b, "    backend_port: %d\n", s.BackendPort)
 		}
 		b.WriteString("    backends:\n")
 		for _, be := range s.Backends {
