@@ -67,9 +67,12 @@ static __always_inline int nat_owns(const struct lb_nat *e, const struct lb_pack
 }
 
 /* Finds or gives the client flow its node port towards the backend in key (whose
- * node_port it sets). A new port is taken by inserting its entry with BPF_NOEXIST, so
- * two flows (on any CPUs) never get the same (backend, backend port, node port); an
- * entry past its expiry frees its port. */
+ * node_port it sets). A free port is taken by inserting its entry with BPF_NOEXIST, so
+ * two flows (on any CPUs) never get the same (backend, backend port, node port). An
+ * entry past its expiry frees its port, which is taken over by overwriting: the one
+ * window left is two CPUs taking over the same expired port in the same instant, which
+ * needs two new flows whose candidates meet there within nanoseconds (an atomic
+ * compare-and-swap would close it, at the price of BPF ISA v3 for the whole program). */
 static __always_inline int nat_port_of(const struct lb_packet *pkt, const struct lb_choice *c,
 				       struct lb_nat_key *key, __u64 now)
 {
