@@ -104,3 +104,6 @@ const (
 	NATClosing     = uint8(lbLbNatStateLB_NAT_TCP_CLOSING)
 	NATClosed      = uint8(lbLbNatStateLB_NAT_TCP_CLOSED)
 )
+
+// ForgetNATFlow deletes f's entry of lb_nat_flows, as the LRU would under pressure.
+func (lb *LB) ForgetNATFlow(f Flow) error { return lb.objs.LbNatFlows.Delete(f.key()) }

@@ -282,3 +282,32 @@ func TestNATPortsDoNotCollide(t *testing.T) {
 		seen[nport] = cport
 	}
 }
+
+// lb_nat_flows is only an index: a flow whose entry there was evicted finds its own
+// port again among its candidates, whatever other flows hold, and keeps it.
+func TestNATFlowKeepsItsPortWithoutItsIndex(t *testing.T) {
+	b := newNATBench(t)
+	send := func(cport uint16, flags dptest.TCPFlags) uint16 {
+		t.Helper()
+		pkt := dptest.Packet{Src: dptest.Client4, Dst: vipNAT4, SPort: cport, DPort: 80, Flags: flags}.Bytes()
+		verdict, out := b.run(t, pkt)
+		if verdict != dptest.XDPTX {
+			t.Fatalf("verdict %d, want XDP_TX", verdict)
+		}
+		return binary.BigEndian.Uint16(out[14+20:])
+	}
+	// enough other flows that many of the flows' candidates are taken
+	for i := range 500 {
+		send(20000+uint16(i), dptest.SYN)
+	}
+	for i := range 50 {
+		cport := uint16(30000 + i)
+		first := send(cport, dptest.SYN)
+		if err := b.lb.ForgetNATFlow(datapath.Flow{Src: dptest.Client4, Dst: vipNAT4, SPort: cport, DPort: 80, Proto: 6}); err != nil {
+			t.Fatal(err)
+		}
+		if again := send(cport, dptest.ACK); again != first {
+			t.Fatalf("client port %d: node port %d, then %d once its index entry was gone", cport, first, again)
+		}
+	}
+}
