@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -413,15 +414,7 @@ func TestSpreadAndDSR(t *testing.T) {
 // scraped from its /metrics.
 func forwarded(t *testing.T, lb *Host) uint64 {
 	t.Helper()
-	out, err := lb.Output(hostprog.Curl, "-sf", "http://127.0.0.1:9100/metrics")
-	if err != nil {
-		t.Fatalf("scrape %s /metrics: %v", lb.Role, err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(out))
-	if err != nil {
-		t.Fatalf("%s /metrics is not the Prometheus text format: %v", lb.Role, err)
-	}
+	families := scrapeMetrics(t, lb)
 	var n uint64
 	if f, ok := families["manifold_packets_total"]; ok {
 		for _, m := range f.Metric {
@@ -429,6 +422,21 @@ func forwarded(t *testing.T, lb *Host) uint64 {
 		}
 	}
 	return n
+}
+
+// scrapeMetrics reads a node's /metrics, by metric name.
+func scrapeMetrics(t *testing.T, node *Host) map[string]*dto.MetricFamily {
+	t.Helper()
+	out, err := node.Output(hostprog.Curl, "-sf", "http://127.0.0.1:9100/metrics")
+	if err != nil {
+		t.Fatalf("scrape %s /metrics: %v", node.Role, err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(out))
+	if err != nil {
+		t.Fatalf("%s /metrics is not the Prometheus text format: %v", node.Role, err)
+	}
+	return families
 }
 
 // A reload with a bad file changes nothing: the daemon says why, keeps running, keeps

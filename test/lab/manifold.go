@@ -24,6 +24,7 @@ type NodeConfig struct {
 	Address, Address6 netip.Addr
 	API               string // 127.0.0.1:9100 unless set; each node has its own namespace
 	BGP               *BGP   // nil: no bgp section
+	ForwardTransit    bool   // node.forward_transit
 	// Fleet set, the node takes its services from etcd; its file lists none.
 	Fleet    *Fleet
 	Services []Service
@@ -85,6 +86,9 @@ func (c NodeConfig) YAML() []byte {
 		fmt.Fprintf(&b, "  address6: %s\n", c.Address6)
 	}
 	fmt.Fprintf(&b, "  api: %s\n", or(c.API, "127.0.0.1:9100"))
+	if c.ForwardTransit {
+		b.WriteString("  forward_transit: true\n")
+	}
 	if g := c.BGP; g != nil {
 		fmt.Fprintf(&b, "bgp:\n  asn: %d\n  router_id: %s\n", g.ASN, g.RouterID)
 		if g.DrainTime > 0 {
