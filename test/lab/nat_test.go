@@ -47,10 +47,7 @@ func serveRemoteAddr(t *testing.T, h *Host, port uint16) {
 // its answers from the VIP, and the backend sees the node's address and a node port
 // (1024..32767), never the client's.
 func TestNATBackendWithoutAgent(t *testing.T) {
-	requireLab(t)
-	if buildErr != nil {
-		t.Fatalf("cannot build manifold (make build shows the same): %v", buildErr)
-	}
+	requireManifold(t)
 	l := newLab(t, "lb1")
 	client, lb, be := l.Host("client"), l.Host("lb1"), l.Host("be1")
 	// A real NIC finishes the checksums it sends; a veth leaves them to an offload that

@@ -34,10 +34,7 @@ func eventCount(t *testing.T, node *Host, event string) uint64 {
 // at least the client's packets of every connection but the first few, which may pass
 // to the kernel while it resolves the next hop).
 func TestTransitThroughNode(t *testing.T) {
-	requireLab(t)
-	if buildErr != nil {
-		t.Fatalf("cannot build manifold (make build shows the same): %v", buildErr)
-	}
+	requireManifold(t)
 	l := newLab(t, "lb1")
 	client, lb, be := l.Host("client"), l.Host("lb1"), l.Host("be1")
 	if _, err := l.StartNginx(be); err != nil {
