@@ -67,12 +67,13 @@ bench: deps build
 	@mkdir -p $(PARTS)
 	./$(BENCH) dataplane --json $(PARTS)/dataplane.json
 	./$(BENCH) pktrate --json $(PARTS)/pktrate.json
+	./$(BENCH) transit --json $(PARTS)/transit.json
 	$(GO) run ./test/lab/httpbench -manifold $(BIN) -json $(PARTS)/http.json
 	./$(BENCH) controlplane --json $(PARTS)/controlplane.json
 	$(GO) run ./test/lab/cpbench -manifold $(BIN) -json $(PARTS)/convergence.json
 	$(GO) run ./test/lab/fleetbench -manifold $(BIN) -json $(PARTS)/fleet.json
 	./$(BENCH) report --out bench/results --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
-		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/convergence.json $(PARTS)/fleet.json
+		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/convergence.json $(PARTS)/fleet.json
 	/usr/bin/python3 bench/plot.py bench/results/latest.json bench/results
 	@mkdir -p bench/results/steer && for f in bench/steer/*.yaml; do n=$$(basename $$f .yaml); ./$(BIN) steer simulate --scenario $$f --json bench/results/steer/$$n.json --plot bench/results/steer/$$n.png > bench/results/steer/$$n.txt || exit 1; done
 

@@ -93,6 +93,7 @@ var sectionTitles = []struct{ key, title string }{
 	{"per_packet", "Per-packet cost (BPF_PROG_TEST_RUN)"},
 	{"flood", "New-flow flood"},
 	{"packet_rate", "Packet rate through one node"},
+	{"transit", "Transit forwarding (router mode)"},
 	{"http", "HTTP requests/s and latency"},
 	{"control_plane", "Control plane"},
 	{"fleet", "Fleet: propagation through etcd"},

@@ -11,17 +11,19 @@ import (
 // are those of a service in the config schema (config.NodeSchema), and a spec written
 // as YAML parses back into the service it shows.
 type ServiceSpec struct {
-	Name       string        `json:"name" yaml:"name"`
-	VIP        string        `json:"vip" yaml:"vip"`
-	Port       uint16        `json:"port" yaml:"port"`
-	Protocol   string        `json:"protocol" yaml:"protocol"`
-	Forwarding string        `json:"forwarding" yaml:"forwarding"`
-	GUEPort    uint16        `json:"gue_port" yaml:"gue_port"`
-	Scheduler  string        `json:"scheduler" yaml:"scheduler"`
-	TableSize  uint32        `json:"table_size" yaml:"table_size"`
-	Origins    []OriginSpec  `json:"origins,omitempty" yaml:"origins,omitempty"` // none: no steering
-	Backends   []BackendSpec `json:"backends" yaml:"backends"`
-	Health     HealthSpec    `json:"health" yaml:"health"`
+	Name       string `json:"name" yaml:"name"`
+	VIP        string `json:"vip" yaml:"vip"`
+	Port       uint16 `json:"port" yaml:"port"`
+	Protocol   string `json:"protocol" yaml:"protocol"`
+	Forwarding string `json:"forwarding" yaml:"forwarding"`
+	GUEPort    uint16 `json:"gue_port" yaml:"gue_port"`
+	// BackendPort is the NAT backends' port; absent: the service's port.
+	BackendPort uint16        `json:"backend_port,omitempty" yaml:"backend_port,omitempty"`
+	Scheduler   string        `json:"scheduler" yaml:"scheduler"`
+	TableSize   uint32        `json:"table_size" yaml:"table_size"`
+	Origins     []OriginSpec  `json:"origins,omitempty" yaml:"origins,omitempty"` // none: no steering
+	Backends    []BackendSpec `json:"backends" yaml:"backends"`
+	Health      HealthSpec    `json:"health" yaml:"health"`
 }
 
 type BackendSpec struct {
@@ -49,7 +51,7 @@ type HealthSpec struct {
 func SpecOf(s *config.Service) ServiceSpec {
 	out := ServiceSpec{
 		Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Protocol: string(s.Protocol),
-		Forwarding: string(s.Forwarding), GUEPort: s.GUEPort, Scheduler: string(s.Scheduler), TableSize: s.TableSize,
+		Forwarding: string(s.Forwarding), GUEPort: s.GUEPort, BackendPort: s.BackendPort, Scheduler: string(s.Scheduler), TableSize: s.TableSize,
 		Backends: make([]BackendSpec, 0, len(s.Backends)),
 		Health: HealthSpec{
 			Kind: string(s.Health.Kind), Port: s.Health.Port, Path: s.Health.Path,

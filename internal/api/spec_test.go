@@ -66,7 +66,7 @@ func TestServiceSpecKeysAreTheSchemas(t *testing.T) {
 func TestServiceSpecRoundTrip(t *testing.T) {
 	svc := config.Service{
 		Name: "web", VIP: netip.MustParseAddr("198.51.100.10"), Port: 8080, Protocol: config.UDP,
-		Forwarding: config.GUE, GUEPort: 7000, Scheduler: config.MaglevSource, TableSize: 251,
+		Forwarding: config.NAT, GUEPort: 7000, BackendPort: 9090, Scheduler: config.MaglevSource, TableSize: 251,
 		Origins:  []config.Origin{{Name: "us", Capacity: 200}},
 		Backends: []config.Backend{{Address: netip.MustParseAddr("10.0.1.1"), Weight: 3, Origin: "us"}},
 		Health: config.Health{Kind: config.HealthHTTP, Port: 8081, Path: "/ok", Interval: 2 * time.Second,

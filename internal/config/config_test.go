@@ -173,9 +173,11 @@ func TestParseErrors(t *testing.T) {
 		{"misspelt top-level field", hdr + "service: []\n",
 			[]string{"t.yaml:5: service: unknown field (did you mean services?)"}},
 		{"unknown node field", hdr + "  mtu: 1500\n",
-			[]string{"t.yaml:5: node.mtu: unknown field (accepted: name, interfaces, xdp_mode, site, address, address6, api, api_token, api_token_file, flow_table_size, entropy_source, entropy_prefix4, entropy_prefix6, new_flow_rate)"}},
+			[]string{"t.yaml:5: node.mtu: unknown field (accepted: name, interfaces, xdp_mode, site, address, address6, api, api_token, api_token_file, flow_table_size, entropy_source, entropy_prefix4, entropy_prefix6, new_flow_rate, forward_transit)"}},
+		{"backend port without NAT", svc + "    forwarding: gue\n    backend_port: 8080\n",
+			[]string{"t.yaml:9: services[0].backend_port: only with forwarding: nat (encapsulated packets keep the client's port)"}},
 		{"unknown service field", svc + "    weight: 1\n",
-			[]string{"t.yaml:8: services[0].weight: unknown field (accepted: name, vip, port, protocol, forwarding, gue_port, scheduler, table_size, origins, backends, health)"}},
+			[]string{"t.yaml:8: services[0].weight: unknown field (accepted: name, vip, port, protocol, forwarding, gue_port, backend_port, scheduler, table_size, origins, backends, health)"}},
 		{"entropy prefix of the wrong length and family", hdr + "  entropy_source: true\n  entropy_prefix4: 172.16.0.0/12\n  entropy_prefix6: 10.1.0.0/16\n", []string{
 			"t.yaml:6: node.entropy_prefix4: 172.16.0.0/12: must be a /16 (the flow hash picks the other 16 bits)",
 			"t.yaml:7: node.entropy_prefix6: 10.1.0.0/16 is not an IPv6 prefix"}},
@@ -407,7 +409,7 @@ func TestParseManyErrors(t *testing.T) {
 	checkErrors(t, err, []string{
 		f + ":3: node.interfaces: must list at least one interface, e.g. [eth0]",
 		f + `:4: node.xdp_mode: "fast" is not valid (accepted: native, generic, auto)`,
-		f + ":6: node.colour: unknown field (accepted: name, interfaces, xdp_mode, site, address, address6, api, api_token, api_token_file, flow_table_size, entropy_source, entropy_prefix4, entropy_prefix6, new_flow_rate)",
+		f + ":6: node.colour: unknown field (accepted: name, interfaces, xdp_mode, site, address, address6, api, api_token, api_token_file, flow_table_size, entropy_source, entropy_prefix4, entropy_prefix6, new_flow_rate, forward_transit)",
 		f + ":10: services[0].table_size: 65536 is not prime (try 65537)",
 		f + ":12: services[0].backends[0].address: 2001:db8::1 is IPv6 but the vip is IPv4 (backends must be of the vip's family)",
 		f + ":14: services[0].backends[1].weight: must not be negative (accepted: 0..65535)",

@@ -26,6 +26,8 @@ const (
 	// of new flows needs at least 16 s to turn the default table over, so an
 	// established flow that sends a packet in that time keeps its entry.
 	DefaultNewFlowRate = 16384
+	// node.forward_transit: transit packets are the kernel's.
+	DefaultForwardTransit = false
 
 	// bgp.peers[].hold_time.
 	DefaultHoldTime = 9 * time.Second
@@ -51,7 +53,8 @@ const (
 
 	// services[].health.kind: no health checks, every backend is considered up.
 	DefaultHealthKind = HealthNone
-	// services[].health.port defaults to the service's port (no constant).
+	// services[].health.port defaults to the service's port, or backend_port when
+	// given (no constant).
 	// services[].health.path: only for kind http.
 	DefaultHealthPath = "/"
 	// services[].health.interval.
@@ -90,6 +93,9 @@ func applyDefaults(c *Config, present func(path string) bool) {
 	}
 	if !present("node.new_flow_rate") {
 		n.NewFlowRate = DefaultNewFlowRate
+	}
+	if !present("node.forward_transit") {
+		n.ForwardTransit = DefaultForwardTransit
 	}
 	if !present("node.site") {
 		n.Site = n.Name
@@ -143,6 +149,9 @@ func applyDefaults(c *Config, present func(path string) bool) {
 		}
 		if def("health.port") {
 			h.Port = s.Port
+			if s.BackendPort != 0 {
+				h.Port = s.BackendPort // what NAT sends to is what answers
+			}
 		}
 		if def("health.path") && h.Kind == HealthHTTP {
 			h.Path = DefaultHealthPath

@@ -790,6 +790,8 @@ func (p *parser) node(n *yaml.Node, path string, out *Node) {
 		case "new_flow_rate":
 			x, _ := p.integer(v, path)
 			out.NewFlowRate = uint32(x)
+		case "forward_transit":
+			out.ForwardTransit, _ = p.boolean(v, path)
 		}
 	})
 }
@@ -880,6 +882,9 @@ func (p *parser) service(n *yaml.Node, path string, out *Service) {
 		case "gue_port":
 			x, _ := p.integer(v, path)
 			out.GUEPort = uint16(x)
+		case "backend_port":
+			x, _ := p.integer(v, path)
+			out.BackendPort = uint16(x)
 		case "scheduler":
 			s, _ := p.enum(v, path)
 			out.Scheduler = Scheduler(s)

@@ -68,6 +68,9 @@ type Node struct {
 	// NewFlowRate bounds the new flows per second the node remembers in the flow
 	// table (0: no bound); above it new flows are forwarded but not inserted.
 	NewFlowRate uint32
+	// ForwardTransit routes packets for neither a VIP nor the node in XDP, by the
+	// kernel's FIB, when the FIB knows the next hop's link-layer address.
+	ForwardTransit bool
 }
 
 // SourceFor returns the node address of the given family (4 or 6), or the zero Addr.
@@ -120,6 +123,9 @@ type Forwarding string
 const (
 	IPIP Forwarding = "ipip"
 	GUE  Forwarding = "gue"
+	// NAT rewrites the client's packet to the backend (address and port) from the
+	// node's address: for backends that cannot decapsulate.
+	NAT Forwarding = "nat"
 )
 
 type Scheduler string
@@ -137,8 +143,11 @@ type Service struct {
 	Protocol   Protocol
 	Forwarding Forwarding
 	GUEPort    uint16 // UDP destination port of GUE packets
-	Scheduler  Scheduler
-	TableSize  uint32 // Maglev table size, a prime
+	// BackendPort is the port NAT sends to (forwarding: nat); 0: the service's port
+	// (for a service of every port, the client's destination port).
+	BackendPort uint16
+	Scheduler   Scheduler
+	TableSize   uint32 // Maglev table size, a prime
 	// Origins are the data centres holding the backends, for global steering; with
 	// none, the service's weights are its backends' own.
 	Origins  []Origin

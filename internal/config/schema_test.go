@@ -94,6 +94,9 @@ func minimal(schema []Field) map[string]string {
 // the fleet section, a file with the fleet's required keys and no services.
 func minimalFor(schema []Field, path string) map[string]string {
 	values := minimal(schema)
+	if path == "services[].backend_port" {
+		values["services[].forwarding"] = string(NAT) // refused with any other
+	}
 	if !under(path, "fleet") {
 		return values
 	}

@@ -336,6 +336,10 @@ func (p *parser) validateServices(c *Config) {
 			}
 		}
 
+		if p.given(f("backend_port")) && p.usable(f("forwarding")) && s.Forwarding != NAT {
+			p.errorAt(f("backend_port"), "only with forwarding: nat (encapsulated packets keep the client's port)")
+		}
+
 		p.validateOrigins(s, sp)
 		p.validateHealth(s, sp)
 

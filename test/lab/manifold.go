@@ -24,6 +24,7 @@ type NodeConfig struct {
 	Address, Address6 netip.Addr
 	API               string // 127.0.0.1:9100 unless set; each node has its own namespace
 	BGP               *BGP   // nil: no bgp section
+	ForwardTransit    bool   // node.forward_transit
 	// Fleet set, the node takes its services from etcd; its file lists none.
 	Fleet    *Fleet
 	Services []Service
@@ -58,6 +59,10 @@ type Service struct {
 	Backends  []netip.Addr // each with weight 1
 	Health    *Health      // nil: no health section
 	TableSize int          // 0 keeps the default
+	// Forwarding is the service's forwarding ("" keeps the default, ipip), and
+	// BackendPort its backend_port (forwarding nat; 0: absent).
+	Forwarding  string
+	BackendPort uint16
 }
 
 // Health is a service's health check.
@@ -81,6 +86,9 @@ func (c NodeConfig) YAML() []byte {
 		fmt.Fprintf(&b, "  address6: %s\n", c.Address6)
 	}
 	fmt.Fprintf(&b, "  api: %s\n", or(c.API, "127.0.0.1:9100"))
+	if c.ForwardTransit {
+		b.WriteString("  forward_transit: true\n")
+	}
 	if g := c.BGP; g != nil {
 		fmt.Fprintf(&b, "bgp:\n  asn: %d\n  router_id: %s\n", g.ASN, g.RouterID)
 		if g.DrainTime > 0 {
@@ -111,6 +119,12 @@ func (c NodeConfig) YAML() []byte {
 		fmt.Fprintf(&b, "  - name: %s\n    vip: %s\n    port: %d\n    protocol: tcp\n", s.Name, s.VIP, s.Port)
 		if s.TableSize != 0 {
 			fmt.Fprintf(&b, "    table_size: %d\n", s.TableSize)
+		}
+		if s.Forwarding != "" {
+			fmt.Fprintf(&b, "    forwarding: %s\n", s.Forwarding)
+		}
+		if s.BackendPort != 0 {
+			fmt.Fprintf(&b, "    backend_port: %d\n", s.BackendPort)
 		}
 		b.WriteString("    backends:\n")
 		for _, be := range s.Backends {
