@@ -94,6 +94,10 @@ func minimal(schema []Field) map[string]string {
 // the fleet section, a file with the fleet's required keys and no services.
 func minimalFor(schema []Field, path string) map[string]string {
 	values := minimal(schema)
+	if under(path, "kubernetes") {
+		// the section has no required key: its kubeconfig stands for it
+		values["kubernetes.kubeconfig"] = fields["kubernetes.kubeconfig"].Example
+	}
 	if !under(path, "fleet") {
 		return values
 	}
