@@ -92,13 +92,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	c := apiServer(t)
-	ns, err := c.CS.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "src-"},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, c: c, ns: ns.Name, sink: &sink{}}
+	e := &env{t: t, c: c, ns: c.Namespace(t, "src"), sink: &sink{}}
 	cl, err := NewCluster(c.As(kubetest.NodeUser))
 	if err != nil {
 		t.Fatal(err)
@@ -118,25 +112,11 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-// node creates a ready Node with an InternalIP, deleted when the test ends.
+// node creates a Node named after the test's namespace, deleted when the test ends.
 func (e *env) node(name, ip string, ready bool, labels map[string]string) string {
 	e.t.Helper()
 	name = e.ns + "-" + name
-	cs := e.c.CS.CoreV1().Nodes()
-	n, err := cs.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = cs.Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	status := corev1.ConditionFalse
-	if ready {
-		status = corev1.ConditionTrue
-	}
-	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}}
-	if _, err := cs.UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
+	e.c.Node(e.t, name, ip, ready, labels)
 	return name
 }
 
@@ -144,58 +124,26 @@ func (e *env) node(name, ip string, ready bool, labels map[string]string) string
 // status (as the kube-controller writes them).
 func (e *env) service(name string, policy corev1.ServiceExternalTrafficPolicy, ports []corev1.ServicePort, addrs ...string) {
 	e.t.Helper()
-	cs := e.c.CS.CoreV1().Services(e.ns)
 	class := kube.Class
-	svc, err := cs.Create(context.Background(), &corev1.Service{
+	e.c.Service(e.t, e.ns, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, ExternalTrafficPolicy: policy,
 			Ports: ports, Selector: map[string]string{"app": name}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, a := range addrs {
-		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: a})
-	}
-	if _, err := cs.UpdateStatus(context.Background(), svc, metav1.UpdateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
+	}, addrs...)
 }
 
 func tcp(name string, port int32) corev1.ServicePort {
-	return corev1.ServicePort{Name: name, Port: port, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}
+	return corev1.ServicePort{Name: name, Port: port, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(kubetest.TargetPort)}
 }
 
-// endpoint is a pod address on a Node, ready or not.
-type endpoint struct {
-	addr, node string
-	ready      bool
+// ep is a pod's address on a Node, ready or not.
+func ep(addr, node string, ready bool) kubetest.Endpoint {
+	return kubetest.Endpoint{Addr: addr, Node: node, Ready: ready}
 }
 
-// slice writes (creates or replaces) an EndpointSlice of the Service name, port http.
-func (e *env) slice(svc, name string, eps ...endpoint) {
+func (e *env) slice(svc, name string, eps ...kubetest.Endpoint) {
 	e.t.Helper()
-	es := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: new("http"), Port: new(int32(8080))}},
-	}
-	for _, ep := range eps {
-		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{ep.addr}, NodeName: new(ep.node),
-			Conditions: discoveryv1.EndpointConditions{Ready: new(ep.ready)}})
-	}
-	cs := e.c.CS.DiscoveryV1().EndpointSlices(e.ns)
-	old, err := cs.Get(context.Background(), name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = cs.Create(context.Background(), es, metav1.CreateOptions{})
-	case err == nil:
-		es.ResourceVersion = old.ResourceVersion
-		_, err = cs.Update(context.Background(), es, metav1.UpdateOptions{})
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	e.c.Slice(e.t, e.ns, svc, name, eps...)
 }
 
 // wait waits for the source's state to meet cond, at most applyWithin.
@@ -255,16 +203,16 @@ func TestLocalWeightsAreReadyEndpoints(t *testing.T) {
 	e.want("the Service without endpoints: no backends", map[string]string{"web.80 198.51.100.1:80/tcp": ""})
 
 	e.slice("web", "web-a",
-		endpoint{"10.244.1.1", n1, true}, endpoint{"10.244.1.2", n1, true}, endpoint{"10.244.1.3", n1, true},
-		endpoint{"10.244.2.1", n2, true}, endpoint{"10.244.3.1", n3, false})
+		ep("10.244.1.1", n1, true), ep("10.244.1.2", n1, true), ep("10.244.1.3", n1, true),
+		ep("10.244.2.1", n2, true), ep("10.244.3.1", n3, false))
 	e.want("weights 3 and 1", map[string]string{"web.80 198.51.100.1:80/tcp": "10.1.0.1×3 10.1.0.2×1"})
 
 	// a second slice of the same Service adds to the counts; a pod listed in both
 	// (while they are rewritten) counts once
-	e.slice("web", "web-b", endpoint{"10.244.3.2", n3, true}, endpoint{"10.244.3.3", n3, true}, endpoint{"10.244.1.1", n1, true})
+	e.slice("web", "web-b", ep("10.244.3.2", n3, true), ep("10.244.3.3", n3, true), ep("10.244.1.1", n1, true))
 	e.want("n3 comes with 2", map[string]string{"web.80 198.51.100.1:80/tcp": "10.1.0.1×3 10.1.0.2×1 10.1.0.3×2"})
 
-	e.slice("web", "web-a", endpoint{"10.244.1.1", n1, true}, endpoint{"10.244.2.1", n2, false})
+	e.slice("web", "web-a", ep("10.244.1.1", n1, true), ep("10.244.2.1", n2, false))
 	e.want("n1 down to 1, n2 gone", map[string]string{"web.80 198.51.100.1:80/tcp": "10.1.0.1×1 10.1.0.3×2"})
 }
 
@@ -278,10 +226,10 @@ func TestClusterPolicyEveryReadyNode(t *testing.T) {
 	e.node("n3", "10.2.0.3", false, nil)
 	e.node("n4", "10.2.0.4", true, map[string]string{excludeLabel: ""})
 	e.service("api", corev1.ServiceExternalTrafficPolicyCluster, []corev1.ServicePort{tcp("http", 443)}, "198.51.100.2")
-	e.slice("api", "api-a", endpoint{"10.244.1.1", n1, true}, endpoint{"10.244.1.2", n1, true})
+	e.slice("api", "api-a", ep("10.244.1.1", n1, true), ep("10.244.1.2", n1, true))
 	e.want("the two ready Nodes, weight 1", map[string]string{"api.443 198.51.100.2:443/tcp": "10.2.0.1×1 10.2.0.2×1"})
 
-	e.slice("api", "api-a", endpoint{"10.244.1.1", n1, false})
+	e.slice("api", "api-a", ep("10.244.1.1", n1, false))
 	e.want("no ready endpoint: no backends", map[string]string{"api.443 198.51.100.2:443/tcp": ""})
 }
 
@@ -292,7 +240,7 @@ func TestServiceDeleted(t *testing.T) {
 	n1 := e.node("n1", "10.3.0.1", true, nil)
 	e.service("a", corev1.ServiceExternalTrafficPolicyLocal, []corev1.ServicePort{tcp("http", 80), tcp("alt", 8080)}, "198.51.100.3")
 	e.service("b", corev1.ServiceExternalTrafficPolicyLocal, []corev1.ServicePort{tcp("http", 80)}, "198.51.100.4")
-	e.slice("a", "a-a", endpoint{"10.244.1.1", n1, true})
+	e.slice("a", "a-a", ep("10.244.1.1", n1, true))
 	e.want("both Services", map[string]string{
 		"a.80 198.51.100.3:80/tcp": "10.3.0.1×1", "a.8080 198.51.100.3:8080/tcp": "", "b.80 198.51.100.4:80/tcp": ""})
 
@@ -323,18 +271,11 @@ func TestBadObjectsAreSkipped(t *testing.T) {
 	e.service("same", corev1.ServiceExternalTrafficPolicyLocal, []corev1.ServicePort{tcp("http", 80)}, "198.51.100.5")
 	e.service("v6", corev1.ServiceExternalTrafficPolicyLocal, []corev1.ServicePort{tcp("http", 80)}, "2001:db8::5")
 	other := "example.com/lb"
-	svc, err := e.c.CS.CoreV1().Services(e.ns).Create(context.Background(), &corev1.Service{
+	e.c.Service(t, e.ns, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "other"},
 		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &other, Ports: []corev1.ServicePort{tcp("http", 80)}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.6"}}
-	if _, err := e.c.CS.CoreV1().Services(e.ns).UpdateStatus(context.Background(), svc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	e.slice("good", "good-a", endpoint{"10.244.1.1", n1, true})
+	}, "198.51.100.6")
+	e.slice("good", "good-a", ep("10.244.1.1", n1, true))
 	st := e.want("only good's TCP port", map[string]string{"good.80 198.51.100.5:80/tcp": "10.4.0.1×1"})
 	var ours []string
 	for _, why := range st.Skipped {
@@ -384,7 +325,7 @@ func TestAPIServerStoppedKeepsServices(t *testing.T) {
 	e := newEnv(t)
 	n1 := e.node("n1", "10.5.0.1", true, nil)
 	e.service("kept", corev1.ServiceExternalTrafficPolicyLocal, []corev1.ServicePort{tcp("http", 80)}, "198.51.100.7")
-	e.slice("kept", "kept-a", endpoint{"10.244.1.1", n1, true})
+	e.slice("kept", "kept-a", ep("10.244.1.1", n1, true))
 	want := map[string]string{"kept.80 198.51.100.7:80/tcp": "10.5.0.1×1"}
 	e.want("the Service", want)
 	e.wait("the API server reachable", func(st State) bool { return st.Reachable })
@@ -411,7 +352,7 @@ func TestAPIServerStoppedKeepsServices(t *testing.T) {
 	}
 	// the informers' watches come back with their own backoff (up to 30 s after a
 	// loss): the bound here is theirs, not the issue's
-	e.slice("kept", "kept-a", endpoint{"10.244.1.1", n1, true}, endpoint{"10.244.1.2", n1, true})
+	e.slice("kept", "kept-a", ep("10.244.1.1", n1, true), ep("10.244.1.2", n1, true))
 	e.waitWithin(45*time.Second, "the change after the outage", func(st State) bool {
 		return maps.Equal(e.backends(st), map[string]string{"kept.80 198.51.100.7:80/tcp": "10.5.0.1×2"})
 	})
