@@ -92,7 +92,7 @@ func TestLearnsTheVIPsOfItsNode(t *testing.T) {
 		t.Skip(missing)
 	}
 	var err error
-	if cluster, err = kubetest.Start(bin, "127.0.0.1", "../../deploy/kubernetes"); err != nil {
+	if cluster, err = kubetest.Start(kubetest.Options{Bin: bin, DeployDir: "../../deploy/kubernetes"}); err != nil {
 		t.Fatal(err)
 	}
 	c := cluster

@@ -40,7 +40,7 @@ func apiServer(t *testing.T) *testCluster {
 		t.Skip(missing)
 	}
 	clusterOnce.Do(func() {
-		c, err := kubetest.Start(bin, "127.0.0.1", "../../deploy/kubernetes")
+		c, err := kubetest.Start(kubetest.Options{Bin: bin, DeployDir: "../../deploy/kubernetes"})
 		if err == nil {
 			// the controller reads its kubeconfig as the command does
 			_, err = RESTConfig(c.Kubeconfig())

@@ -53,7 +53,9 @@ func apiServer(t *testing.T) *kubetest.Cluster {
 	if missing != "" {
 		t.Skip(missing)
 	}
-	clusterOnce.Do(func() { cluster, clusterErr = kubetest.Start(bin, "127.0.0.1", "../../deploy/kubernetes") })
+	clusterOnce.Do(func() {
+		cluster, clusterErr = kubetest.Start(kubetest.Options{Bin: bin, DeployDir: "../../deploy/kubernetes"})
+	})
 	if clusterErr != nil {
 		t.Fatal(clusterErr)
 	}

@@ -25,8 +25,11 @@ type NodeConfig struct {
 	API               string // 127.0.0.1:9100 unless set; each node has its own namespace
 	BGP               *BGP   // nil: no bgp section
 	// Fleet set, the node takes its services from etcd; its file lists none.
-	Fleet    *Fleet
-	Services []Service
+	Fleet *Fleet
+	// Kubeconfig set, the node also takes services from that cluster (a kubernetes
+	// section).
+	Kubeconfig string
+	Services   []Service
 }
 
 // Fleet is the fleet section of a NodeConfig.
@@ -105,6 +108,9 @@ func (c NodeConfig) YAML() []byte {
 		if len(c.Services) == 0 {
 			return []byte(b.String())
 		}
+	}
+	if c.Kubeconfig != "" {
+		fmt.Fprintf(&b, "kubernetes:\n  kubeconfig: %s\n", c.Kubeconfig)
 	}
 	b.WriteString("services:\n")
 	for _, s := range c.Services {

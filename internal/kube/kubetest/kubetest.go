@@ -60,6 +60,7 @@ type Cluster struct {
 	// Addr is the API server's host:port.
 	Addr  string
 	dir   string
+	netns string // "" : the test's own
 	procs []*proc
 	api   *proc
 }
@@ -107,21 +108,38 @@ func Binary(root string) (bin, missing string) {
 	return bin, ""
 }
 
-// Start starts etcd and the API server bin (listening on host, a loopback or lab
-// address) and applies the manifests of deployDir.
-func Start(bin, host, deployDir string) (*Cluster, error) {
+// Options say where a Cluster runs.
+type Options struct {
+	Bin       string // the API server (Binary)
+	DeployDir string // deploy/kubernetes
+	// Netns, when set, is the network namespace (a name under /run/netns) the API
+	// server and etcd run in, the API server on Host:Port and etcd on that
+	// namespace's loopback; Dial then makes the tests' connections there. Without it
+	// both run on free loopback ports of the test's own namespace.
+	Netns string
+	Host  string
+	Port  int
+	Dial  func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Start starts etcd and the API server and applies the manifests of o.DeployDir.
+func Start(o Options) (*Cluster, error) {
 	dir, err := os.MkdirTemp("", "kube-test-")
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{dir: dir}
+	c := &Cluster{dir: dir, netns: o.Netns}
 	ok := false
 	defer func() {
 		if !ok {
 			c.Stop(true)
 		}
 	}()
-	etcdClient, etcdPeer := "http://"+freePort("127.0.0.1"), "http://"+freePort("127.0.0.1")
+	etcdClient, etcdPeer := "http://127.0.0.1:2379", "http://127.0.0.1:2380"
+	if o.Netns == "" {
+		etcdClient, etcdPeer = "http://"+freePort("127.0.0.1"), "http://"+freePort("127.0.0.1")
+		o.Host = "127.0.0.1"
+	}
 	c.start("etcd", hostprog.Etcd,
 		"--name", "kube", "--data-dir", filepath.Join(dir, "etcd"),
 		"--listen-client-urls", etcdClient, "--advertise-client-urls", etcdClient,
@@ -139,11 +157,14 @@ func Start(bin, host, deployDir string) (*Cluster, error) {
 	if err := os.WriteFile(tokenFile, []byte("admin-token,admin,admin,system:masters\n"), 0o600); err != nil {
 		return nil, err
 	}
-	c.Addr = freePort(host)
+	c.Addr = net.JoinHostPort(o.Host, fmt.Sprint(o.Port))
+	if o.Netns == "" {
+		c.Addr = freePort(o.Host)
+	}
 	_, port, _ := net.SplitHostPort(c.Addr)
-	c.api = c.start("kube-apiserver", hostprog.Built(bin),
+	c.api = c.start("kube-apiserver", hostprog.Built(o.Bin),
 		"--etcd-servers", etcdClient,
-		"--bind-address", host, "--secure-port", port,
+		"--bind-address", o.Host, "--secure-port", port,
 		// The API server publishes no endpoints of its own: loopback cannot be one.
 		"--endpoint-reconciler-type", "none",
 		"--cert-dir", filepath.Join(dir, "certs"),
@@ -166,6 +187,7 @@ current-context: test
 	// The tests' own calls are not throttled (client-go allows 5 a second by default):
 	// a wait must not expire in the client.
 	c.Admin.QPS = -1
+	c.Admin.Dial = o.Dial
 	if c.CS, err = kubernetes.NewForConfig(c.Admin); err != nil {
 		return nil, err
 	}
@@ -177,7 +199,7 @@ current-context: test
 	if err := c.WaitReady(ctx); err != nil {
 		return nil, err
 	}
-	if err := c.applyManifests(ctx, deployDir); err != nil {
+	if err := c.applyManifests(ctx, o.DeployDir); err != nil {
 		return nil, fmt.Errorf("apply deploy/kubernetes: %w", err)
 	}
 	ok = true
@@ -248,6 +270,9 @@ current-context: test
 func (c *Cluster) start(name string, prog hostprog.Program, args ...string) *proc {
 	p := &proc{name: name, prog: prog, args: args, out: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd = hostprog.Command(prog, args...)
+	if c.netns != "" {
+		p.cmd = hostprog.InNetns(context.Background(), c.netns, prog, args...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	c.procs = append(c.procs, p)
 	if err := p.cmd.Start(); err != nil {
