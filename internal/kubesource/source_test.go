@@ -366,3 +366,38 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+// The DaemonSets, as the API server holds them after the server-side apply, run on the
+// host network under their own ServiceAccount with the capabilities their programs
+// need and no other: never privileged, no escalation.
+func TestDaemonSetsLeastPrivilege(t *testing.T) {
+	c := apiServer(t)
+	for name, want := range map[string]struct {
+		account string
+		caps    []corev1.Capability
+	}{
+		"manifold-node":    {"manifold-node", []corev1.Capability{"BPF", "PERFMON", "NET_ADMIN", "NET_BIND_SERVICE"}},
+		"manifold-backend": {"manifold-backend", []corev1.Capability{"BPF", "PERFMON", "NET_ADMIN"}},
+	} {
+		ds, err := c.CS.AppsV1().DaemonSets("manifold-system").Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := ds.Spec.Template.Spec
+		if !spec.HostNetwork || spec.ServiceAccountName != want.account || len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
+			t.Errorf("%s: hostNetwork %v, ServiceAccount %q, %d containers and %d init containers; want the host network, %s, one container",
+				name, spec.HostNetwork, spec.ServiceAccountName, len(spec.Containers), len(spec.InitContainers), want.account)
+			continue
+		}
+		sc := spec.Containers[0].SecurityContext
+		if sc == nil || sc.Capabilities == nil {
+			t.Errorf("%s: no capabilities set", name)
+			continue
+		}
+		if sc.Privileged != nil && *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+			!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || !slices.Equal(sc.Capabilities.Add, want.caps) {
+			t.Errorf("%s: privileged %v, escalation %v, drop %v, add %v; want none, none, ALL, %v", name,
+				sc.Privileged, sc.AllowPrivilegeEscalation, sc.Capabilities.Drop, sc.Capabilities.Add, want.caps)
+		}
+	}
+}
