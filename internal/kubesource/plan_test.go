@@ -22,7 +22,7 @@ func TestPlanDualStackAndUDP(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "dns"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
 			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
-			Ports: []corev1.ServicePort{{Name: "tcp", Port: 53, Protocol: corev1.ProtocolTCP}, {Name: "udp", Port: 53, Protocol: corev1.ProtocolUDP}}},
+			Ports:                 []corev1.ServicePort{{Name: "tcp", Port: 53, Protocol: corev1.ProtocolTCP}, {Name: "udp", Port: 53, Protocol: corev1.ProtocolUDP}}},
 		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "192.0.2.1"}, {IP: "2001:db8::1"}}}},
 	}
 	node := &corev1.Node{
