@@ -212,6 +212,7 @@ func TestKubernetes(t *testing.T) {
 	reach("be1-a", "be2-a")
 
 	// the API server stopped: the node keeps forwarding
+	stopped := time.Now()
 	c.StopAPIServer()
 	if _, err := node.WaitLog(5*time.Second, func(line string) bool { return strings.Contains(line, "the API server does not answer") }); err != nil {
 		t.Fatal(err)
@@ -221,7 +222,7 @@ func TestKubernetes(t *testing.T) {
 			t.Fatalf("request %d with the API server down: %v", i, err)
 		}
 	}
-	weights("kept with the API server down", time.Now(), time.Second, map[string]uint32{bes[0].Addr4.String(): 1, bes[1].Addr4.String(): 1})
+	weights("kept with the API server down", stopped, 6*time.Second, map[string]uint32{bes[0].Addr4.String(): 1, bes[1].Addr4.String(): 1})
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := c.StartAPIServer(startCtx); err != nil {
