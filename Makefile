@@ -7,7 +7,7 @@ BENCH   := bin/manifold-bench
 # Tests that need root (BPF, namespaces) skip with a reason without it.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all deps build generate check-generated vet test unit lab demo bench clean kube-apiserver
+.PHONY: all deps build generate check-generated vet test unit lab demo bench clean kube-apiserver image
 
 all: build
 
@@ -30,6 +30,13 @@ deps:
 build:
 	$(GO) build -o $(BIN) ./cmd/manifold
 	$(GO) build -o $(BENCH) ./cmd/manifold-bench
+
+# image builds the container image of deploy/kubernetes (Dockerfile: the static
+# binary FROM scratch) with buildah; nothing is pulled. IMAGE names it.
+IMAGE ?= ghcr.io/manifoldlb/manifold:latest
+image: deps
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/manifold-static ./cmd/manifold
+	buildah bud --isolation chroot -t $(IMAGE) .
 
 # generate recompiles the BPF programs (bpf2go) into the committed Go bindings.
 generate:

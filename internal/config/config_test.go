@@ -169,7 +169,7 @@ func TestParseErrors(t *testing.T) {
 		want []string
 	}{
 		{"unknown top-level field", hdr + "colour: blue\n",
-			[]string{"t.yaml:5: colour: unknown field (accepted: node, bgp, fleet, services)"}},
+			[]string{"t.yaml:5: colour: unknown field (accepted: node, bgp, fleet, kubernetes, services)"}},
 		{"misspelt top-level field", hdr + "service: []\n",
 			[]string{"t.yaml:5: service: unknown field (did you mean services?)"}},
 		{"unknown node field", hdr + "  mtu: 1500\n",
@@ -201,7 +201,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown bgp peer field", hdr + "bgp:\n  asn: 65001\n  router_id: 10.0.0.11\n  peers:\n    - address: 10.0.0.1\n      asn: 65000\n      holdtime: 9s\n",
 			[]string{"t.yaml:11: bgp.peers[0].holdtime: unknown field (did you mean hold_time?)"}},
 		{"strange key", hdr + "\"a b\": 1\n",
-			[]string{`t.yaml:5: "a b": unknown field (accepted: node, bgp, fleet, services)`}},
+			[]string{`t.yaml:5: "a b": unknown field (accepted: node, bgp, fleet, kubernetes, services)`}},
 		{"duplicate key", hdr + "  name: lb2\n",
 			[]string{"t.yaml:5: node.name: duplicate key (first at line 2)"}},
 		{"bad vip", hdr + "services:\n  - name: web\n    vip: 198.51.100.300\n",
@@ -361,7 +361,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{"t.yaml:6: only one yaml document is allowed (found a second one)"}},
 		{"trailing document marker is fine", hdr + "---\n", nil},
 		{"top level list", "- node\n",
-			[]string{"t.yaml:1: top level must be a mapping with keys node, bgp, fleet, services, got list"}},
+			[]string{"t.yaml:1: top level must be a mapping with keys node, bgp, fleet, kubernetes, services, got list"}},
 		{"merge of a scalar", hdr + "services:\n  - <<: 5\n    name: web\n    vip: 198.51.100.10\n",
 			[]string{"t.yaml:6: services[0]: merge key (<<) must refer to a mapping or a list of mappings, got integer 5"}},
 	} {
@@ -442,6 +442,8 @@ func TestParseBackend(t *testing.T) {
 	}{
 		{"backend.yaml", &BackendAgent{Interface: "eth0", VIPs: []netip.Addr{addr("198.51.100.10"), addr("2001:db8:100::10")}, GUEPort: 6081}},
 		{"backend-minimal.yaml", &BackendAgent{Interface: "ens3", VIPs: []netip.Addr{addr("198.51.100.10")}, GUEPort: 6080}},
+		{"backend-kubernetes.yaml", &BackendAgent{Interface: "eth0", GUEPort: 6080,
+			Kubernetes: &Kubernetes{Kubeconfig: "/etc/manifold/kubeconfig", NodeName: "worker1"}}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			got, err := LoadBackend(filepath.Join("testdata", tc.file))
@@ -463,7 +465,7 @@ func TestParseBackendErrors(t *testing.T) {
 	}{
 		{"empty file", "", []string{"b.yaml: empty file"}},
 		{"missing section", "node: {}\n", []string{
-			"b.yaml:1: node: unknown field (accepted: backend)",
+			"b.yaml:1: node: unknown field (accepted: backend, kubernetes)",
 			"b.yaml:1: backend: required",
 		}},
 		{"missing fields", "backend:\n  gue_port: 6080\n", []string{
@@ -484,7 +486,7 @@ func TestParseBackendErrors(t *testing.T) {
 			"b.yaml:8: backend.gue_port: 0 is out of range (accepted: 1..65535)",
 		}},
 		{"empty vips", "backend:\n  interface: eth0\n  vips: []\n", []string{
-			"b.yaml:3: backend.vips: must list at least one VIP",
+			"b.yaml:3: backend.vips: must list at least one VIP (or take them from a kubernetes section)",
 		}},
 		{"gue_port as string", "backend:\n  interface: eth0\n  vips: [198.51.100.10]\n  gue_port: \"6080\"\n", []string{
 			`b.yaml:4: backend.gue_port: must be an integer, got string "6080"`,

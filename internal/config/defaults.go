@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -14,6 +15,8 @@ const (
 	DefaultXDPMode = XDPAuto
 	// node.api: the REST API and /metrics listen on localhost only.
 	DefaultAPI = "127.0.0.1:9100"
+	// kubernetes.default_class: only the Services of class manifold.io/lb.
+	DefaultKubeDefaultClass = false
 	// DefaultFleetPrefix is where a fleet keeps its keys in etcd.
 	DefaultFleetPrefix = "/manifold"
 	// node.api_token: empty, no token required.
@@ -175,9 +178,14 @@ func applyDefaults(c *Config, present func(path string) bool) {
 }
 
 // applyBackendDefaults fills the fields of a backend agent file absent from the file.
-func applyBackendDefaults(a *BackendAgent, present func(path string) bool) {
+func applyBackendDefaults(a *BackendAgent, present func(path string) bool, hostname func() (string, error)) {
 	if !present("backend.gue_port") {
 		a.GUEPort = DefaultGUEPort
+	}
+	if a.Kubernetes != nil && !present("kubernetes.node_name") {
+		// kubelet registers its Node under the host's name, lower-cased
+		name, _ := hostname()
+		a.Kubernetes.NodeName = strings.ToLower(name)
 	}
 }
 

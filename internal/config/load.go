@@ -101,7 +101,7 @@ func ParseBackend(file string, data []byte) (*BackendAgent, error) {
 	}
 	a := p.backendFile(root)
 	if !p.aborted {
-		applyBackendDefaults(a, p.present)
+		applyBackendDefaults(a, p.present, os.Hostname)
 		p.validateBackend(a)
 	}
 	if err := p.errs.sorted(); err != nil {
@@ -746,6 +746,9 @@ func (p *parser) config(n *yaml.Node) *Config {
 		case "fleet":
 			c.Fleet = &Fleet{}
 			p.fleet(v, path, c.Fleet)
+		case "kubernetes":
+			c.Kubernetes = &Kubernetes{}
+			p.kubernetes(v, path, NodeSchema, c.Kubernetes)
 		case "services":
 			p.list(v, path, func(_ int, ipath string, it *yaml.Node) {
 				c.Services = append(c.Services, Service{})
@@ -818,6 +821,19 @@ func (p *parser) fleet(n *yaml.Node, path string, out *Fleet) {
 			})
 		case "prefix":
 			out.Prefix, _ = p.str(v, path)
+		}
+	})
+}
+
+func (p *parser) kubernetes(n *yaml.Node, path string, schema []Field, out *Kubernetes) {
+	p.mapping(n, path, keysOf(schema, "kubernetes"), func(key, path string, v *yaml.Node) {
+		switch key {
+		case "kubeconfig":
+			out.Kubeconfig, _ = p.str(v, path)
+		case "default_class":
+			out.DefaultClass, _ = p.boolean(v, path)
+		case "node_name":
+			out.NodeName, _ = p.str(v, path)
 		}
 	})
 }
@@ -960,7 +976,12 @@ func (p *parser) health(n *yaml.Node, path string, out *Health) {
 
 func (p *parser) backendFile(n *yaml.Node) *BackendAgent {
 	a := &BackendAgent{}
-	p.mapping(n, "", keysOf(BackendSchema, ""), func(_, path string, v *yaml.Node) {
+	p.mapping(n, "", keysOf(BackendSchema, ""), func(key, path string, v *yaml.Node) {
+		if key == "kubernetes" {
+			a.Kubernetes = &Kubernetes{}
+			p.kubernetes(v, path, BackendSchema, a.Kubernetes)
+			return
+		}
 		p.mapping(v, path, keysOf(BackendSchema, "backend"), func(key, path string, v *yaml.Node) {
 			switch key {
 			case "interface":

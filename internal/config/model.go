@@ -14,8 +14,21 @@ type Config struct {
 	BGP  *BGP // nil when the file has no bgp section: routing is left to the operator
 	// Fleet is nil for a node whose services are in its file; set, the services come
 	// from the fleet store (etcd) and the file has none.
-	Fleet    *Fleet
-	Services []Service
+	Fleet *Fleet
+	// Kubernetes is nil unless services also come from a cluster's API.
+	Kubernetes *Kubernetes
+	Services   []Service
+}
+
+// Kubernetes is the cluster whose Services of type LoadBalancer a node serves, or
+// whose VIPs a backend agent decapsulates.
+type Kubernetes struct {
+	Kubeconfig string // "": in the cluster, the Pod's ServiceAccount
+	// DefaultClass takes, besides the Services of class manifold.io/lb, those with no
+	// class: the kube-controller's --default-class.
+	DefaultClass bool
+	// NodeName is the Node of the backend agent's host (the backend agent's only).
+	NodeName string
 }
 
 // Fleet is where a node of a fleet finds the fleet's one desired state: etcd.
@@ -206,4 +219,6 @@ type BackendAgent struct {
 	Interface string       // tc ingress decapsulation attaches here
 	VIPs      []netip.Addr // added to lo; only packets whose inner destination is one of these are decapsulated
 	GUEPort   uint16       // UDP port on which GUE packets are decapsulated
+	// Kubernetes is nil unless VIPs also come from a cluster's API.
+	Kubernetes *Kubernetes
 }

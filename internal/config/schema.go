@@ -108,6 +108,12 @@ var NodeSchema = []Field{
 	{Path: "fleet.prefix", Type: TypeString, Default: DefaultFleetPrefix, Example: DefaultFleetPrefix,
 		Doc: "the fleet's keys; one etcd serves several fleets under other prefixes"},
 
+	{Path: "kubernetes", Type: TypeMapping,
+		Doc: "optional; services also come from the Kubernetes API: one per port of each Service of type LoadBalancer with an address"},
+	{Path: "kubernetes.kubeconfig", Type: TypeString, Example: `""`, Doc: "default: in the cluster (the Pod's ServiceAccount)"},
+	{Path: "kubernetes.default_class", Type: TypeBool, Default: def(DefaultKubeDefaultClass), Example: "false",
+		Doc: "also the Services with no spec.loadBalancerClass (as kube-controller --default-class)"},
+
 	{Path: "services", Type: TypeList},
 	{Path: "services[].name", Type: TypeString, Required: true, Example: "web", Doc: "[a-zA-Z0-9._-]{1,63}, unique"},
 	{Path: "services[].vip", Type: TypeAddress, Required: true, Example: "198.51.100.10", Doc: "IPv4 or IPv6"},
@@ -155,9 +161,15 @@ var BackendSchema = []Field{
 	{Path: "backend", Type: TypeMapping, Required: true},
 	{Path: "backend.interface", Type: TypeString, Required: true, Example: "eth0", Doc: "tc ingress decapsulation attaches here"},
 	{Path: "backend.vips", Type: TypeAddresses, Required: true, Example: "[198.51.100.10, 2001:db8:100::10]",
-		Doc: "added to lo, the only inner destinations decapsulated"},
+		Doc: "added to lo, the only inner destinations decapsulated; required without a kubernetes section"},
 	{Path: "backend.gue_port", Type: TypeInt, Default: def(DefaultGUEPort), Range: &Range{1, math.MaxUint16}, Example: "6080",
 		Doc: "UDP port of the GUE packets decapsulated (services[].gue_port)"},
+	{Path: "kubernetes", Type: TypeMapping,
+		Doc: "optional; VIPs also come from the Kubernetes API: the addresses of the Services this host's Node is a backend of"},
+	{Path: "kubernetes.kubeconfig", Type: TypeString, Example: `""`, Doc: "default: in the cluster (the Pod's ServiceAccount)"},
+	{Path: "kubernetes.node_name", Type: TypeString, Example: "worker1", Doc: "this host's Node (default: the host's name)"},
+	{Path: "kubernetes.default_class", Type: TypeBool, Default: def(DefaultKubeDefaultClass), Example: "false",
+		Doc: "also the Services with no spec.loadBalancerClass, as the nodes' kubernetes.default_class"},
 }
 
 // SteerSchema is the file of `manifold steer --config`: the fleet's store, as a node

@@ -97,6 +97,10 @@ func minimalFor(schema []Field, path string) map[string]string {
 	if path == "services[].backend_port" {
 		values["services[].forwarding"] = string(NAT) // refused with any other
 	}
+	if under(path, "kubernetes") {
+		// the section has no required key: its kubeconfig stands for it
+		values["kubernetes.kubeconfig"] = fields["kubernetes.kubeconfig"].Example
+	}
 	if !under(path, "fleet") {
 		return values
 	}

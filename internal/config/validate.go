@@ -446,11 +446,15 @@ func (p *parser) validateBackend(a *BackendAgent) {
 	if p.require("backend.interface") && p.usable("backend.interface") && !validIfname(a.Interface) {
 		p.errorAt("backend.interface", "%s is not a valid interface name (%s)", quote(a.Interface), ifnameRule)
 	}
-	if !p.require("backend.vips") || !p.usable("backend.vips") {
+	if np := "kubernetes.node_name"; a.Kubernetes != nil && p.usable("kubernetes") && p.usable(np) && a.Kubernetes.NodeName == "" {
+		p.errorAt(np, "must not be empty (the host has no name to default to)")
+	}
+	// with a kubernetes section the VIPs may all come from the cluster
+	if (a.Kubernetes == nil && !p.require("backend.vips")) || !p.usable("backend.vips") {
 		return
 	}
-	if len(a.VIPs) == 0 {
-		p.errorAt("backend.vips", "must list at least one VIP")
+	if len(a.VIPs) == 0 && a.Kubernetes == nil {
+		p.errorAt("backend.vips", "must list at least one VIP (or take them from a kubernetes section)")
 	}
 	first := map[netip.Addr]string{}
 	for i, vip := range a.VIPs {

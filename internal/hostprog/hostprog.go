@@ -51,6 +51,7 @@ var (
 	Bird      = debian("bird", "/usr/sbin/bird", "bird2")
 	Birdc     = debian("birdc", "/usr/sbin/birdc", "bird2")
 	BGPd      = debian("bgpd", "/usr/lib/frr/bgpd", "frr")
+	Buildah   = debian("buildah", "/usr/bin/buildah", "buildah") // `make image` and its test: the container image, offline
 	Bpftool   = debian("bpftool", "/usr/sbin/bpftool", "bpftool")
 	Clang     = debian("clang", "/usr/bin/clang", "clang") // run by bpf2go in `make generate`
 	Curl      = debian("curl", "/usr/bin/curl", "curl")

@@ -26,8 +26,11 @@ type NodeConfig struct {
 	BGP               *BGP   // nil: no bgp section
 	ForwardTransit    bool   // node.forward_transit
 	// Fleet set, the node takes its services from etcd; its file lists none.
-	Fleet    *Fleet
-	Services []Service
+	Fleet *Fleet
+	// Kubeconfig set, the node also takes services from that cluster (a kubernetes
+	// section).
+	Kubeconfig string
+	Services   []Service
 }
 
 // Fleet is the fleet section of a NodeConfig.
@@ -113,6 +116,9 @@ func (c NodeConfig) YAML() []byte {
 		if len(c.Services) == 0 {
 			return []byte(b.String())
 		}
+	}
+	if c.Kubeconfig != "" {
+		fmt.Fprintf(&b, "kubernetes:\n  kubeconfig: %s\n", c.Kubeconfig)
 	}
 	b.WriteString("services:\n")
 	for _, s := range c.Services {
