@@ -51,10 +51,12 @@ import (
 type Kind int
 
 const (
-	Router  Kind = iota // the namespace in the middle; there is one, made by New
-	Client              // sends traffic to the VIPs
-	LBNode              // runs `manifold run`: forwards; the router's end of its veth takes XDP_TX
-	Backend             // runs `manifold backend` and an HTTP server
+	Router   Kind = iota // the namespace in the middle; there is one, made by New
+	Client               // sends traffic to the VIPs
+	LBNode               // runs `manifold run`: forwards; the router's end of its veth takes XDP_TX
+	Backend              // runs `manifold backend` and an HTTP server
+	Gateway              // a site's gateway: runs `manifold link`; its site's hosts sit behind it (AddSiteHost)
+	SiteHost             // a host of a site, behind its gateway
 )
 
 func (k Kind) String() string {
@@ -67,6 +69,10 @@ func (k Kind) String() string {
 		return "lb-node"
 	case Backend:
 		return "backend"
+	case Gateway:
+		return "gateway"
+	case SiteHost:
+		return "site-host"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
