@@ -51,7 +51,7 @@ test: deps check-generated vet build kube-apiserver
 	$(GO) test $(TEST_FLAGS) ./test/lab/
 
 unit:
-	$(GO) test -race -count=1 ./internal/config ./internal/maglev ./internal/reconcile ./internal/health ./internal/clock ./internal/sysctl ./internal/store ./internal/api/... ./internal/metrics ./internal/hostprog/... ./test/arch
+	$(GO) test -race -count=1 ./internal/config ./internal/maglev ./internal/reconcile ./internal/health ./internal/clock ./internal/sysctl ./internal/store ./internal/api/... ./internal/metrics ./internal/hostprog/... ./internal/link ./test/arch
 
 lab: deps build
 	$(GO) test -count=1 -v ./test/lab/

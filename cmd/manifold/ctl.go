@@ -39,9 +39,10 @@ when the node has one, is read from $MANIFOLD_API_TOKEN.`
 
 // ctlClient talks to one node's API.
 type ctlClient struct {
-	base  string
-	token string
-	http  *http.Client
+	base   string
+	token  string
+	http   *http.Client
+	daemon string // what serves the API, for the message when it cannot be reached
 }
 
 func ctl(args []string, w io.Writer) error {
@@ -73,7 +74,11 @@ func ctl(args []string, w io.Writer) error {
 			*apiURL = envOr("MANIFOLD_API", defaultLinkAPI)
 		}
 	}
-	c := &ctlClient{base: strings.TrimRight(*apiURL, "/"), token: os.Getenv("MANIFOLD_API_TOKEN"), http: &http.Client{Timeout: 10 * time.Second}}
+	c := &ctlClient{base: strings.TrimRight(*apiURL, "/"), token: os.Getenv("MANIFOLD_API_TOKEN"), http: &http.Client{Timeout: 10 * time.Second},
+		daemon: "manifold run"}
+	if cmd == "link" {
+		c.daemon = "manifold link"
+	}
 	need := map[string]int{"status": 0, "services": 0, "config": 0, "fleet": 0, "steering": 0, "link": 0, "backends": 1, "drain": 2, "undrain": 2, "weight": 3}
 	n, ok := need[cmd]
 	if !ok {
@@ -198,7 +203,7 @@ func (c *ctlClient) call(method, path string, body []byte) ([]byte, error) {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the node API at %s (is `manifold run` running there? --api or MANIFOLD_API name another node): %w", c.base, err)
+		return nil, fmt.Errorf("cannot reach the node API at %s (is `%s` running there? --api or MANIFOLD_API name another node): %w", c.base, c.daemon, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
