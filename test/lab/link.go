@@ -22,9 +22,10 @@ import (
 )
 
 // AddSiteHost adds a namespace behind gateway gw, joined to it by a veth (the
-// gateway's end is named after the host's role): the host has addr/bits on eth0 and
-// its default route via gwAddr, the gateway's end.
-func (l *Lab) AddSiteHost(gw *Host, role string, gwAddr, addr netip.Addr, bits int) (*Host, error) {
+// gateway's end is named after the host's role): the host has addr4/24 and, when
+// addr6 is valid, addr6/64 on eth0, with its default routes via gw4 and gw6, the
+// gateway's end.
+func (l *Lab) AddSiteHost(gw *Host, role string, gw4, addr4, gw6, addr6 netip.Addr) (*Host, error) {
 	if role == "" || len(role) > 15 || l.Host(role) != nil {
 		return nil, fmt.Errorf("lab: bad or duplicate role %q", role)
 	}
@@ -32,25 +33,35 @@ func (l *Lab) AddSiteHost(gw *Host, role string, gwAddr, addr netip.Addr, bits i
 	if err != nil {
 		return nil, err
 	}
-	h.Addr4, h.Gateway4, h.RouterLink = addr, gwAddr, role
+	h.Addr4, h.Gateway4, h.Addr6, h.Gateway6, h.RouterLink = addr4, gw4, addr6, gw6, role
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: role}, PeerName: HostLink, PeerNamespace: netlink.NsFd(h.nsh)}
 	if err := gw.nl.LinkAdd(veth); err != nil {
 		h.close()
 		return nil, fmt.Errorf("veth %s:%s ↔ %s:%s: %w", gw.NS, role, h.NS, HostLink, err)
 	}
 	l.Hosts = append(l.Hosts, h)
-	for _, step := range []func() error{
-		func() error { return gw.addAddr(role, gwAddr, bits) },
-		func() error { return h.addAddr(HostLink, addr, bits) },
+	steps := []func() error{
+		func() error { return gw.addAddr(role, gw4, 24) },
+		func() error { return h.addAddr(HostLink, addr4, 24) },
 		func() error { return gw.linkUp(role) },
 		func() error { return h.linkUp(HostLink) },
-		func() error { return h.addDefaultRoute(gwAddr) },
-	} {
+		func() error { return h.addDefaultRoute(gw4) },
+	}
+	local := []netip.Addr{addr4}
+	if addr6.IsValid() {
+		steps = append(steps,
+			func() error { return gw.addAddr(role, gw6, 64) },
+			func() error { return h.addAddr(HostLink, addr6, 64) },
+			func() error { return h.addDefaultRoute(gw6) },
+		)
+		local = append(local, addr6)
+	}
+	for _, step := range steps {
 		if err := step(); err != nil {
 			return nil, err
 		}
 	}
-	if err := h.WaitLocal(3*time.Second, addr); err != nil {
+	if err := h.WaitLocal(3*time.Second, local...); err != nil {
 		return nil, err
 	}
 	return h, nil

@@ -21,14 +21,16 @@ const (
 	linkFall     = 3
 	linkRise     = 3
 	linkPort     = 51820
-	linkFlows    = 64 // hashed over 4 tunnels, every one gets some (a miss: 4·(3/4)^64 ≈ 10^-8)
+	linkFlows    = 64 // of each family, hashed over 4 tunnels: every one gets some (a miss: 4·(3/4)^64 ≈ 10^-8)
 	echoPort     = 7000
 	flowPayload  = 64 << 10
 )
 
 var (
-	siteA = netip.MustParsePrefix("10.1.0.0/16")
-	siteB = netip.MustParsePrefix("10.2.0.0/16")
+	siteA  = netip.MustParsePrefix("10.1.0.0/16")
+	siteB  = netip.MustParsePrefix("10.2.0.0/16")
+	siteA6 = netip.MustParsePrefix("fd10:1::/48")
+	siteB6 = netip.MustParsePrefix("fd10:2::/48")
 )
 
 // linkLab is two sites, A and B, whose gateways meet on the lab's router (the WAN),
@@ -51,10 +53,11 @@ func newLinkLab(t *testing.T) *linkLab {
 	ll := &linkLab{Lab: newLabOf(t, HostSpec{Role: "gwa", Kind: Gateway}, HostSpec{Role: "gwb", Kind: Gateway})}
 	ll.gwA, ll.gwB = ll.Host("gwa"), ll.Host("gwb")
 	var err error
-	if ll.hostA, err = ll.AddSiteHost(ll.gwA, "hosta", netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.1.0.2"), 24); err != nil {
+	addr := netip.MustParseAddr
+	if ll.hostA, err = ll.AddSiteHost(ll.gwA, "hosta", addr("10.1.0.1"), addr("10.1.0.2"), addr("fd10:1::1"), addr("fd10:1::2")); err != nil {
 		t.Fatal(err)
 	}
-	if ll.hostB, err = ll.AddSiteHost(ll.gwB, "hostb", netip.MustParseAddr("10.2.0.1"), netip.MustParseAddr("10.2.0.2"), 24); err != nil {
+	if ll.hostB, err = ll.AddSiteHost(ll.gwB, "hostb", addr("10.2.0.1"), addr("10.2.0.2"), addr("fd10:2::1"), addr("fd10:2::2")); err != nil {
 		t.Fatal(err)
 	}
 	if ll.keyA, err = NewWireGuardKey(); err != nil {
@@ -68,7 +71,7 @@ func newLinkLab(t *testing.T) *linkLab {
 
 // configs returns both sides' files; timeout is their connect_timeout.
 func (ll *linkLab) configs(timeout time.Duration) (a, b LinkConfig) {
-	a = LinkConfig{Name: "ab", Local: ll.gwA.Addr4, Remote: ll.gwB.Addr4, LocalPrefixes: []netip.Prefix{siteA}, Prefixes: []netip.Prefix{siteB},
+	a = LinkConfig{Name: "ab", Local: ll.gwA.Addr4, Remote: ll.gwB.Addr4, LocalPrefixes: []netip.Prefix{siteA, siteA6}, Prefixes: []netip.Prefix{siteB, siteB6},
 		Tunnels: linkTunnels, Key: ll.keyA, PeerPublicKey: ll.keyB.Public, Interval: linkInterval, Rise: linkRise, Fall: linkFall, ConnectTimeout: timeout}
 	b = a
 	b.Local, b.Remote, b.LocalPrefixes, b.Prefixes, b.Key, b.PeerPublicKey = a.Remote, a.Local, a.Prefixes, a.LocalPrefixes, ll.keyB, ll.keyA.Public
@@ -89,29 +92,31 @@ func waitRoute(p *Process, gw *Host, timeout time.Duration, want []int) error {
 	})
 }
 
-// echoServer answers every line on every connection, in hostB.
+// echoServer answers every line on every connection, in hostB, on both its addresses.
 func echoServer(t *testing.T, h *Host) {
-	var ln net.Listener
-	err := InNamespace(h.NS, func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(h.Addr4, echoPort).String())
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			}()
+	for _, a := range []netip.Addr{h.Addr4, h.Addr6} {
+		var ln net.Listener
+		err := InNamespace(h.NS, func() (err error) {
+			ln, err = net.Listen("tcp", netip.AddrPortFrom(a, echoPort).String())
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					_, _ = io.Copy(c, c)
+				}()
+			}
+		}()
+	}
 }
 
 // flow is one long-lived TCP connection from hostA to hostB's echo server.
@@ -221,11 +226,16 @@ func TestLink(t *testing.T) {
 		t.Logf("this kernel has no resilient next-hop groups: flows of healthy tunnels may move (not checked)")
 	}
 
-	// Many flows, each found on one tunnel by its traffic, spread over all of them.
+	// Many flows of each family, each found on one tunnel by its traffic, spread over
+	// all of them.
 	echoServer(t, ll.hostB)
-	flows := make([]*flow, linkFlows)
+	flows := make([]*flow, 2*linkFlows)
 	for i := range flows {
-		c, err := DialTCP(ll.hostA.NS, netip.AddrPortFrom(ll.hostB.Addr4, echoPort).String(), 0)
+		to := ll.hostB.Addr4
+		if i >= linkFlows {
+			to = ll.hostB.Addr6
+		}
+		c, err := DialTCP(ll.hostA.NS, netip.AddrPortFrom(to, echoPort).String(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -239,13 +249,17 @@ func TestLink(t *testing.T) {
 	}
 	devs := ll.tunnelsOf(t, flows)
 	perTunnel := make([]int, linkTunnels)
-	for _, d := range devs {
-		perTunnel[d]++
-	}
-	t.Logf("flows per tunnel: %v", perTunnel)
-	for tn, n := range perTunnel {
-		if n == 0 {
-			t.Errorf("tunnel %d carries none of %d flows: they do not spread", tn, linkFlows)
+	for i, fam := range []string{"IPv4", "IPv6"} {
+		perFamily := make([]int, linkTunnels)
+		for _, d := range devs[i*linkFlows : (i+1)*linkFlows] {
+			perFamily[d]++
+			perTunnel[d]++
+		}
+		t.Logf("%s flows per tunnel: %v", fam, perFamily)
+		for tn, n := range perFamily {
+			if n == 0 {
+				t.Errorf("tunnel %d carries none of %d %s flows: they do not spread", tn, linkFlows, fam)
+			}
 		}
 	}
 
@@ -294,7 +308,7 @@ func TestLink(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d flows of the broken tunnel went on over the others; %d of the healthy tunnels' %d moved", perTunnel[broken], moved, linkFlows-perTunnel[broken])
+	t.Logf("%d flows of the broken tunnel went on over the others; %d of the healthy tunnels' %d moved", perTunnel[broken], moved, len(flows)-perTunnel[broken])
 
 	// Restored: the tunnel comes back after rise answered probes.
 	nft("delete", "table", "inet", "linktest")
@@ -341,20 +355,22 @@ func txBytes(t *testing.T, gw *Host) map[int]uint64 {
 	return m
 }
 
-// requireClean fails unless gateway A has no tunnel device, no route to site B, no
-// next hop, and its multipath hash policy as before.
+// requireClean fails unless gateway A has no tunnel device, no route to site B (of
+// either family), no next hop, and its multipath hash policy as before.
 func (ll *linkLab) requireClean(t *testing.T, policy string) {
 	t.Helper()
 	for cmd, args := range map[string][]string{
-		"devices":   {"-br", "link"},
-		"routes":    {"route"},
-		"next hops": {"nexthop"},
+		"devices":     {"-br", "link"},
+		"routes":      {"route"},
+		"IPv6 routes": {"-6", "route"},
+		"next hops":   {"nexthop"},
 	} {
 		out, err := ll.gwA.Output(hostprog.IP, args...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(out, "mlink") || strings.Contains(out, siteB.Addr().String()) || (cmd == "next hops" && strings.TrimSpace(out) != "") {
+		if strings.Contains(out, "mlink") || strings.Contains(out, siteB.Addr().String()) || strings.Contains(out, "fd10:2:") ||
+			(cmd == "next hops" && strings.TrimSpace(out) != "") {
 			t.Errorf("gateway A's %s after the link: %s", cmd, out)
 		}
 	}

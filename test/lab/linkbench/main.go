@@ -105,10 +105,10 @@ func run(ctx context.Context, manifold, jsonPath string, rounds, seconds int) (e
 		}
 	}()
 	b := &bench{manifold: manifold, seconds: seconds, l: l, gwA: l.Host("gwa"), gwB: l.Host("gwb")}
-	if b.hostA, err = l.AddSiteHost(b.gwA, "hosta", netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.1.0.2"), 24); err != nil {
+	if b.hostA, err = l.AddSiteHost(b.gwA, "hosta", netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.1.0.2"), netip.Addr{}, netip.Addr{}); err != nil {
 		return err
 	}
-	if b.hostB, err = l.AddSiteHost(b.gwB, "hostb", netip.MustParseAddr("10.2.0.1"), netip.MustParseAddr("10.2.0.2"), 24); err != nil {
+	if b.hostB, err = l.AddSiteHost(b.gwB, "hostb", netip.MustParseAddr("10.2.0.1"), netip.MustParseAddr("10.2.0.2"), netip.Addr{}, netip.Addr{}); err != nil {
 		return err
 	}
 	if b.keyA, err = lab.NewWireGuardKey(); err != nil {
