@@ -106,6 +106,9 @@ func newResilient(name string, tunnels, up []*tunnel, prefixes []netip.Prefix) (
 			req := nexthopRequest(unix.RTM_NEWNEXTHOP, unix.NLM_F_CREATE|unix.NLM_F_EXCL, fam, id)
 			req.AddData(nl.NewRtAttr(unix.NHA_OIF, nl.Uint32Attr(uint32(t.ifindex))))
 			if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
+				if errors.Is(err, unix.EEXIST) {
+					err = fmt.Errorf("%w: the ids %#x… are taken, by another link on this host whose name hashes alike (rename one)", err, r.base)
+				}
 				return nil, fmt.Errorf("next hop %d on %s: %w", id, t.name, err)
 			}
 			r.made = append(r.made, id)
