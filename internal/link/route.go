@@ -10,10 +10,11 @@ package link
 //     it comes back it takes over buckets only as they fall idle (idleTimer).
 //   - a multipath route (RTA_MULTIPATH) per prefix. The kernel picks a next hop by
 //     hash-threshold: the hash space is cut in N equal ranges, so when one of N
-//     leaves, the boundaries of all the ranges shift and about half of the flows of
-//     the others change tunnel too (N=4 → 3: about 1/4 of all flows besides the dead
-//     tunnel's own). They are not broken: every tunnel ends at the same two gateways,
-//     so a moved flow only risks a reordering at the moment it moves.
+//     leaves, the boundaries of the ranges after it shift and some flows of the
+//     others change tunnel too (4 → 3: a ninth to a third of them, depending on which
+//     one leaves; TestRoutersMoveFlows measures it). They are not broken: every
+//     tunnel ends at the same two gateways, so a moved flow only risks a reordering
+//     at the moment it moves.
 //
 // The vishvananda/netlink package has no next-hop objects, so resilient groups are
 // written as raw RTM_NEWNEXTHOP messages.
