@@ -28,8 +28,8 @@ type TunnelStatus struct {
 	Port        uint16 `json:"port"`         // its UDP port at both ends
 	LocalInner  string `json:"local_inner"`  // this end's inner address (probes)
 	RemoteInner string `json:"remote_inner"` // the other end's
-	// State is "up" while its probes are answered (rise in a row), "down" after fall
-	// misses in a row; a tunnel is in the route while up.
+	// State is "up" once rise probes were answered, "down" once none was for fall
+	// intervals; a tunnel is in the route while up.
 	State   string `json:"state"`
 	InRoute bool   `json:"in_route"`
 	// Inner traffic through the device, probes included.
@@ -42,7 +42,8 @@ type TunnelStatus struct {
 	Handshakes    uint64 `json:"handshakes"`
 	LastHandshake string `json:"last_handshake"`
 	ProbesSent    uint64 `json:"probes_sent"`
-	ProbesLost    uint64 `json:"probes_lost"`
+	// ProbesLost counts the probes not answered before fall later ones had left.
+	ProbesLost uint64 `json:"probes_lost"`
 	// LastProbeRTTMillis is the round trip of the latest answered probe.
 	LastProbeRTTMillis float64 `json:"last_probe_rtt_ms"`
 	// Transitions counts its changes of state since the link started.

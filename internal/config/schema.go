@@ -200,11 +200,11 @@ var LinkSchema = []Field{
 		Example: "30s", Doc: "at start, how long to wait for a first tunnel to answer before giving up (nothing is installed until one does)"},
 	{Path: "link.health", Type: TypeMapping, Doc: "optional: the probes through each tunnel"},
 	{Path: "link.health.interval", Type: TypeDuration, Default: def(DefaultLinkProbeInterval), Range: durations(MinLinkProbeInterval, MaxLinkProbeInterval),
-		Example: "100ms", Doc: "one probe per tunnel per interval; a reply later than the next probe is a miss"},
+		Example: "100ms", Doc: "one probe per tunnel per interval"},
 	{Path: "link.health.rise", Type: TypeInt, Default: def(DefaultLinkRise), Range: &Range{1, MaxRiseFall}, Example: "3",
-		Doc: "consecutive answered probes for a tunnel to join the route"},
+		Doc: "answers, none lost between, for a tunnel to join the route"},
 	{Path: "link.health.fall", Type: TypeInt, Default: def(DefaultLinkFall), Range: &Range{1, MaxRiseFall}, Example: "3",
-		Doc: "consecutive missed probes for a tunnel to leave it"},
+		Doc: "intervals without an answer for a tunnel to leave the route; a probe may be answered until fall later ones have left"},
 }
 
 // fleetRows are the node schema's rows below fleet.

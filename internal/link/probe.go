@@ -21,10 +21,12 @@ const (
 	probeLen     = 9
 )
 
-// prober probes every tunnel each interval and keeps each one's state: up after rise
-// answered probes in a row, down after fall missed ones. A probe not answered by the
-// time the next one leaves is missed. It owns one goroutine per tunnel (the reader)
-// and one ticker; the run loop learns of changes from kick and reads the states.
+// prober probes every tunnel each interval and keeps each one's state: down once no
+// probe has been answered for fall intervals, up again after rise answers with none
+// lost between. A probe may be answered until fall later ones have left, so a tunnel
+// whose probes queue behind bulk traffic on a busy machine is late, not down. It owns
+// one goroutine per tunnel (the reader) and one ticker; the run loop learns of changes
+// from kick and reads the states.
 type prober struct {
 	interval   time.Duration
 	rise, fall int
@@ -38,16 +40,25 @@ type probeState struct {
 	conn   *net.UDPConn
 	remote *net.UDPAddr
 
-	mu          sync.Mutex
-	seq         uint64
-	sentAt      time.Time
-	answered    bool
-	ok, missed  int // consecutive
+	mu sync.Mutex
+	// the last fall probes, by sequence number modulo fall: they may still be answered
+	window      []pending
+	seq         uint64 // of the latest probe sent
+	lastReply   time.Time
+	ok          int // answers since a probe was last lost
 	up          bool
 	sent, lost  uint64
 	rtt         time.Duration
 	transitions uint64
 }
+
+type pending struct {
+	seq      uint64
+	sentAt   time.Time
+	answered bool
+}
+
+func newProbeState(fall int) *probeState { return &probeState{window: make([]pending, fall)} }
 
 func newProber(tunnels []*tunnel, interval time.Duration, rise, fall int) (*prober, error) {
 	p := &prober{interval: interval, rise: rise, fall: fall, kick: make(chan struct{}, 1), stop: make(chan struct{})}
@@ -57,7 +68,9 @@ func newProber(tunnels []*tunnel, interval time.Duration, rise, fall int) (*prob
 			p.close()
 			return nil, fmt.Errorf("tunnel %d: probe socket on %s: %w", t.index, t.local, err)
 		}
-		p.states = append(p.states, &probeState{conn: c, remote: net.UDPAddrFromAddrPort(netip.AddrPortFrom(t.remote, probePort))})
+		st := newProbeState(fall)
+		st.conn, st.remote = c, net.UDPAddrFromAddrPort(netip.AddrPortFrom(t.remote, probePort))
+		p.states = append(p.states, st)
 	}
 	for _, s := range p.states {
 		p.wg.Add(1)
@@ -93,7 +106,7 @@ func (p *prober) tick() {
 	defer t.Stop()
 	for {
 		for _, s := range p.states {
-			if s.send(time.Now(), p.fall) {
+			if s.send(time.Now(), p.interval) {
 				p.changed()
 			}
 		}
@@ -105,35 +118,38 @@ func (p *prober) tick() {
 	}
 }
 
-// send counts the previous probe as missed when unanswered and sends the next one;
-// it reports whether the tunnel went down.
-func (s *probeState) send(now time.Time, fall int) (changed bool) {
-	changed = s.sendState(now, fall)
+// send judges the tunnel and sends the next probe; it reports whether the tunnel
+// went down.
+func (s *probeState) send(now time.Time, interval time.Duration) (changed bool) {
+	var seq uint64
+	changed, seq = s.sendState(now, interval)
 	var b [probeLen]byte
 	b[0] = probeRequest
-	binary.BigEndian.PutUint64(b[1:], s.view().seq)
-	// an error (no session yet, the device queue full) is a missed probe, found next tick
+	binary.BigEndian.PutUint64(b[1:], seq)
+	// an error (no session yet, the device queue full) is a probe unanswered
 	_, _ = s.conn.WriteToUDP(b[:], s.remote)
 	return changed
 }
 
-// sendState is send's bookkeeping: the previous probe judged, the next one numbered.
-func (s *probeState) sendState(now time.Time, fall int) (changed bool) {
+// sendState is send's bookkeeping: down when nothing was answered for fall intervals;
+// the probe leaving the window unanswered is lost; the next one numbered.
+func (s *probeState) sendState(now time.Time, interval time.Duration) (changed bool, seq uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.seq > 0 && !s.answered {
-		s.ok = 0
-		s.missed++
-		s.lost++
-		if s.up && s.missed >= fall {
-			s.up, changed = false, true
-			s.transitions++
-		}
+	fall := len(s.window)
+	if s.up && now.Sub(s.lastReply) >= time.Duration(fall)*interval {
+		s.up, changed = false, true
+		s.transitions++
 	}
 	s.seq++
-	s.sentAt, s.answered = now, false
+	slot := &s.window[s.seq%uint64(fall)]
+	if slot.seq > 0 && !slot.answered {
+		s.lost++
+		s.ok = 0
+	}
+	*slot = pending{seq: s.seq, sentAt: now}
 	s.sent++
-	return changed
+	return changed, s.seq
 }
 
 // read answers the other side's probes and takes the answers to ours.
@@ -169,12 +185,13 @@ func (p *prober) read(s *probeState) {
 func (s *probeState) answer(seq uint64, now time.Time, rise int) (changed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if seq != s.seq || s.answered {
-		return false // late: that probe was counted missed already
+	slot := &s.window[seq%uint64(len(s.window))]
+	if slot.seq != seq || slot.answered {
+		return false // too late (its slot holds a newer probe), or a duplicate
 	}
-	s.answered = true
-	s.rtt = now.Sub(s.sentAt)
-	s.missed = 0
+	slot.answered = true
+	s.rtt = now.Sub(slot.sentAt)
+	s.lastReply = now
 	s.ok++
 	if !s.up && s.ok >= rise {
 		s.up, changed = true, true

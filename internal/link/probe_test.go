@@ -8,37 +8,46 @@ import (
 	"github.com/manifoldlb/manifold/internal/config"
 )
 
-// A tunnel comes up after rise answered probes in a row and goes down after fall
-// missed ones in a row; a late answer counts for nothing.
+// A tunnel comes up after rise answers and goes down once nothing was answered for
+// fall intervals; a late answer within the window keeps it up, one past it counts for
+// nothing.
 func TestProbeRiseFall(t *testing.T) {
-	const rise, fall = 3, 2
-	s := &probeState{}
+	const rise, fall, interval = 3, 2, 100 * time.Millisecond
+	s := newProbeState(fall)
 	at := time.Unix(0, 0)
-	step := func(answered bool) (wentDown, cameUp bool) {
-		at = at.Add(100 * time.Millisecond)
-		wentDown = s.sendState(at, fall)
-		if answered {
-			cameUp = s.answer(s.seq, at.Add(time.Millisecond), rise)
-		}
-		return
+	tick := func() (wentDown bool, seq uint64) {
+		at = at.Add(interval)
+		return s.sendState(at, interval)
 	}
 	for i := 1; i <= rise; i++ {
-		if _, up := step(true); up != (i == rise) {
+		_, seq := tick()
+		if up := s.answer(seq, at.Add(time.Millisecond), rise); up != (i == rise) {
 			t.Fatalf("answer %d: came up %v (rise %d)", i, up, rise)
 		}
 	}
-	step(false)
-	step(false) // the first probe judged missed: still up
-	if !s.view().up {
-		t.Fatal("down after one miss, fall is 2")
+	// probe 4 is answered only after probe 5 left: late, within the window
+	_, late := tick()
+	tick()
+	if s.answer(late, at.Add(50*time.Millisecond), rise) || !s.view().up || s.view().rtt != 150*time.Millisecond {
+		t.Fatalf("a late answer within the window: %+v", s.view())
 	}
-	if s.answer(s.seq-1, at, rise) {
-		t.Fatal("a late answer counted")
+	// then silence: down once fall intervals passed since that answer
+	for i := 1; ; i++ {
+		down, _ := tick()
+		if down {
+			if since := at.Sub(time.Unix(0, 0).Add(5*interval + 50*time.Millisecond)); since < fall*interval || since > fall*interval+interval {
+				t.Errorf("down %s after the last answer, fall × interval is %s", since, fall*interval)
+			}
+			break
+		}
+		if i > fall+1 {
+			t.Fatalf("still up after %d silent intervals: %+v", i, s.view())
+		}
 	}
-	if down, _ := step(false); !down || s.view().up {
-		t.Fatalf("not down after %d misses: %+v", fall, s.view())
+	if s.answer(late, at, rise) {
+		t.Fatal("an answer past the window counted")
 	}
-	if v := s.view(); v.lost != 2 || v.trans != 2 || v.rtt != time.Millisecond {
+	if v := s.view(); v.up || v.trans != 2 || v.lost == 0 {
 		t.Errorf("counters: %+v", v)
 	}
 }

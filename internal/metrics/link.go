@@ -24,7 +24,7 @@ var (
 	linkProbesDesc = desc("manifold_link_tunnel_probes_total",
 		"Probes sent through the tunnel.", "link", "tunnel", "device")
 	linkProbesLostDesc = desc("manifold_link_tunnel_probes_lost_total",
-		"Probes through the tunnel not answered before the next one left.", "link", "tunnel", "device")
+		"Probes through the tunnel not answered before fall later ones had left.", "link", "tunnel", "device")
 	linkRTTDesc = desc("manifold_link_tunnel_probe_rtt_seconds",
 		"Round trip of the tunnel's latest answered probe.", "link", "tunnel", "device")
 	linkTransitionsDesc = desc("manifold_link_tunnel_transitions_total",

@@ -213,7 +213,8 @@ func TestLink(t *testing.T) {
 		p  *Process
 		gw *Host
 	}{{pa, ll.gwA}, {pb, ll.gwB}} {
-		if err := waitRoute(side.p, side.gw, 20*time.Second, all); err != nil {
+		// WireGuard retries a lost first handshake after 5 s: two retries on a loaded machine
+		if err := waitRoute(side.p, side.gw, 30*time.Second, all); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -393,6 +394,7 @@ func TestLinkRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfgA.PeerPublicKey = wrong.Public
+	cfgB.ConnectTimeout = 0 // the default, 30 s: B waits for A throughout
 	pb, err := ll.StartLink(manifoldBin, ll.gwB, "link-gwb", cfgB)
 	if err != nil {
 		t.Fatal(err)
