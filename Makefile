@@ -58,7 +58,7 @@ test: deps check-generated vet build kube-apiserver
 	$(GO) test $(TEST_FLAGS) ./test/lab/
 
 unit:
-	$(GO) test -race -count=1 ./internal/config ./internal/maglev ./internal/reconcile ./internal/health ./internal/clock ./internal/sysctl ./internal/store ./internal/api/... ./internal/metrics ./internal/hostprog/... ./test/arch
+	$(GO) test -race -count=1 ./internal/config ./internal/maglev ./internal/reconcile ./internal/health ./internal/clock ./internal/sysctl ./internal/store ./internal/api/... ./internal/metrics ./internal/hostprog/... ./internal/link ./test/arch
 
 lab: deps build
 	$(GO) test -count=1 -v ./test/lab/
@@ -79,8 +79,9 @@ bench: deps build
 	./$(BENCH) controlplane --json $(PARTS)/controlplane.json
 	$(GO) run ./test/lab/cpbench -manifold $(BIN) -json $(PARTS)/convergence.json
 	$(GO) run ./test/lab/fleetbench -manifold $(BIN) -json $(PARTS)/fleet.json
+	$(GO) run ./test/lab/linkbench -manifold $(BIN) -json $(PARTS)/link.json
 	./$(BENCH) report --out bench/results --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
-		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/convergence.json $(PARTS)/fleet.json
+		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/convergence.json $(PARTS)/fleet.json $(PARTS)/link.json
 	/usr/bin/python3 bench/plot.py bench/results/latest.json bench/results
 	@mkdir -p bench/results/steer && for f in bench/steer/*.yaml; do n=$$(basename $$f .yaml); ./$(BIN) steer simulate --scenario $$f --json bench/results/steer/$$n.json --plot bench/results/steer/$$n.png > bench/results/steer/$$n.txt || exit 1; done
 

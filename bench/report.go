@@ -97,6 +97,7 @@ var sectionTitles = []struct{ key, title string }{
 	{"http", "HTTP requests/s and latency"},
 	{"control_plane", "Control plane"},
 	{"fleet", "Fleet: propagation through etcd"},
+	{"link", "Site-to-site link: throughput over WireGuard tunnels"},
 }
 
 // WriteMarkdown writes the report as Markdown: the machine, every target with

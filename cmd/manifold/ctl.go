@@ -33,20 +33,22 @@ const ctlUsage = `usage: manifold ctl [--api URL] [-o table|json] COMMAND
   config                          the config the node runs (secrets redacted)
   fleet                           every node of the fleet: alive, applied revision, lag, agreement
   steering                        global steering: per service, site and origin the share, target, load, RTT and why
---api defaults to $MANIFOLD_API, else ` + defaultAPI + `; the API token, when the node has
-one, is read from $MANIFOLD_API_TOKEN.`
+  link                            a site-to-site link (manifold link): its tunnels, state, traffic, handshakes, probe RTT
+--api defaults to $MANIFOLD_API, else ` + defaultAPI + ` (for link: ` + defaultLinkAPI + `); the API token,
+when the node has one, is read from $MANIFOLD_API_TOKEN.`
 
 // ctlClient talks to one node's API.
 type ctlClient struct {
-	base  string
-	token string
-	http  *http.Client
+	base   string
+	token  string
+	http   *http.Client
+	daemon string // what serves the API, for the message when it cannot be reached
 }
 
 func ctl(args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("ctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	apiURL := fs.String("api", envOr("MANIFOLD_API", defaultAPI), "node API base URL (env MANIFOLD_API)")
+	apiURL := fs.String("api", "", "node API base URL (env MANIFOLD_API)")
 	output := fs.String("o", "table", "output: table | json")
 	// flags may come before or after the command and its arguments
 	var pos []string
@@ -65,9 +67,19 @@ func ctl(args []string, w io.Writer) error {
 	if len(pos) == 0 {
 		return errors.New(ctlUsage)
 	}
-	c := &ctlClient{base: strings.TrimRight(*apiURL, "/"), token: os.Getenv("MANIFOLD_API_TOKEN"), http: &http.Client{Timeout: 10 * time.Second}}
 	cmd, params := pos[0], pos[1:]
-	need := map[string]int{"status": 0, "services": 0, "config": 0, "fleet": 0, "steering": 0, "backends": 1, "drain": 2, "undrain": 2, "weight": 3}
+	if *apiURL == "" {
+		*apiURL = envOr("MANIFOLD_API", defaultAPI)
+		if cmd == "link" {
+			*apiURL = envOr("MANIFOLD_API", defaultLinkAPI)
+		}
+	}
+	c := &ctlClient{base: strings.TrimRight(*apiURL, "/"), token: os.Getenv("MANIFOLD_API_TOKEN"), http: &http.Client{Timeout: 10 * time.Second},
+		daemon: "manifold run"}
+	if cmd == "link" {
+		c.daemon = "manifold link"
+	}
+	need := map[string]int{"status": 0, "services": 0, "config": 0, "fleet": 0, "steering": 0, "link": 0, "backends": 1, "drain": 2, "undrain": 2, "weight": 3}
 	n, ok := need[cmd]
 	if !ok {
 		return fmt.Errorf("unknown command %q\n%s", cmd, ctlUsage)
@@ -92,6 +104,8 @@ func ctl(args []string, w io.Writer) error {
 		raw, err = c.call("GET", "/api/v1/fleet", nil)
 	case "steering":
 		raw, err = c.call("GET", "/api/v1/steering", nil)
+	case "link":
+		raw, err = c.call("GET", api.LinkPath, nil)
 	case "drain", "undrain":
 		raw, err = c.call("POST", svcPath(params[0])+"/backends/"+url.PathEscape(params[1])+"/"+cmd, nil)
 	case "weight":
@@ -147,6 +161,12 @@ func ctl(args []string, w io.Writer) error {
 			return badAnswer(err)
 		}
 		printSteering(w, &st)
+	case "link":
+		var st api.LinkStatus
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return badAnswer(err)
+		}
+		printLink(w, &st)
 	default: // drain, undrain, weight: the service as it is now
 		var s api.ServiceStatus
 		if err := json.Unmarshal(raw, &s); err != nil {
@@ -183,7 +203,7 @@ func (c *ctlClient) call(method, path string, body []byte) ([]byte, error) {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the node API at %s (is `manifold run` running there? --api or MANIFOLD_API name another node): %w", c.base, err)
+		return nil, fmt.Errorf("cannot reach the node API at %s (is `%s` running there? --api or MANIFOLD_API name another node): %w", c.base, c.daemon, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)

@@ -7,6 +7,7 @@
 //	manifold fleet import|export      seed or read the fleet store (etcd)
 //	manifold steer simulate           the steering controller on a simulated clock
 //	manifold connect --config FILE    the tunnel connector: an origin behind NAT dials the edges
+//	manifold link --config FILE       a site-to-site link over several WireGuard tunnels
 //	manifold kube-controller          LoadBalancer addresses for Kubernetes Services, from IPPools
 //
 // The benchmarks are another binary, manifold-bench, so that this one does not carry
@@ -26,6 +27,7 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/backendagent"
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/link"
 	"github.com/manifoldlb/manifold/internal/node"
 )
 
@@ -39,6 +41,7 @@ Usage:
   manifold fleet import|export ...  seed or read the fleet store (manifold fleet: how)
   manifold steer simulate ...       run the steering controller on a scenario (simulated time)
   manifold connect --config FILE    the tunnel connector of an origin behind NAT (foreground)
+  manifold link --config FILE       a site-to-site link over several WireGuard tunnels (foreground)
   manifold kube-controller [--kubeconfig FILE] [--default-class]
                                     allocate LoadBalancer addresses from IPPools (Kubernetes)
   manifold version
@@ -70,6 +73,8 @@ func main() {
 		err = steerCmd(args, os.Stdout)
 	case "connect":
 		err = connectCmd(args)
+	case "link":
+		err = daemon(args, "link", link.Run)
 	case "kube-controller":
 		err = kubeControllerCmd(args)
 	case "bench":
@@ -120,8 +125,9 @@ func daemon(args []string, name string, run func(context.Context, string, *slog.
 	return err
 }
 
-// validate checks a node file, a backend agent file or a steering controller file
-// (recognised by their top-level `backend:` or `steer:` key), and prints every problem
+// validate checks a node file, a backend agent file, a steering controller file or a
+// link file (recognised by their top-level `backend:`, `steer:` or `link:` key), and
+// prints every problem
 // as FILE:LINE: field: message.
 func validate(args []string, stdout, stderr io.Writer) int {
 	path, err := configFlag("validate", args)
@@ -139,6 +145,8 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		_, err = config.ParseBackend(path, data)
 	case config.SteerFile:
 		_, err = config.ParseSteer(path, data)
+	case config.LinkFile:
+		_, err = config.ParseLink(path, data)
 	default:
 		_, err = config.Parse(path, data)
 	}

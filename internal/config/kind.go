@@ -10,6 +10,7 @@ const (
 	NodeFile    Kind = "node"    // manifold run
 	BackendFile Kind = "backend" // manifold backend: top-level `backend`
 	SteerFile   Kind = "steer"   // manifold steer: top-level `steer`
+	LinkFile    Kind = "link"    // manifold link: top-level `link`
 )
 
 // KindOf tells the kind of a config file; a file that is not YAML is taken for a node
@@ -24,6 +25,9 @@ func KindOf(data []byte) Kind {
 	}
 	if _, ok := top["steer"]; ok {
 		return SteerFile
+	}
+	if _, ok := top["link"]; ok {
+		return LinkFile
 	}
 	return NodeFile
 }

@@ -26,6 +26,7 @@ const (
 	TypeEnum      FieldType = "enum"     // one of Field.Enum
 	TypeStrings   FieldType = "list of strings"
 	TypeAddresses FieldType = "list of addresses"
+	TypePrefixes  FieldType = "list of prefixes"
 	TypeMapping   FieldType = "mapping" // its keys are the rows below it
 	TypeList      FieldType = "list"    // of mappings, whose keys are the rows below it
 )
@@ -187,6 +188,44 @@ var SteerSchema = append([]Field{
 		Doc: "host:port of the controller's Prometheus metrics (GET /metrics); none when absent"},
 }...)...)
 
+// LinkSchema is the file of `manifold link --config`: one site-to-site link, seen from
+// this side (the other side's file swaps local and remote and the keys).
+var LinkSchema = []Field{
+	{Path: "link", Type: TypeMapping, Required: true},
+	{Path: "link.name", Type: TypeString, Required: true, Example: "dc1-dc2", Doc: "[a-zA-Z0-9._-]{1,63}; names the link in its status and metrics"},
+	{Path: "link.local", Type: TypeMapping, Required: true, Doc: "this site"},
+	{Path: "link.local.address", Type: TypeAddress, Required: true, Example: "192.0.2.1", Doc: "the outer address the tunnels leave from"},
+	{Path: "link.local.prefixes", Type: TypePrefixes, Required: true, Example: "[10.1.0.0/16]", Doc: "this site's networks, reached by the other side"},
+	{Path: "link.remote", Type: TypeMapping, Required: true, Doc: "the other site"},
+	{Path: "link.remote.address", Type: TypeAddress, Required: true, Example: "192.0.2.2", Doc: "the other gateway's outer address, same family"},
+	{Path: "link.remote.prefixes", Type: TypePrefixes, Required: true, Example: "[10.2.0.0/16]",
+		Doc: "routed over the tunnels; no overlap with local prefixes or the host's routes"},
+	{Path: "link.tunnels", Type: TypeInt, Range: &Range{1, MaxLinkTunnels}, Example: "4",
+		Doc: "default: the number of CPUs; the same on both sides"},
+	{Path: "link.port", Type: TypeInt, Default: def(DefaultLinkPort), Range: &Range{1, MaxLinkPort}, Example: "51820",
+		Doc: "tunnel i uses UDP port+i at both ends: N flows to the network"},
+	{Path: "link.private_key_file", Type: TypeString, Required: true, Example: "/etc/manifold/dc1.key",
+		Doc: "this side's WireGuard private key (wg genkey); read at start"},
+	{Path: "link.peer_public_key", Type: TypeString, Required: true, Example: "ThxgqOncpcA21h5JzqGQLqMx880sOzNM5Hg8TQMpNkk=",
+		Doc: "the other side's public key (wg pubkey), base64"},
+	{Path: "link.mtu", Type: TypeInt, Default: def(DefaultLinkMTU), Range: &Range{MinLinkMTU, MaxLinkMTU}, Example: "1420",
+		Doc: "of each tunnel device: the path MTU less 80 (IPv6 outer) or 60 (IPv4)"},
+	{Path: "link.inner_prefix", Type: TypePrefix, Default: DefaultLinkInnerPrefix, Example: DefaultLinkInnerPrefix,
+		Doc: "IPv4, the same on both sides: tunnel i's ends are its addresses 2i and 2i+1 (2i on the side of the lower outer address)"},
+	{Path: "link.devices", Type: TypeString, Default: DefaultLinkDevices, Example: DefaultLinkDevices,
+		Doc: "stem of the tunnels' TUN devices: mlink0, mlink1, … by default"},
+	{Path: "link.api", Type: TypeString, Default: DefaultLinkAPI, Example: DefaultLinkAPI, Doc: "the link's status API and /metrics"},
+	{Path: "link.connect_timeout", Type: TypeDuration, Default: def(DefaultLinkConnectTimeout), Range: durations(MinLinkConnectTimeout, MaxLinkConnectTimeout),
+		Example: "30s", Doc: "at start, how long to wait for a first tunnel to answer before giving up (nothing is installed until one does)"},
+	{Path: "link.health", Type: TypeMapping, Doc: "optional: the probes through each tunnel"},
+	{Path: "link.health.interval", Type: TypeDuration, Default: def(DefaultLinkProbeInterval), Range: durations(MinLinkProbeInterval, MaxLinkProbeInterval),
+		Example: "100ms", Doc: "one probe per tunnel per interval"},
+	{Path: "link.health.rise", Type: TypeInt, Default: def(DefaultLinkRise), Range: &Range{1, MaxRiseFall}, Example: "3",
+		Doc: "answers, none lost between, for a tunnel to join the route"},
+	{Path: "link.health.fall", Type: TypeInt, Default: def(DefaultLinkFall), Range: &Range{1, MaxRiseFall}, Example: "3",
+		Doc: "intervals without an answer for a tunnel to leave the route; a probe may be answered until fall later ones have left"},
+}
+
 // fleetRows are the node schema's rows below fleet.
 func fleetRows() []Field {
 	var out []Field
@@ -231,7 +270,7 @@ func formatDuration(d time.Duration) string {
 // fields indexes both schemas by path.
 var fields = func() map[string]*Field {
 	m := map[string]*Field{}
-	for _, s := range [][]Field{NodeSchema, BackendSchema, SteerSchema} {
+	for _, s := range [][]Field{NodeSchema, BackendSchema, SteerSchema, LinkSchema} {
 		for i := range s {
 			// the steer file's fleet rows are the node's; the node's own come first
 			if m[s[i].Path] == nil {

@@ -129,6 +129,8 @@ func parse(schema []Field, values map[string]string) (any, error) {
 		return ParseBackend("t.yaml", data)
 	case &SteerSchema[0]:
 		return ParseSteer("t.yaml", data)
+	case &LinkSchema[0]:
+		return ParseLink("t.yaml", data)
 	}
 	return Parse("t.yaml", data)
 }
@@ -161,7 +163,7 @@ func with(values map[string]string, more ...string) map[string]string {
 	return out
 }
 
-var schemas = map[string][]Field{"node": NodeSchema, "backend": BackendSchema, "steer": SteerSchema}
+var schemas = map[string][]Field{"node": NodeSchema, "backend": BackendSchema, "steer": SteerSchema, "link": LinkSchema}
 
 func TestMinimalFilesParse(t *testing.T) {
 	for name, schema := range schemas {

@@ -60,6 +60,7 @@ var (
 	Ethtool   = debian("ethtool", "/usr/sbin/ethtool", "ethtool")
 	HAProxy   = debian("haproxy", "/usr/sbin/haproxy", "haproxy")
 	IP        = debian("ip", "/usr/sbin/ip", "iproute2")
+	Iperf3    = debian("iperf3", "/usr/bin/iperf3", "iperf3")       // the site-to-site link's benchmark
 	LLVMStrip = debian("llvm-strip", "/usr/bin/llvm-strip", "llvm") // run by bpf2go in `make generate`
 	Nft       = debian("nft", "/usr/sbin/nft", "nftables")
 	Nginx     = debian("nginx", "/usr/sbin/nginx", "nginx")
