@@ -101,8 +101,8 @@ func (n *Node) Change(ctx context.Context, edit func(*store.Store) (*store.Chang
 	return n.file.Change(ctx, edit)
 }
 
-// bgpStatus is the speaker's part of the status (nil without bgp). The speaker and
-// the bgp section are fixed for the node's life.
+// bgpStatus is the speaker's part of the status (nil without bgp). The speaker, the
+// node's AS and its router id are fixed for the node's life.
 func (n *Node) bgpStatus() *api.BGPStatus {
 	if n.speaker == nil {
 		return nil
