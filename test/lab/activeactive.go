@@ -47,6 +47,8 @@ type ActiveActiveSpec struct {
 	// RefusingPeer adds to every node a second peer that refuses the session (the
 	// router's IPv6 address on a port nothing listens on).
 	RefusingPeer bool
+	// BFD, when set, runs BFD with these timers on every session, on both sides.
+	BFD *RouterBFD
 }
 
 // ActiveActive is the running topology.
@@ -97,7 +99,7 @@ func NewActiveActive(spec ActiveActiveSpec) (a *ActiveActive, err error) {
 		peers = append(peers, RouterPeer{Name: n.Role, Address: n.Addr4, ASN: NodeASN, Password: spec.Password})
 		a.Configs[n.Role] = a.nodeConfig(n, i)
 	}
-	ro := RouterOptions{HoldTime: spec.HoldTime}
+	ro := RouterOptions{HoldTime: spec.HoldTime, BFD: spec.BFD}
 	switch spec.Router {
 	case "", "bird":
 		a.Bird, err = l.StartBird(peers, ro)
@@ -119,8 +121,11 @@ func (a *ActiveActive) nodeConfig(n *Host, i int) NodeConfig {
 		ASN: NodeASN, RouterID: n.Addr4, DrainTime: a.Spec.DrainTime,
 		Peers: []BGPPeer{{Address: n.Gateway4, ASN: RouterASN, HoldTime: a.Spec.HoldTime, Password: a.Spec.Password}},
 	}}
+	if b := a.Spec.BFD; b != nil {
+		c.BGP.Peers[0].BFD = &BFD{MinRx: b.Interval, MinTx: b.Interval, Multiplier: b.Multiplier}
+	}
 	if a.Spec.RefusingPeer {
-		c.BGP.Peers = append(c.BGP.Peers, BGPPeer{Address: n.Gateway6, ASN: RouterASN, Port: 1179, HoldTime: a.Spec.HoldTime})
+		c.BGP.Peers = append(c.BGP.Peers, a.RefusingPeer(n))
 	}
 	type svc struct {
 		name string
@@ -146,6 +151,12 @@ func (a *ActiveActive) nodeConfig(n *Host, i int) NodeConfig {
 		c.Services = append(c.Services, sv)
 	}
 	return c
+}
+
+// RefusingPeer is a peer of node n that refuses the session: the router's IPv6
+// address on a port nothing listens on.
+func (a *ActiveActive) RefusingPeer(n *Host) BGPPeer {
+	return BGPPeer{Address: n.Gateway6, ASN: RouterASN, Port: 1179, HoldTime: a.Spec.HoldTime}
 }
 
 // StartNode starts `manifold run` on an LB node; it returns once XDP is attached.

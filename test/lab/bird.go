@@ -31,6 +31,15 @@ type RouterPeer struct {
 type RouterOptions struct {
 	// HoldTime of every session (BIRD's minimum is 3 s); 0 keeps BIRD's 240 s.
 	HoldTime time.Duration
+	// BFD, when set, runs BFD on every session with these timers.
+	BFD *RouterBFD
+}
+
+// RouterBFD are the router's BFD timers: the interval it sends at and accepts, and the
+// packets missed before a session is down.
+type RouterBFD struct {
+	Interval   time.Duration
+	Multiplier int
 }
 
 // Bird is BIRD running in the router namespace.
@@ -46,6 +55,8 @@ func BirdConfig(peers []RouterPeer, o RouterOptions) string {
 	b.WriteString(`# manifold lab router: eBGP with every LB node, ECMP into the kernel
 log stderr all;
 router id 10.255.255.1;
+# since when each session is up, to the millisecond: tests tell a restarted session by it
+timeformat protocol iso long;
 
 protocol device { scan time 1; }
 
@@ -60,11 +71,21 @@ protocol kernel kernel6 {
 	merge paths on;
 }
 
+`)
+	if o.BFD != nil {
+		ms := o.BFD.Interval.Milliseconds()
+		fmt.Fprintf(&b, "\nprotocol bfd {\n\tinterface \"*\" {\n\t\tmin rx interval %d ms;\n\t\tmin tx interval %d ms;\n\t\tmultiplier %d;\n\t};\n}\n",
+			ms, ms, o.BFD.Multiplier)
+	}
+	b.WriteString(`
 template bgp lbnode {
 	local as ` + fmt.Sprint(RouterASN) + `;
 	connect retry time 1;
 	error wait time 1, 4;
 `)
+	if o.BFD != nil {
+		b.WriteString("\tbfd on;\n")
+	}
 	if o.HoldTime > 0 {
 		fmt.Fprintf(&b, "\thold time %d;\n\tkeepalive time %d;\n", int(o.HoldTime/time.Second), max(1, int(o.HoldTime/time.Second)/3))
 	}
