@@ -56,7 +56,7 @@ func BirdConfig(peers []RouterPeer, o RouterOptions) string {
 log stderr all;
 router id 10.255.255.1;
 # since when each session is up, to the millisecond: tests tell a restarted session by it
-timeformat protocol iso long;
+timeformat protocol iso long ms;
 
 protocol device { scan time 1; }
 
@@ -217,4 +217,20 @@ func waitNextHops(router *Host, vip netip.Addr, want []netip.Addr, timeout time.
 		return 0, err
 	}
 	return 0, fmt.Errorf("route to %s: next hops %v after %s, want %v", vip, got, timeout, want)
+}
+
+// ProtocolSince returns when BIRD's protocol name last changed state ("2026-11-23
+// 17:33:00.123"): a session that restarts gets a new one.
+func (b *Bird) ProtocolSince(name string) (string, error) {
+	out, err := b.Show("protocols", name)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 6 && f[0] == name {
+			return f[4] + " " + f[5], nil
+		}
+	}
+	return "", fmt.Errorf("birdc show protocols %s: no line of it:\n%s", name, out)
 }

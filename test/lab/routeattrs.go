@@ -128,3 +128,24 @@ func (f *FRR) RouteAttrs(prefix netip.Prefix) (map[netip.Addr]RouteAttrs, string
 	}
 	return routes, out, nil
 }
+
+// BFDSessionsUp counts the router's BFD sessions that are up, whichever suite runs it.
+func (a *ActiveActive) BFDSessionsUp() (int, string, error) {
+	var out string
+	var err error
+	if a.FRR != nil {
+		out, err = a.FRR.Show("bfd peers brief")
+	} else {
+		out, err = a.Bird.Show("bfd", "sessions")
+	}
+	if err != nil {
+		return 0, out, err
+	}
+	up := 0
+	for _, line := range strings.Split(out, "\n") {
+		if slices.Contains(strings.Fields(line), "up") || slices.Contains(strings.Fields(line), "Up") {
+			up++
+		}
+	}
+	return up, out, nil
+}
