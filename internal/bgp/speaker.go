@@ -239,6 +239,45 @@ func (s *GoBGP) removePeer(p config.Peer) error {
 	return nil
 }
 
+// peerLocked returns the configured peer at addr; s.mu is held.
+func (s *GoBGP) peerLocked(addr netip.Addr) (config.Peer, bool) {
+	for _, p := range s.cfg.Peers {
+		if p.Address == addr {
+			return p, true
+		}
+	}
+	return config.Peer{}, false
+}
+
+// restartBFD starts a peer's BFD session afresh after its BGP session went down.
+// GoBGP (v4.8.0) keeps a BFD session bound to the router's session of before; a
+// router that makes a new BFD session with each BGP session (BIRD does) then sends
+// packets GoBGP drops as another session's, GoBGP's BFD expires, resets the new BGP
+// session, and the router makes yet another BFD session: the session flaps for as
+// long as the race keeps being lost. A fresh session binds to whichever one the
+// router has now.
+func (s *GoBGP) restartBFD(p config.Peer) {
+	off := p
+	off.BFD = nil
+	update := func(peer config.Peer) bool {
+		_, err := s.srv.UpdatePeer(s.ctx, &api.UpdatePeerRequest{Peer: s.peerConfig(peer)})
+		if err != nil && s.ctx.Err() == nil {
+			s.log.Warn("BFD not restarted after the session went down", "peer", p.Address, "err", err)
+		}
+		return err == nil
+	}
+	if !update(off) {
+		return
+	}
+	// as configured now: SetPeers may have changed the peer meanwhile
+	s.mu.Lock()
+	now, ok := s.peerLocked(p.Address)
+	s.mu.Unlock()
+	if ok && now.BFD != nil {
+		update(now)
+	}
+}
+
 // bfdOnly reports whether two settings of a peer differ in their BFD alone.
 func bfdOnly(a, b config.Peer) bool {
 	a.BFD, b.BFD = nil, nil
@@ -511,6 +550,11 @@ func (s *GoBGP) onPeer(ev *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
 		switch {
 		case pl.up:
 			pl.up, pl.warned = false, time.Now()
+			if p, ok := s.peerLocked(st.NeighborAddress); ok && p.BFD != nil {
+				// owned by the speaker; ends after two calls to GoBGP, which the
+				// watcher goroutine must not make itself
+				go s.restartBFD(p)
+			}
 			s.log.Warn("BGP peer down", "peer", st.NeighborAddress, "state", fsmStateName(st.SessionState),
 				"reason", disconnectReason(st.DisconnectReason, st.DisconnectMessage), "retry_every", ConnectRetry)
 		case time.Since(pl.warned) >= notEstablishedEvery:

@@ -25,6 +25,7 @@ type RouterPeer struct {
 	Address  netip.Addr // the node's address
 	ASN      uint32
 	Password string // TCP MD5; "" for none
+	BFD      bool   // runs BFD with RouterOptions.BFD's timers
 }
 
 // RouterOptions shape the router's BGP.
@@ -83,9 +84,7 @@ template bgp lbnode {
 	connect retry time 1;
 	error wait time 1, 4;
 `)
-	if o.BFD != nil {
-		b.WriteString("\tbfd on;\n")
-	}
+
 	if o.HoldTime > 0 {
 		fmt.Fprintf(&b, "\thold time %d;\n\tkeepalive time %d;\n", int(o.HoldTime/time.Second), max(1, int(o.HoldTime/time.Second)/3))
 	}
@@ -97,6 +96,9 @@ template bgp lbnode {
 		fmt.Fprintf(&b, "\nprotocol bgp %s from lbnode {\n\tneighbor %s as %d;\n", p.Name, p.Address, p.ASN)
 		if p.Password != "" {
 			fmt.Fprintf(&b, "\tpassword %q;\n", p.Password)
+		}
+		if p.BFD && o.BFD != nil {
+			b.WriteString("\tbfd on;\n")
 		}
 		b.WriteString("}\n")
 	}
@@ -114,12 +116,17 @@ func (l *Lab) StartBird(peers []RouterPeer, o RouterOptions) (*Bird, error) {
 	}); err != nil {
 		return nil, err
 	}
-	conf := filepath.Join(l.Dir, "bird.conf")
-	if err := writeFileAtomic(conf, []byte(BirdConfig(peers, o))); err != nil {
+	return l.StartBirdConfig(BirdConfig(peers, o))
+}
+
+// StartBirdConfig runs BIRD in the router namespace with the configuration text conf.
+func (l *Lab) StartBirdConfig(conf string) (*Bird, error) {
+	path := filepath.Join(l.Dir, "bird.conf")
+	if err := writeFileAtomic(path, []byte(conf)); err != nil {
 		return nil, err
 	}
 	b := &Bird{Socket: filepath.Join(l.Dir, "bird.ctl"), router: l.Router}
-	p, err := l.Start(l.Router, "bird", hostprog.Bird, "-f", "-c", conf, "-s", b.Socket, "-P", filepath.Join(l.Dir, "bird.pid"))
+	p, err := l.Start(l.Router, "bird", hostprog.Bird, "-f", "-c", path, "-s", b.Socket, "-P", filepath.Join(l.Dir, "bird.pid"))
 	if err != nil {
 		return nil, err
 	}

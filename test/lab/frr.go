@@ -43,11 +43,11 @@ func FRRConfig(peers []RouterPeer, o RouterOptions) string {
 		fmt.Fprintf(&b, " neighbor MANIFOLD timers %d %d\n", max(1, hold/3), hold)
 	}
 	b.WriteString(" neighbor MANIFOLD timers connect 1\n")
-	if o.BFD != nil {
-		b.WriteString(" neighbor MANIFOLD bfd profile manifold\n")
-	}
 	for _, p := range peers {
 		fmt.Fprintf(&b, " neighbor %s peer-group MANIFOLD\n", p.Address)
+		if p.BFD && o.BFD != nil {
+			fmt.Fprintf(&b, " neighbor %s bfd profile manifold\n", p.Address)
+		}
 	}
 	b.WriteString(" address-family ipv4 unicast\n  maximum-paths 16\n exit-address-family\n")
 	b.WriteString(" address-family ipv6 unicast\n  neighbor MANIFOLD activate\n  maximum-paths 16\n exit-address-family\n!\n")
