@@ -92,6 +92,11 @@ func (n *Node) Service(name string) (api.ServiceStatus, bool) {
 	return api.ServiceStatus{}, false
 }
 
+// ChangeOwn makes an API write of the node's own file (its bgp section).
+func (n *Node) ChangeOwn(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error {
+	return n.file.Change(ctx, edit)
+}
+
 // Change makes an API write through the source of the services: the fleet store on a
 // node of a fleet, else the config file.
 func (n *Node) Change(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error {

@@ -107,6 +107,28 @@ func TestBGPLiveChanges(t *testing.T) {
 	waitRoutes(t, a, webVIPs, connectRetryBound, "lb1", "lb2")
 	lb1Since = since("lb1")
 
+	// through the API: a peer added and removed, the router's sessions untouched
+	nodeAPI := NewNodeAPI(a.Host("lb1"))
+	refusing := a.RefusingPeer(a.Host("lb1"))
+	body := fmt.Sprintf(`{"asn": %d, "port": %d, "hold_time": "3s"}`, refusing.ASN, refusing.Port)
+	for _, call := range []struct {
+		method, body string
+		code, peers  int
+	}{{"PUT", body, 201, 2}, {"DELETE", "", 204, 1}} {
+		code, out, err := nodeAPI.Call(call.method, "/api/v1/bgp/peers/"+refusing.Address.String(), call.body)
+		if err != nil || code != call.code {
+			t.Fatalf("%s peer %s: %d %s %v, want %d", call.method, refusing.Address, code, out, err, call.code)
+		}
+		st, err := a.Status("lb1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.BGP.Peers) != call.peers {
+			t.Fatalf("after %s through the API lb1 has peers %+v, want %d", call.method, st.BGP.Peers, call.peers)
+		}
+		untouched(call.method+" of a peer through the API", "lb1", "lb2")
+	}
+
 	// what only a restart changes is refused, and nothing changes
 	lb1.BGP.ASN = NodeASN + 1
 	if err := a.Running["lb1"].Reload(lb1); err != nil {
