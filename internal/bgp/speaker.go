@@ -79,6 +79,9 @@ type PeerState struct {
 	Since           time.Time
 	UpdatesSent     uint64
 	UpdatesReceived uint64
+	// BFD is the state of the peer's BFD session (up, down, init, admin-down), "" when
+	// the peer has none.
+	BFD string
 }
 
 func (p PeerState) Up() bool { return p.State == "established" }
@@ -465,6 +468,9 @@ func (s *GoBGP) Peers() []PeerState {
 				st.Since = up.AsTime()
 			}
 		}
+		if p.GetBfd().GetEnabled() {
+			st.BFD = bfdStateName(p.GetState().GetBfdState().GetSessionState())
+		}
 		msgs := p.GetState().GetMessages()
 		st.UpdatesSent, st.UpdatesReceived = msgs.GetSent().GetUpdate(), msgs.GetReceived().GetUpdate()
 		byAddr[addr] = st
@@ -499,6 +505,18 @@ func stateName(st api.PeerState_SessionState) string {
 		return "established"
 	}
 	return "unknown"
+}
+
+func bfdStateName(st api.BfdSessionState) string {
+	switch st {
+	case api.BfdSessionState_BFD_SESSION_STATE_UP:
+		return "up"
+	case api.BfdSessionState_BFD_SESSION_STATE_INIT:
+		return "init"
+	case api.BfdSessionState_BFD_SESSION_STATE_ADMIN_DOWN:
+		return "admin-down"
+	}
+	return "down"
 }
 
 func fsmStateName(st bgp.FSMState) string {

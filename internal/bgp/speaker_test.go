@@ -494,16 +494,23 @@ func TestSetPeers(t *testing.T) {
 	refusing := config.Peer{Address: netip.MustParseAddr("::1"), ASN: 65000, Port: uint16(freePort(t)), HoldTime: 3 * time.Second}
 	withBFD := peers[0]
 	withBFD.BFD = &config.BFD{MinRx: 100 * time.Millisecond, MinTx: 100 * time.Millisecond, Multiplier: 3}
-	for _, step := range [][]config.Peer{
-		{peers[0], refusing}, // added
-		{withBFD, refusing},  // BFD on
-		{peers[0]},           // BFD off, refusing removed
+	for _, step := range []struct {
+		peers []config.Peer
+		bfd   bool // the router's peer has BFD (down: the router runs none)
+	}{
+		{[]config.Peer{peers[0], refusing}, false}, // added
+		{[]config.Peer{withBFD, refusing}, true},   // BFD on
+		{[]config.Peer{peers[0]}, false},           // BFD off, refusing removed
 	} {
-		if err := s.SetPeers(step); err != nil {
+		if err := s.SetPeers(step.peers); err != nil {
 			t.Fatal(err)
 		}
-		if got := s.Peers(); len(got) != len(step) {
-			t.Fatalf("peers %+v after SetPeers of %d", got, len(step))
+		got := s.Peers()
+		if len(got) != len(step.peers) {
+			t.Fatalf("peers %+v after SetPeers of %d", got, len(step.peers))
+		}
+		if want := map[bool]string{true: "down", false: ""}[step.bfd]; got[0].BFD != want {
+			t.Fatalf("the router's peer shows BFD %q, want %q", got[0].BFD, want)
 		}
 		if at := upSince("session still up"); !at.Equal(since) {
 			t.Fatalf("the router's session restarted (up since %s, was %s) on a change of another peer or of BFD", at, since)

@@ -115,7 +115,7 @@ func (n *Node) bgpStatus() *api.BGPStatus {
 	st := &api.BGPStatus{ASN: n.cfg.BGP.ASN, RouterID: n.cfg.BGP.RouterID.String(), Peers: []api.PeerStatus{}}
 	for _, p := range n.speaker.Peers() {
 		ps := api.PeerStatus{Address: p.Address.String(), ASN: p.ASN, State: p.State, Up: p.Up(),
-			UpdatesSent: p.UpdatesSent, UpdatesReceived: p.UpdatesReceived}
+			UpdatesSent: p.UpdatesSent, UpdatesReceived: p.UpdatesReceived, BFD: p.BFD}
 		if !p.Since.IsZero() {
 			ps.UpSince = p.Since.UTC().Format(time.RFC3339)
 		}

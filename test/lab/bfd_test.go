@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/api"
 )
 
 // BFD against BIRD's and FRR's (bfdd): a node that freezes (SIGSTOP: its sessions stay
@@ -41,6 +43,15 @@ func testBFD(t *testing.T, router string) {
 		last = out
 		if err == nil && up != 2 {
 			err = fmt.Errorf("%d BFD sessions up, want 2", up)
+		}
+		for _, role := range []string{"lb1", "lb2"} {
+			if err != nil {
+				break
+			}
+			var st *api.Status
+			if st, err = a.Status(role); err == nil && st.BGP.Peers[0].BFD != "up" {
+				err = fmt.Errorf("%s says its BFD is %q", role, st.BGP.Peers[0].BFD)
+			}
 		}
 		return err
 	}); err != nil {
