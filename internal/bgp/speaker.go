@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/config"
@@ -95,6 +96,7 @@ type GoBGP struct {
 	cancel context.CancelFunc
 
 	closeOnce sync.Once
+	closing   atomic.Bool // sessions going down now are the speaker's own doing
 
 	mu        sync.Mutex
 	announced map[netip.Addr]Attributes
@@ -568,7 +570,7 @@ func (s *GoBGP) onPeer(ev *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
 		switch {
 		case pl.up:
 			pl.up, pl.warned = false, time.Now()
-			if p, ok := s.peerLocked(st.NeighborAddress); ok && p.BFD != nil {
+			if p, ok := s.peerLocked(st.NeighborAddress); ok && p.BFD != nil && !s.closing.Load() {
 				// owned by the speaker; ends after two calls to GoBGP, which the
 				// watcher goroutine must not make itself
 				go s.restartBFD(p)
@@ -598,6 +600,7 @@ func disconnectReason(r api.PeerState_DisconnectReason, msg string) string {
 // Close withdraws every VIP and stops the server: the peers get a Cease
 // notification and drop the routes at once.
 func (s *GoBGP) Close() error {
+	s.closing.Store(true)
 	var errs []error
 	for _, vip := range s.Announced() {
 		errs = append(errs, s.Withdraw(vip))
