@@ -54,6 +54,12 @@ func (f *fakeNode) Status() api.Status {
 	st := api.Status{Node: cfg.Node.Name, Interfaces: []api.InterfaceStatus{{Name: "eth0", XDPMode: "native"}},
 		Services: f.services(), FlowTableSize: cfg.Node.FlowTableSize, Drops: map[string]uint64{"truncated": 0},
 		Config: api.Info(f.st)}
+	if b := cfg.BGP; b != nil {
+		st.BGP = &api.BGPStatus{ASN: b.ASN, RouterID: b.RouterID.String(), Peers: []api.PeerStatus{}}
+		for _, p := range b.Peers {
+			st.BGP.Peers = append(st.BGP.Peers, api.PeerStatus{Address: p.Address.String(), ASN: p.ASN, State: "idle"})
+		}
+	}
 	return st
 }
 
@@ -86,6 +92,10 @@ func (f *fakeNode) services() []api.ServiceStatus {
 	return out
 }
 
+func (f *fakeNode) ChangeOwn(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error {
+	return f.Change(ctx, edit)
+}
+
 func (f *fakeNode) Change(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -116,6 +126,12 @@ node:
   address: 10.0.0.11
   address6: 2001:db8::11
   api_token: t0ken-for-tests
+bgp:
+  asn: 65001
+  router_id: 10.0.0.11
+  peers:
+    - address: 10.0.0.1
+      asn: 65000
 services:
   - name: web
     vip: 198.51.100.10
@@ -213,6 +229,7 @@ func TestConformance(t *testing.T) {
 	}
 	e := newEnv(t, check, false)
 	const svc = `{"vip": "198.51.100.20", "port": 443, "backends": [{"address": "10.0.2.1", "weight": 2}], "health": {"kind": "tcp"}}`
+	const peer = `{"asn": 65000, "bfd": {"min_rx": "100ms", "min_tx": "100ms", "multiplier": 3}}`
 	steps := []struct {
 		method, path, body string
 		auth               []string
@@ -257,6 +274,16 @@ func TestConformance(t *testing.T) {
 		{"POST", "/api/v1/services/web/backends/10.0.1.2/undrain", strings.Repeat(" ", 1<<20+1), nil, 413},
 		{"DELETE", "/api/v1/services/api", "", nil, 204},
 		{"DELETE", "/api/v1/services/api", "", nil, 404},
+		{"PUT", "/api/v1/bgp/peers/10.0.0.2", peer, nil, 201},
+		{"PUT", "/api/v1/bgp/peers/10.0.0.2", `{"asn": 65000, "hold_time": "6s"}`, nil, 200},
+		{"PUT", "/api/v1/bgp/peers/10.0.0.2", `{"asn": 65000, "bfd": {"min_rx": "5ms"}}`, nil, 400},
+		{"PUT", "/api/v1/bgp/peers/10.0.0.2", `{"address": "10.0.0.3", "asn": 65000}`, nil, 400},
+		{"PUT", "/api/v1/bgp/peers/10.0.0", peer, nil, 400},
+		{"PUT", "/api/v1/bgp/peers/10.0.0.2", `{"asn": 65000, "x": "` + strings.Repeat(" ", 1<<20) + `"}`, nil, 413},
+		{"DELETE", "/api/v1/bgp/peers/10.0.0.2", "", nil, 204},
+		{"DELETE", "/api/v1/bgp/peers/10.0.0.2", "", nil, 404},
+		{"DELETE", "/api/v1/bgp/peers/10.0.0", "", nil, 400},
+		{"DELETE", "/api/v1/bgp/peers/10.0.0.1", "", nil, 409},
 	}
 	// every operation: without a token, and with a wrong one
 	for _, op := range []struct{ method, path, body string }{
@@ -266,6 +293,7 @@ func TestConformance(t *testing.T) {
 		{"POST", "/api/v1/services/web/backends/10.0.1.1/drain", ""},
 		{"POST", "/api/v1/services/web/backends/10.0.1.1/undrain", ""},
 		{"POST", "/api/v1/services/web/backends/10.0.1.1/weight", `{"weight": 2}`},
+		{"PUT", "/api/v1/bgp/peers/10.0.0.2", peer}, {"DELETE", "/api/v1/bgp/peers/10.0.0.1", ""},
 	} {
 		steps = append(steps,
 			struct {
@@ -305,6 +333,7 @@ func TestConformance(t *testing.T) {
 		{"PUT", "/api/v1/services/api", svc}, {"DELETE", "/api/v1/services/web", ""},
 		{"POST", "/api/v1/services/web/backends/10.0.1.1/drain", ""}, {"POST", "/api/v1/services/web/backends/10.0.1.1/undrain", ""},
 		{"POST", "/api/v1/services/web/backends/10.0.1.1/weight", `{"weight": 2}`},
+		{"PUT", "/api/v1/bgp/peers/10.0.0.2", peer}, {"DELETE", "/api/v1/bgp/peers/10.0.0.1", ""},
 	} {
 		if x := e.do(s[0], s[1], s[2]); x.Status != 409 || !strings.Contains(string(x.Body), "SIGHUP") {
 			t.Errorf("%s %s with the file edited on disk: %d %s, want 409 saying to SIGHUP", s[0], s[1], x.Status, x.Body)
@@ -321,6 +350,9 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	if x := e.do("PUT", "/api/v1/bgp/peers/10.0.0.2", peer); x.Status != 201 {
+		t.Fatalf("a second peer for the deletes below: %d %s", x.Status, x.Body)
+	}
 	// 500: the kernel refuses; 503: the node is stopping. Nothing changes either way.
 	for _, fault := range []struct {
 		set  func()
@@ -333,6 +365,7 @@ func TestConformance(t *testing.T) {
 			{"PUT", "/api/v1/services/api", svc}, {"DELETE", "/api/v1/services/web", ""},
 			{"POST", "/api/v1/services/web/backends/10.0.1.1/drain", ""}, {"POST", "/api/v1/services/web/backends/10.0.1.1/weight", `{"weight": 2}`},
 			{"POST", "/api/v1/services/web/backends/10.0.1.1/drain", ""}, {"POST", "/api/v1/services/web/backends/10.0.1.1/undrain", ""},
+			{"PUT", "/api/v1/bgp/peers/10.0.0.2", peer}, {"DELETE", "/api/v1/bgp/peers/10.0.0.2", ""},
 		} {
 			if s[1] == "/api/v1/services/web/backends/10.0.1.1/undrain" && fault.want == 500 {
 				continue // weight 4 now: nothing to undo, nothing for the kernel to refuse

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"fmt"
+
 	"github.com/manifoldlb/manifold/internal/config"
 )
 
@@ -24,6 +26,15 @@ type ServiceSpec struct {
 	Origins     []OriginSpec  `json:"origins,omitempty" yaml:"origins,omitempty"` // none: no steering
 	Backends    []BackendSpec `json:"backends" yaml:"backends"`
 	Health      HealthSpec    `json:"health" yaml:"health"`
+	BGP         BGPSpec       `json:"bgp" yaml:"bgp,omitempty"`
+}
+
+// BGPSpec is what a service adds to its VIP's announcement.
+type BGPSpec struct {
+	Communities      []string `json:"communities,omitempty" yaml:"communities,omitempty"`
+	LargeCommunities []string `json:"large_communities,omitempty" yaml:"large_communities,omitempty"`
+	MED              *uint32  `json:"med,omitempty" yaml:"med,omitempty"`
+	Prepend          uint8    `json:"prepend,omitempty" yaml:"prepend,omitempty"`
 }
 
 type BackendSpec struct {
@@ -58,11 +69,21 @@ func SpecOf(s *config.Service) ServiceSpec {
 			Interval: s.Health.Interval.String(), Timeout: s.Health.Timeout.String(), Rise: s.Health.Rise, Fall: s.Health.Fall,
 		},
 	}
+	out.BGP = BGPSpec{Communities: texts(s.BGP.Communities), LargeCommunities: texts(s.BGP.LargeCommunities),
+		MED: s.BGP.MED, Prepend: s.BGP.Prepend}
 	for _, o := range s.Origins {
 		out.Origins = append(out.Origins, OriginSpec{Name: o.Name, Capacity: o.Capacity})
 	}
 	for _, b := range s.Backends {
 		out.Backends = append(out.Backends, BackendSpec{Address: b.Address.String(), Weight: b.Weight, Origin: b.Origin})
+	}
+	return out
+}
+
+func texts[T fmt.Stringer](in []T) []string {
+	var out []string
+	for _, v := range in {
+		out = append(out, v.String())
 	}
 	return out
 }

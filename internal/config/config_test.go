@@ -177,7 +177,7 @@ func TestParseErrors(t *testing.T) {
 		{"backend port without NAT", svc + "    forwarding: gue\n    backend_port: 8080\n",
 			[]string{"t.yaml:9: services[0].backend_port: only with forwarding: nat (encapsulated packets keep the client's port)"}},
 		{"unknown service field", svc + "    weight: 1\n",
-			[]string{"t.yaml:8: services[0].weight: unknown field (accepted: name, vip, port, protocol, forwarding, gue_port, backend_port, scheduler, table_size, origins, backends, health)"}},
+			[]string{"t.yaml:8: services[0].weight: unknown field (accepted: name, vip, port, protocol, forwarding, gue_port, backend_port, scheduler, table_size, origins, backends, health, bgp)"}},
 		{"entropy prefix of the wrong length and family", hdr + "  entropy_source: true\n  entropy_prefix4: 172.16.0.0/12\n  entropy_prefix6: 10.1.0.0/16\n", []string{
 			"t.yaml:6: node.entropy_prefix4: 172.16.0.0/12: must be a /16 (the flow hash picks the other 16 bits)",
 			"t.yaml:7: node.entropy_prefix6: 10.1.0.0/16 is not an IPv6 prefix"}},
@@ -200,6 +200,17 @@ func TestParseErrors(t *testing.T) {
 			}},
 		{"unknown bgp peer field", hdr + "bgp:\n  asn: 65001\n  router_id: 10.0.0.11\n  peers:\n    - address: 10.0.0.1\n      asn: 65000\n      holdtime: 9s\n",
 			[]string{"t.yaml:11: bgp.peers[0].holdtime: unknown field (did you mean hold_time?)"}},
+		{"bad communities", hdr + "bgp:\n  asn: 65001\n  router_id: 10.0.0.11\n  communities: [\"65001:100\", \"65536:1\", no-export, bogus]\n  large_communities: [\"65001:1\"]\n  peers:\n    - address: 10.0.0.1\n      asn: 65000\n", []string{
+			`t.yaml:8: bgp.communities[1]: "65536:1" is not a community (ASN:value, each 0..65535, or one of no-export, no-advertise, no-peer, blackhole)`,
+			`t.yaml:8: bgp.communities[3]: "bogus" is not a community (ASN:value, each 0..65535, or one of no-export, no-advertise, no-peer, blackhole)`,
+			`t.yaml:9: bgp.large_communities[0]: "65001:1" is not a large community (global:local1:local2, each 0..4294967295)`}},
+		{"bad service bgp", svc + "    bgp:\n      large_communities: [\"1:2:4294967296\"]\n      med: -1\n      prepend: 11\n", []string{
+			`t.yaml:9: services[0].bgp.large_communities[0]: "1:2:4294967296" is not a large community (global:local1:local2, each 0..4294967295)`,
+			"t.yaml:10: services[0].bgp.med: must not be negative (accepted: 0..4294967295)",
+			"t.yaml:11: services[0].bgp.prepend: 11 is out of range (accepted: 0..10)"}},
+		{"bfd out of range", hdr + "bgp:\n  asn: 65001\n  router_id: 10.0.0.11\n  peers:\n    - address: 10.0.0.1\n      asn: 65000\n      bfd: {min_rx: 5ms, multiplier: 0}\n", []string{
+			"t.yaml:11: bgp.peers[0].bfd.multiplier: 0 is out of range (accepted: 1..255)",
+			"t.yaml:11: bgp.peers[0].bfd.min_rx: 5ms is out of range (accepted: 10ms..10s)"}},
 		{"strange key", hdr + "\"a b\": 1\n",
 			[]string{`t.yaml:5: "a b": unknown field (accepted: node, bgp, fleet, kubernetes, services)`}},
 		{"duplicate key", hdr + "  name: lb2\n",

@@ -36,6 +36,10 @@ const (
 	DefaultHoldTime = 9 * time.Second
 	// bgp.peers[].port.
 	DefaultPeerPort = 179
+	// bgp.peers[].bfd.min_rx and min_tx: FRR's and BIRD's default.
+	DefaultBFDInterval = 300 * time.Millisecond
+	// bgp.peers[].bfd.multiplier.
+	DefaultBFDMultiplier = 3
 	// bgp.drain_time: between withdrawing every VIP and detaching, on SIGTERM.
 	DefaultDrainTime = 2 * time.Second
 
@@ -116,6 +120,17 @@ func applyDefaults(c *Config, present func(path string) bool) {
 			}
 			if !present(fmt.Sprintf("bgp.peers[%d].port", i)) {
 				c.BGP.Peers[i].Port = DefaultPeerPort
+			}
+			if b := c.BGP.Peers[i].BFD; b != nil {
+				if !present(fmt.Sprintf("bgp.peers[%d].bfd.min_rx", i)) {
+					b.MinRx = DefaultBFDInterval
+				}
+				if !present(fmt.Sprintf("bgp.peers[%d].bfd.min_tx", i)) {
+					b.MinTx = DefaultBFDInterval
+				}
+				if !present(fmt.Sprintf("bgp.peers[%d].bfd.multiplier", i)) {
+					b.Multiplier = DefaultBFDMultiplier
+				}
 			}
 		}
 	}

@@ -853,6 +853,10 @@ func (p *parser) bgp(n *yaml.Node, path string, out *BGP) {
 			})
 		case "drain_time":
 			out.DrainTime, _ = p.duration(v, path)
+		case "communities":
+			out.Communities = p.communities(v, path)
+		case "large_communities":
+			out.LargeCommunities = p.largeCommunities(v, path)
 		}
 	})
 }
@@ -875,8 +879,71 @@ func (p *parser) peer(n *yaml.Node, path string, out *Peer) {
 		case "ebgp_multihop":
 			x, _ := p.integer(v, path)
 			out.EBGPMultihop = uint8(x)
+		case "bfd":
+			out.BFD = &BFD{}
+			p.bfd(v, path, out.BFD)
 		}
 	})
+}
+
+func (p *parser) bfd(n *yaml.Node, path string, out *BFD) {
+	p.mapping(n, path, keysOf(NodeSchema, "bgp.peers[].bfd"), func(key, path string, v *yaml.Node) {
+		switch key {
+		case "min_rx":
+			out.MinRx, _ = p.duration(v, path)
+		case "min_tx":
+			out.MinTx, _ = p.duration(v, path)
+		case "multiplier":
+			x, _ := p.integer(v, path)
+			out.Multiplier = uint8(x)
+		}
+	})
+}
+
+func (p *parser) serviceBGP(n *yaml.Node, path string, out *ServiceBGP) {
+	p.mapping(n, path, keysOf(NodeSchema, "services[].bgp"), func(key, path string, v *yaml.Node) {
+		switch key {
+		case "communities":
+			out.Communities = p.communities(v, path)
+		case "large_communities":
+			out.LargeCommunities = p.largeCommunities(v, path)
+		case "med":
+			if x, ok := p.integer(v, path); ok {
+				med := uint32(x)
+				out.MED = &med
+			}
+		case "prepend":
+			x, _ := p.integer(v, path)
+			out.Prepend = uint8(x)
+		}
+	})
+}
+
+// communities reads a list of standard communities; a bad item is reported and left out.
+func (p *parser) communities(n *yaml.Node, path string) []Community {
+	return parsedList(p, n, path, ParseCommunity)
+}
+
+// largeCommunities reads a list of large communities; a bad item is reported and left out.
+func (p *parser) largeCommunities(n *yaml.Node, path string) []LargeCommunity {
+	return parsedList(p, n, path, ParseLargeCommunity)
+}
+
+func parsedList[T any](p *parser, n *yaml.Node, path string, parse func(string) (T, error)) []T {
+	var out []T
+	p.list(n, path, func(_ int, ipath string, it *yaml.Node) {
+		s, ok := p.str(it, ipath)
+		if !ok {
+			return
+		}
+		v, err := parse(s)
+		if err != nil {
+			p.fail(it, ipath, "%v", err)
+			return
+		}
+		out = append(out, v)
+	})
+	return out
 }
 
 func (p *parser) service(n *yaml.Node, path string, out *Service) {
@@ -919,6 +986,8 @@ func (p *parser) service(n *yaml.Node, path string, out *Service) {
 			})
 		case "health":
 			p.health(v, path, &out.Health)
+		case "bgp":
+			p.serviceBGP(v, path, &out.BGP)
 		}
 	})
 }

@@ -103,6 +103,10 @@ type BGP struct {
 	// DrainTime is how long a stopping node keeps forwarding after it has withdrawn
 	// its VIPs, so that the routers converge before the data plane detaches.
 	DrainTime time.Duration
+	// Communities and LargeCommunities go on the announcement of every VIP of the
+	// node; a service's own are added to them.
+	Communities      []Community
+	LargeCommunities []LargeCommunity
 }
 
 type Peer struct {
@@ -114,6 +118,17 @@ type Peer struct {
 	// EBGPMultihop is the TTL of the session's packets for an eBGP peer that is not
 	// directly connected; 0 keeps the default (TTL 1, directly connected).
 	EBGPMultihop uint8
+	// BFD, when set, runs asynchronous single-hop BFD (RFC 5880/5881) beside the
+	// session, so that the router drops the node's routes within Multiplier × the
+	// negotiated interval of it freezing or losing its link.
+	BFD *BFD
+}
+
+// BFD is a peer's BFD session: the intervals this node asks for, and how many missed
+// packets make the session down.
+type BFD struct {
+	MinRx, MinTx time.Duration
+	Multiplier   uint8
 }
 
 type Protocol string
@@ -166,6 +181,20 @@ type Service struct {
 	Origins  []Origin
 	Backends []Backend
 	Health   Health
+	// BGP are the attributes of the service's VIP announcement, added to the node's.
+	BGP ServiceBGP
+}
+
+// ServiceBGP is what a service adds to its VIP's announcement. When several services
+// share a VIP, the announcement carries every one's communities, the highest MED and
+// the longest prepend: a VIP is one route.
+type ServiceBGP struct {
+	Communities      []Community
+	LargeCommunities []LargeCommunity
+	MED              *uint32 // nil: no MED attribute
+	// Prepend is how many extra times the node's AS goes in front of the AS path on
+	// eBGP sessions (iBGP sessions carry no AS of their own).
+	Prepend uint8
 }
 
 // Backend is one real server of a service. Its identity (for Maglev and for the data

@@ -94,6 +94,17 @@ var NodeSchema = []Field{
 		Doc: fmt.Sprintf("TCP MD5 key (RFC 2385), at most %d bytes; never logged", MaxPasswordLen)},
 	{Path: "bgp.peers[].ebgp_multihop", Type: TypeInt, Range: &Range{1, math.MaxUint8}, Example: "2",
 		Doc: "eBGP only: TTL for a peer that is not directly connected"},
+	{Path: "bgp.peers[].bfd", Type: TypeMapping, Doc: "optional; BFD (RFC 5880, single hop, asynchronous) beside the session"},
+	{Path: "bgp.peers[].bfd.min_rx", Type: TypeDuration, Default: def(DefaultBFDInterval), Range: durations(MinBFDInterval, MaxBFDInterval),
+		Example: "100ms", Doc: "the slowest rate this node accepts BFD packets at"},
+	{Path: "bgp.peers[].bfd.min_tx", Type: TypeDuration, Default: def(DefaultBFDInterval), Range: durations(MinBFDInterval, MaxBFDInterval),
+		Example: "100ms", Doc: "the rate this node wants to send at"},
+	{Path: "bgp.peers[].bfd.multiplier", Type: TypeInt, Default: def(DefaultBFDMultiplier), Range: &Range{1, math.MaxUint8},
+		Example: "3", Doc: "packets missed before the session is down: detection in multiplier × interval"},
+	{Path: "bgp.communities", Type: TypeStrings, Example: `["65001:100"]`,
+		Doc: "standard communities on every VIP of the node: ASN:value, or no-export, no-advertise, no-peer, blackhole"},
+	{Path: "bgp.large_communities", Type: TypeStrings, Example: `["65001:1:2"]`,
+		Doc: "large communities on every VIP of the node: global:local1:local2"},
 	{Path: "bgp.drain_time", Type: TypeDuration, Default: def(DefaultDrainTime), Range: durations(0, MaxDrainTime), Example: "2s",
 		Doc: "on SIGTERM, time between withdrawing and detaching"},
 
@@ -155,6 +166,12 @@ var NodeSchema = []Field{
 		Doc: "consecutive successes to come up"},
 	{Path: "services[].health.fall", Type: TypeInt, Default: def(DefaultHealthFall), Range: &Range{1, MaxRiseFall}, Example: "2",
 		Doc: "consecutive failures to go down"},
+	{Path: "services[].bgp", Type: TypeMapping, Doc: "optional; what the service adds to its VIP's announcement (see Communities and scoping)"},
+	{Path: "services[].bgp.communities", Type: TypeStrings, Example: `["65001:200"]`, Doc: "added to bgp.communities"},
+	{Path: "services[].bgp.large_communities", Type: TypeStrings, Example: `["65001:1:3"]`, Doc: "added to bgp.large_communities"},
+	{Path: "services[].bgp.med", Type: TypeInt, Range: &Range{0, math.MaxUint32}, Example: "50", Doc: "MULTI_EXIT_DISC; default none"},
+	{Path: "services[].bgp.prepend", Type: TypeInt, Range: &Range{0, MaxPrepend}, Example: "2",
+		Doc: "extra copies of the node's AS on eBGP sessions (a backup site)"},
 }
 
 // BackendSchema is the file of `manifold backend`.

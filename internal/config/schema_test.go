@@ -192,6 +192,10 @@ func TestDefaultsAreTheSchemas(t *testing.T) {
 	// keys a default depends on
 	context := map[string][]string{
 		"services[].health.path": {"services[].health.kind", "http", "services[].health.port", "80"},
+		// the bfd mapping's defaults fill only a bfd mapping that is there
+		"bgp.peers[].bfd.min_rx":     {"bgp.peers[].bfd.min_tx", "300ms"},
+		"bgp.peers[].bfd.min_tx":     {"bgp.peers[].bfd.min_rx", "300ms"},
+		"bgp.peers[].bfd.multiplier": {"bgp.peers[].bfd.min_rx", "300ms"},
 	}
 	defaults := 0
 	for _, schema := range schemas {

@@ -36,6 +36,11 @@ const (
 	MaxSteerInterval  = time.Minute
 	MinSteerLease     = 2 * time.Second // etcd's leases are whole seconds
 	MaxSteerLease     = time.Minute
+	// BFD intervals: below 10 ms a Go timer on a loaded host flaps the session;
+	// GoBGP carries them in microseconds.
+	MinBFDInterval = 10 * time.Millisecond
+	MaxBFDInterval = 10 * time.Second
+	MaxPrepend     = 10
 )
 
 // require reports a required field that is absent, at the line of its enclosing
@@ -268,6 +273,16 @@ func (p *parser) validateBGP(b *BGP) {
 		}
 		if pw := pp + ".password"; p.given(pw) && len(peer.Password) > MaxPasswordLen {
 			p.errorAt(pw, "too long: %d bytes (TCP MD5 keys are at most %d bytes)", len(peer.Password), MaxPasswordLen)
+		}
+		if peer.BFD != nil && p.usable(pp+".bfd") {
+			for _, d := range []struct {
+				key string
+				v   time.Duration
+			}{{"min_rx", peer.BFD.MinRx}, {"min_tx", peer.BFD.MinTx}} {
+				if dp := pp + ".bfd." + d.key; p.given(dp) && (d.v < MinBFDInterval || d.v > MaxBFDInterval) {
+					p.errorAt(dp, "%s is out of range (accepted: %s..%s)", d.v, MinBFDInterval, MaxBFDInterval)
+				}
+			}
 		}
 	}
 }

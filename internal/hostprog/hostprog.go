@@ -51,7 +51,11 @@ var (
 	Bird      = debian("bird", "/usr/sbin/bird", "bird2")
 	Birdc     = debian("birdc", "/usr/sbin/birdc", "bird2")
 	BGPd      = debian("bgpd", "/usr/lib/frr/bgpd", "frr")
-	Buildah   = debian("buildah", "/usr/bin/buildah", "buildah") // `make image` and its test: the container image, offline
+	BFDd      = debian("bfdd", "/usr/lib/frr/bfdd", "frr")                     // FRR's BFD, beside bgpd in the lab
+	Buildah   = debian("buildah", "/usr/bin/buildah", "buildah")               // `make image` and its test: the container image, offline
+	ExaBGP    = debian("exabgp", "/usr/sbin/python3-exabgp", "python3-exabgp") // the lab's plain peer (the speaker of the dissertation's topology)
+	GoBGPd    = debian("gobgpd", "/usr/bin/gobgpd", "gobgpd")                  // the lab's route reflector (add-path)
+	GoBGP     = debian("gobgp", "/usr/bin/gobgp", "gobgpd")                    // gobgpd's CLI
 	Bpftool   = debian("bpftool", "/usr/sbin/bpftool", "bpftool")
 	Clang     = debian("clang", "/usr/bin/clang", "clang") // run by bpf2go in `make generate`
 	Curl      = debian("curl", "/usr/bin/curl", "curl")

@@ -47,9 +47,9 @@ const bgpPort = 179
 // Node is a running LB node.
 type Node struct {
 	log *slog.Logger
-	// cfg is the config the node started with; its node and bgp sections hold for the
-	// node's life (a reload that changes them is refused). Services live in the
-	// controller.
+	// cfg is the config the node started with; its node section, and the bgp
+	// section's AS and router id, hold for the node's life (a reload that changes them
+	// is refused). Services and the rest of the bgp section live in the controller.
 	cfg     *config.Config
 	lb      *datapath.LB
 	ctrl    *reconcile.Controller

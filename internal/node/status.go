@@ -92,6 +92,11 @@ func (n *Node) Service(name string) (api.ServiceStatus, bool) {
 	return api.ServiceStatus{}, false
 }
 
+// ChangeOwn makes an API write of the node's own file (its bgp section).
+func (n *Node) ChangeOwn(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error {
+	return n.file.Change(ctx, edit)
+}
+
 // Change makes an API write through the source of the services: the fleet store on a
 // node of a fleet, else the config file.
 func (n *Node) Change(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error {
@@ -101,8 +106,8 @@ func (n *Node) Change(ctx context.Context, edit func(*store.Store) (*store.Chang
 	return n.file.Change(ctx, edit)
 }
 
-// bgpStatus is the speaker's part of the status (nil without bgp). The speaker and
-// the bgp section are fixed for the node's life.
+// bgpStatus is the speaker's part of the status (nil without bgp). The speaker, the
+// node's AS and its router id are fixed for the node's life.
 func (n *Node) bgpStatus() *api.BGPStatus {
 	if n.speaker == nil {
 		return nil
@@ -110,7 +115,7 @@ func (n *Node) bgpStatus() *api.BGPStatus {
 	st := &api.BGPStatus{ASN: n.cfg.BGP.ASN, RouterID: n.cfg.BGP.RouterID.String(), Peers: []api.PeerStatus{}}
 	for _, p := range n.speaker.Peers() {
 		ps := api.PeerStatus{Address: p.Address.String(), ASN: p.ASN, State: p.State, Up: p.Up(),
-			UpdatesSent: p.UpdatesSent, UpdatesReceived: p.UpdatesReceived}
+			UpdatesSent: p.UpdatesSent, UpdatesReceived: p.UpdatesReceived, BFD: p.BFD}
 		if !p.Since.IsZero() {
 			ps.UpSince = p.Since.UTC().Format(time.RFC3339)
 		}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -136,8 +137,29 @@ func (c *Controller) Submit(u Update) error {
 	}
 	c.sources = next
 	c.setRevision(u.Source, u.Revision)
+	if u.BGP != nil {
+		c.setBGP(u.BGP)
+	}
 	c.settle()
 	return nil
+}
+
+// setBGP takes a changed bgp section (same ASN and router id: the source refuses
+// others): the speaker brings its peers in line, touching only the sessions whose
+// settings changed, and the next settle puts the node's communities on every VIP. The
+// source has committed the change; a speaker error is logged and the sessions it did
+// not reach keep their old settings until the next reload.
+func (c *Controller) setBGP(b *config.BGP) {
+	if c.speaker == nil || reflect.DeepEqual(b, c.bgp) {
+		return
+	}
+	if err := c.speaker.SetPeers(b.Peers); err != nil {
+		c.log.Error("BGP peers changed only in part", "err", err)
+	}
+	c.mu.Lock()
+	c.bgp = b
+	c.mu.Unlock()
+	c.log.Info("bgp section applied", "peers", len(b.Peers), "communities", len(b.Communities), "large_communities", len(b.LargeCommunities))
 }
 
 // apply writes served and the current health to the health checker and the maps. On a
@@ -183,7 +205,7 @@ func (c *Controller) Stop(abort <-chan struct{}) {
 	if c.speaker == nil {
 		return
 	}
-	if d := c.bgp.DrainTime; d > 0 {
+	if d := c.DrainTime(); d > 0 {
 		c.log.Info("draining: VIPs withdrawn, still forwarding", "drain_time", d)
 		clock.Sleep(c.clock, d, abort)
 	}
@@ -230,16 +252,20 @@ func (c *Controller) View() View {
 	return c.view
 }
 
-// BGP is the speaker and its config, for the status (nil, nil without bgp). Both are
-// fixed for the controller's lifetime, so any goroutine may read them.
-func (c *Controller) BGP() (bgp.Speaker, *config.BGP) { return c.speaker, c.bgp }
+// BGP is the speaker and its config, for the status (nil, nil without bgp). The
+// speaker is fixed for the controller's lifetime; the config is the one applied last.
+func (c *Controller) BGP() (bgp.Speaker, *config.BGP) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.speaker, c.bgp
+}
 
 // DrainTime is how long Stop keeps forwarding after withdrawing (0 without bgp).
 func (c *Controller) DrainTime() time.Duration {
-	if c.bgp == nil {
-		return 0
+	if _, b := c.BGP(); b != nil {
+		return b.DrainTime
 	}
-	return c.bgp.DrainTime
+	return 0
 }
 
 // union merges the sources' services, sorted by name; two sources may not serve the

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,6 +45,8 @@ type BGP struct {
 	RouterID  netip.Addr
 	DrainTime time.Duration // 0 keeps the default
 	Peers     []BGPPeer
+	// Communities and LargeCommunities of every VIP, as the file writes them.
+	Communities, LargeCommunities []string
 }
 
 type BGPPeer struct {
@@ -52,6 +55,20 @@ type BGPPeer struct {
 	Port     uint16        // 0 keeps the default (179)
 	HoldTime time.Duration // 0 keeps the default
 	Password string
+	BFD      *BFD // nil: no BFD
+}
+
+// BFD is a peer's bfd mapping.
+type BFD struct {
+	MinRx, MinTx time.Duration
+	Multiplier   int
+}
+
+// ServiceBGP is a service's bgp mapping.
+type ServiceBGP struct {
+	Communities, LargeCommunities []string
+	MED                           *uint32
+	Prepend                       int
 }
 
 // Service is one service of a NodeConfig.
@@ -66,6 +83,7 @@ type Service struct {
 	// BackendPort its backend_port (forwarding nat; 0: absent).
 	Forwarding  string
 	BackendPort uint16
+	BGP         *ServiceBGP // nil: no bgp section
 }
 
 // Health is a service's health check.
@@ -97,6 +115,8 @@ func (c NodeConfig) YAML() []byte {
 		if g.DrainTime > 0 {
 			fmt.Fprintf(&b, "  drain_time: %s\n", g.DrainTime)
 		}
+		writeList(&b, "  communities", g.Communities)
+		writeList(&b, "  large_communities", g.LargeCommunities)
 		b.WriteString("  peers:\n")
 		for _, p := range g.Peers {
 			fmt.Fprintf(&b, "    - address: %s\n      asn: %d\n", p.Address, p.ASN)
@@ -108,6 +128,9 @@ func (c NodeConfig) YAML() []byte {
 			}
 			if p.Password != "" {
 				fmt.Fprintf(&b, "      password: %q\n", p.Password)
+			}
+			if f := p.BFD; f != nil {
+				fmt.Fprintf(&b, "      bfd: {min_rx: %s, min_tx: %s, multiplier: %d}\n", f.MinRx, f.MinTx, f.Multiplier)
 			}
 		}
 	}
@@ -132,6 +155,17 @@ func (c NodeConfig) YAML() []byte {
 		if s.BackendPort != 0 {
 			fmt.Fprintf(&b, "    backend_port: %d\n", s.BackendPort)
 		}
+		if g := s.BGP; g != nil {
+			b.WriteString("    bgp:\n")
+			writeList(&b, "      communities", g.Communities)
+			writeList(&b, "      large_communities", g.LargeCommunities)
+			if g.MED != nil {
+				fmt.Fprintf(&b, "      med: %d\n", *g.MED)
+			}
+			if g.Prepend != 0 {
+				fmt.Fprintf(&b, "      prepend: %d\n", g.Prepend)
+			}
+		}
 		b.WriteString("    backends:\n")
 		for _, be := range s.Backends {
 			fmt.Fprintf(&b, "      - address: %s\n", be)
@@ -146,6 +180,18 @@ func (c NodeConfig) YAML() []byte {
 		}
 	}
 	return []byte(b.String())
+}
+
+// writeList writes "key: [a, b]" with each item quoted; nothing for no items.
+func writeList(b *strings.Builder, key string, items []string) {
+	if len(items) == 0 {
+		return
+	}
+	quoted := make([]string, len(items))
+	for i, it := range items {
+		quoted[i] = strconv.Quote(it)
+	}
+	fmt.Fprintf(b, "%s: [%s]\n", key, strings.Join(quoted, ", "))
 }
 
 // FleetImport runs `manifold fleet import` on h: the store named by the fleet section of
