@@ -27,6 +27,9 @@ const (
 	// established flow that sends a packet in that time keeps its entry.
 	DefaultNewFlowRate = 16384
 
+	// tunnels.listen: connectors dial every address of the edge on QUIC's port 7443.
+	DefaultTunnelListen = "0.0.0.0:7443"
+
 	// bgp.peers[].hold_time.
 	DefaultHoldTime = 9 * time.Second
 	// bgp.peers[].port.
@@ -109,6 +112,9 @@ func applyDefaults(c *Config, present func(path string) bool) {
 				c.BGP.Peers[i].Port = DefaultPeerPort
 			}
 		}
+	}
+	if c.Tunnels != nil && !present("tunnels.listen") {
+		c.Tunnels.Listen = DefaultTunnelListen
 	}
 	for i := range c.Services {
 		s := &c.Services[i]

@@ -744,6 +744,9 @@ func (p *parser) config(n *yaml.Node) *Config {
 		case "fleet":
 			c.Fleet = &Fleet{}
 			p.fleet(v, path, c.Fleet)
+		case "tunnels":
+			c.Tunnels = &Tunnels{}
+			p.tunnels(v, path, c.Tunnels)
 		case "services":
 			p.list(v, path, func(_ int, ipath string, it *yaml.Node) {
 				c.Services = append(c.Services, Service{})
@@ -814,6 +817,21 @@ func (p *parser) fleet(n *yaml.Node, path string, out *Fleet) {
 			})
 		case "prefix":
 			out.Prefix, _ = p.str(v, path)
+		}
+	})
+}
+
+func (p *parser) tunnels(n *yaml.Node, path string, out *Tunnels) {
+	p.mapping(n, path, keysOf(NodeSchema, "tunnels"), func(key, path string, v *yaml.Node) {
+		switch key {
+		case "listen":
+			out.Listen, _ = p.str(v, path)
+		case "cert_file":
+			out.CertFile, _ = p.str(v, path)
+		case "key_file":
+			out.KeyFile, _ = p.str(v, path)
+		case "tokens_file":
+			out.TokensFile, _ = p.str(v, path)
 		}
 	})
 }

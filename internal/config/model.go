@@ -14,8 +14,18 @@ type Config struct {
 	BGP  *BGP // nil when the file has no bgp section: routing is left to the operator
 	// Fleet is nil for a node whose services are in its file; set, the services come
 	// from the fleet store (etcd) and the file has none.
-	Fleet    *Fleet
+	Fleet *Fleet
+	// Tunnels is nil for a node that takes no tunnels; set, the node is an edge of
+	// reverse tunnels and serves the services of forwarding tunnel.
+	Tunnels  *Tunnels
 	Services []Service
+}
+
+// Tunnels is where an edge takes the tunnels of connectors (manifold connect).
+type Tunnels struct {
+	Listen            string // UDP host:port where connectors dial in (QUIC)
+	CertFile, KeyFile string // the edge's TLS certificate chain and key
+	TokensFile        string // token → the services it may serve
 }
 
 // Fleet is where a node of a fleet finds the fleet's one desired state: etcd.
@@ -120,6 +130,9 @@ type Forwarding string
 const (
 	IPIP Forwarding = "ipip"
 	GUE  Forwarding = "gue"
+	// Tunnel services are not in the XDP program's maps: their packets pass to the
+	// node's own stack, where the tunnel edge joins each connection to a connector.
+	Tunnel Forwarding = "tunnel"
 )
 
 type Scheduler string

@@ -90,3 +90,23 @@ func (e *Edge) Counters() EdgeCounters {
 	}
 	return c
 }
+
+// Changed returns a channel closed at the edge's next change of state: a tunnel
+// attached, drained or gone, a stream taken or released, a refusal.
+func (e *Edge) Changed() <-chan struct{} { return e.changed() }
+
+// Connected returns the services that have at least one attached, not draining
+// tunnel: those this edge can serve now.
+func (e *Edge) Connected() map[string]bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string]bool{}
+	for name, ts := range e.byService {
+		for _, t := range ts {
+			if !t.draining && !t.gone {
+				out[name] = true
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,200 @@
+package node
+
+// The node as an edge of reverse tunnels: the tunnel edge takes connectors on
+// tunnels.listen; each tunnel service's VIP is put on lo (the XDP program does not know
+// it, so its packets pass to the stack, which then takes them as its own), and the
+// edge accepts clients on VIP:port.
+//
+//	controller's view (tunnel services) ─► syncTunnels (run loop): VIP on lo, listener, Edge.Serve
+//	Edge state changes ─► watchTunnels ─► run loop: Controller.TunnelsConnected (announce)
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/netip"
+	"sync"
+
+	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/tunnel"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// edge is the node's tunnel edge and the services it listens for.
+type edge struct {
+	*tunnel.Edge
+	ctx       context.Context // the services' listeners live until it is done
+	listeners map[string]*tunnelListener
+	onLo      map[netip.Addr]*netlink.Addr // VIPs the node put on lo, to remove
+	wg        sync.WaitGroup               // the listeners' Serve goroutines
+}
+
+type tunnelListener struct {
+	at     netip.AddrPort
+	cancel context.CancelFunc
+}
+
+// startEdge listens for connectors; the returned func stops the edge and every
+// listener and removes the VIPs it put on lo.
+func (n *Node) startEdge(ctx context.Context) (func(), error) {
+	t := n.cfg.Tunnels
+	e, err := tunnel.NewEdge(tunnel.EdgeConfig{Listen: t.Listen, CertFile: t.CertFile, KeyFile: t.KeyFile, TokensFile: t.TokensFile, Log: n.log})
+	if err != nil {
+		return nil, fmt.Errorf("tunnels: %w", err)
+	}
+	// not Run's context: the edge serves on while the node drains (withdrawn, routers
+	// moving away), and stops with Run
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	n.edge = &edge{Edge: e, ctx: ctx, listeners: map[string]*tunnelListener{}, onLo: map[netip.Addr]*netlink.Addr{}}
+	var wg sync.WaitGroup
+	// owned by Run: stopped and waited for by the returned func
+	wg.Go(func() {
+		if err := e.Run(ctx); err != nil {
+			n.log.Error("tunnel edge stopped", "err", err)
+		}
+	})
+	wg.Go(func() { n.watchTunnels(ctx) })
+	n.log.Info("tunnel edge listening", "address", e.Addr().String())
+	return func() {
+		cancel()
+		n.edge.wg.Wait()
+		wg.Wait()
+		n.edge.removeVIPs(n)
+	}, nil
+}
+
+// watchTunnels tells the controller which tunnel services have a connector, at every
+// change of the edge's state.
+func (n *Node) watchTunnels(ctx context.Context) {
+	var last map[string]bool
+	for {
+		changed := n.edge.Changed()
+		now := n.edge.Connected()
+		if last == nil || !maps.Equal(now, last) {
+			select {
+			case n.requests <- func() { n.ctrl.TunnelsConnected(now) }:
+				last = now
+			case <-n.stopping:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// syncTunnels listens on the VIP:port of every tunnel service served and stops the
+// listeners of those gone or moved. Called on the run loop after every change.
+func (n *Node) syncTunnels() {
+	services := n.ctrl.View().Tunnels
+	if n.edge == nil {
+		if len(services) > 0 {
+			n.log.Warn("tunnel services are not served: the node has no tunnels section", "services", len(services))
+		}
+		return
+	}
+	e := n.edge
+	want := map[string]netip.AddrPort{}
+	for _, s := range services {
+		want[s.Name] = netip.AddrPortFrom(s.VIP, s.Port)
+	}
+	for name, l := range e.listeners {
+		if at, ok := want[name]; !ok || at != l.at {
+			l.cancel()
+			delete(e.listeners, name)
+			n.log.Info("tunnel service no longer served", "service", name, "at", l.at)
+		}
+	}
+	for _, s := range services {
+		if _, ok := e.listeners[s.Name]; ok {
+			continue
+		}
+		if err := n.serveTunnel(&s); err != nil {
+			n.log.Error("tunnel service not served", "service", s.Name, "err", err)
+		}
+	}
+	e.pruneVIPs(n, services)
+}
+
+func (n *Node) serveTunnel(s *config.Service) error {
+	e := n.edge
+	at := netip.AddrPortFrom(s.VIP, s.Port)
+	if err := e.addVIP(s.VIP); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", at.String())
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", at, err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	e.listeners[s.Name] = &tunnelListener{at: at, cancel: cancel}
+	name := s.Name
+	// owned by the edge: ends with the listener's context, waited for by startEdge's stopper
+	e.wg.Go(func() {
+		if err := e.Serve(ctx, name, ln); err != nil {
+			n.log.Error("tunnel service stopped", "service", name, "err", err)
+		}
+	})
+	n.log.Info("tunnel service served", "service", s.Name, "at", at)
+	return nil
+}
+
+// addVIP makes the VIP an address of the node, so that the kernel takes the packets
+// the XDP program passes; one already there is left as found.
+func (e *edge) addVIP(vip netip.Addr) error {
+	if _, ok := e.onLo[vip]; ok {
+		return nil
+	}
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	addr, err := netlink.ParseAddr(netip.PrefixFrom(vip, vip.BitLen()).String())
+	if err != nil {
+		return err
+	}
+	if err := netlink.AddrAdd(lo, addr); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil
+		}
+		return fmt.Errorf("add %s to lo: %w", vip, err)
+	}
+	e.onLo[vip] = addr
+	return nil
+}
+
+// pruneVIPs removes from lo the VIPs of services no longer served.
+func (e *edge) pruneVIPs(n *Node, services []config.Service) {
+	keep := map[netip.Addr]bool{}
+	for _, s := range services {
+		keep[s.VIP] = true
+	}
+	for vip := range e.onLo {
+		if !keep[vip] {
+			e.removeVIP(n, vip)
+		}
+	}
+}
+
+func (e *edge) removeVIPs(n *Node) {
+	for vip := range e.onLo {
+		e.removeVIP(n, vip)
+	}
+}
+
+func (e *edge) removeVIP(n *Node, vip netip.Addr) {
+	if lo, err := netlink.LinkByName("lo"); err == nil {
+		if err := netlink.AddrDel(lo, e.onLo[vip]); err != nil {
+			n.log.Error("remove tunnel VIP from lo", "vip", vip, "err", err)
+		}
+	}
+	delete(e.onLo, vip)
+}
