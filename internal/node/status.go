@@ -156,6 +156,10 @@ func (n *Node) MetricsSnapshot() metrics.Snapshot {
 		st := n.api.Steering()
 		out.Steering = &st
 	}
+	if n.api.Tunnels != nil {
+		t := n.api.Tunnels()
+		out.Tunnels = &t
+	}
 	return out
 }
 

@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/tunnel"
 	"github.com/vishvananda/netlink"
@@ -197,4 +198,24 @@ func (e *edge) removeVIP(n *Node, vip netip.Addr) {
 		}
 	}
 	delete(e.onLo, vip)
+}
+
+// tunnelsStatus is GET /api/v1/tunnels.
+func (n *Node) tunnelsStatus() api.TunnelsStatus {
+	view := n.ctrl.View()
+	st := api.TunnelsStatus{Listen: n.edge.Addr().String(), Services: []api.TunnelService{}, Tunnels: n.edge.Tunnels(), Counters: n.edge.Counters()}
+	for _, s := range view.Tunnels {
+		ts := api.TunnelService{Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Announced: view.Announce[s.Name].Announced}
+		for _, t := range st.Tunnels {
+			for _, share := range t.Services {
+				if share.Name == s.Name && !t.Draining {
+					ts.Connectors++
+					ts.Capacity += share.Capacity
+					ts.Open += share.Open
+				}
+			}
+		}
+		st.Services = append(st.Services, ts)
+	}
+	return st
 }
