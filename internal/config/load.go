@@ -832,6 +832,10 @@ func (p *parser) tunnels(n *yaml.Node, path string, out *Tunnels) {
 			out.KeyFile, _ = p.str(v, path)
 		case "tokens_file":
 			out.TokensFile, _ = p.str(v, path)
+		case "relay_token_file":
+			out.RelayTokenFile, _ = p.str(v, path)
+		case "ca_file":
+			out.CAFile, _ = p.str(v, path)
 		}
 	})
 }

@@ -26,6 +26,9 @@ type Tunnels struct {
 	Listen            string // UDP host:port where connectors dial in (QUIC)
 	CertFile, KeyFile string // the edge's TLS certificate chain and key
 	TokensFile        string // token → the services it may serve
+	// RelayTokenFile holds the secret the edges of a fleet relay to each other with;
+	// CAFile the CA of their certificates. Both or neither; only with a fleet.
+	RelayTokenFile, CAFile string
 }
 
 // Fleet is where a node of a fleet finds the fleet's one desired state: etcd.

@@ -113,6 +113,10 @@ var NodeSchema = []Field{
 	{Path: "tunnels.key_file", Type: TypeString, Required: true, Example: "/etc/manifold/edge.key", Doc: "its key (PEM)"},
 	{Path: "tunnels.tokens_file", Type: TypeString, Required: true, Example: "/etc/manifold/tunnel-tokens.yaml",
 		Doc: "a YAML list of {token, services}: what each connector may serve; read at start"},
+	{Path: "tunnels.relay_token_file", Type: TypeString, Example: "/etc/manifold/relay-token",
+		Doc: "fleet only: the edges' shared secret; with it an edge relays clients to edges that have their service's connector"},
+	{Path: "tunnels.ca_file", Type: TypeString, Example: "/etc/manifold/edge-ca.crt",
+		Doc: "with relay_token_file: the CA of the other edges' certificates (a relay sends its token only to them)"},
 
 	{Path: "services", Type: TypeList},
 	{Path: "services[].name", Type: TypeString, Required: true, Example: "web", Doc: "[a-zA-Z0-9._-]{1,63}, unique"},

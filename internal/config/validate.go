@@ -77,6 +77,9 @@ func (p *parser) validateConfig(c *Config) {
 	}
 	if c.Tunnels != nil && p.usable("tunnels") {
 		p.validateTunnels(c.Tunnels)
+		if p.given("tunnels.relay_token_file") && c.Fleet == nil {
+			p.errorAt("tunnels.relay_token_file", "edges relay to the edges of their fleet: it needs the fleet section")
+		}
 	}
 	p.validateServices(c)
 }
@@ -91,6 +94,13 @@ func (p *parser) validateTunnels(t *Tunnels) {
 		if p.require(f) && p.usable(f) && v == "" {
 			p.errorAt(f, "must not be empty")
 		}
+	}
+	if (t.RelayTokenFile == "") != (t.CAFile == "") && p.usable("tunnels.relay_token_file") && p.usable("tunnels.ca_file") {
+		missing, given := "tunnels.ca_file", "tunnels.relay_token_file"
+		if t.RelayTokenFile == "" {
+			missing, given = given, missing
+		}
+		p.errorAt(missing, "required with %s: a relay sends its token only to edges whose certificate it checked", given)
 	}
 }
 

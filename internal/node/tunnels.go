@@ -15,7 +15,9 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/config"
@@ -28,6 +30,7 @@ import (
 type edge struct {
 	*tunnel.Edge
 	ctx       context.Context // the services' listeners live until it is done
+	relay     *tunnel.Relay   // nil: the edge does not relay
 	listeners map[string]*tunnelListener
 	onLo      map[netip.Addr]*netlink.Addr // VIPs the node put on lo, to remove
 	wg        sync.WaitGroup               // the listeners' Serve goroutines
@@ -38,11 +41,26 @@ type tunnelListener struct {
 	cancel context.CancelFunc
 }
 
-// startEdge listens for connectors; the returned func stops the edge and every
-// listener and removes the VIPs it put on lo.
+// startEdge listens for connectors (and, on a node of a fleet with a relay token,
+// relays to the fleet's other edges); the returned func stops the edge, every
+// listener and relay, and removes the VIPs it put on lo.
 func (n *Node) startEdge(ctx context.Context) (func(), error) {
 	t := n.cfg.Tunnels
-	e, err := tunnel.NewEdge(tunnel.EdgeConfig{Listen: t.Listen, CertFile: t.CertFile, KeyFile: t.KeyFile, TokensFile: t.TokensFile, Log: n.log})
+	ec := tunnel.EdgeConfig{Listen: t.Listen, CertFile: t.CertFile, KeyFile: t.KeyFile, TokensFile: t.TokensFile, Log: n.log}
+	var rc tunnel.RelayConfig
+	if t.RelayTokenFile != "" && n.fleet != nil {
+		token, err := tunnel.LoadRelayToken(t.RelayTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("tunnels.relay_token_file: %w", err)
+		}
+		cas, err := tunnel.LoadCAs(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tunnels.ca_file: %w", err)
+		}
+		ec.RelayToken = token
+		rc = tunnel.RelayConfig{Name: n.cfg.Node.Name, Token: token, CAs: cas, Log: n.log}
+	}
+	e, err := tunnel.NewEdge(ec)
 	if err != nil {
 		return nil, fmt.Errorf("tunnels: %w", err)
 	}
@@ -58,13 +76,71 @@ func (n *Node) startEdge(ctx context.Context) (func(), error) {
 		}
 	})
 	wg.Go(func() { n.watchTunnels(ctx) })
-	n.log.Info("tunnel edge listening", "address", e.Addr().String())
+	if ec.RelayToken != "" {
+		n.edge.relay = tunnel.NewRelay(e, rc)
+		wg.Go(func() { n.findRelayPeers(ctx) })
+	}
+	n.log.Info("tunnel edge listening", "address", e.Addr().String(), "relay", ec.RelayToken != "")
 	return func() {
 		cancel()
 		n.edge.wg.Wait()
+		if n.edge.relay != nil {
+			n.edge.relay.Wait()
+		}
 		wg.Wait()
 		n.edge.removeVIPs(n)
 	}, nil
+}
+
+// relayPeersEvery is how often an edge reads the fleet's records for the other
+// edges to relay to. A new edge is relayed to within it; a connector's arrival
+// reaches every relayed-to edge at once, over the relay tunnels.
+const relayPeersEvery = time.Second
+
+// findRelayPeers keeps a relay tunnel to every other live edge of the fleet.
+func (n *Node) findRelayPeers(ctx context.Context) {
+	tick := time.NewTicker(relayPeersEvery)
+	defer tick.Stop()
+	for {
+		if f, err := n.fleet.Fleet(ctx); err == nil {
+			var peers []string
+			for _, node := range f.Nodes {
+				if node.Alive && node.Name != n.cfg.Node.Name && node.Tunnels != nil && node.Tunnels.Relay != "" {
+					peers = append(peers, node.Tunnels.Relay)
+				}
+			}
+			n.edge.relay.SetPeers(ctx, peers)
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// tunnelRecord is the node's tunnel edge in its fleet record.
+func (n *Node) tunnelRecord() *api.TunnelEdgeRecord {
+	if n.edge == nil {
+		return nil
+	}
+	r := &api.TunnelEdgeRecord{Services: []string{}}
+	if n.edge.relay != nil {
+		_, port, _ := net.SplitHostPort(n.edge.Addr().String())
+		r.Relay = net.JoinHostPort(n.cfg.Node.Address.String(), port)
+	}
+	for _, t := range n.edge.Tunnels() {
+		if t.Relay || t.Draining {
+			continue
+		}
+		for _, s := range t.Services {
+			if !slices.Contains(r.Services, s.Name) {
+				r.Services = append(r.Services, s.Name)
+			}
+		}
+	}
+	slices.Sort(r.Services)
+	return r
 }
 
 // watchTunnels tells the controller which tunnel services have a connector, at every
