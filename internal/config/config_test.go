@@ -213,9 +213,8 @@ func TestParseErrors(t *testing.T) {
 			"t.yaml:6: tunnels.key_file: required",
 			"t.yaml:6: tunnels.tokens_file: required",
 			"t.yaml:7: tunnels.cert_file: must not be empty"}},
-		{"relay without a fleet or a CA", hdr + tunnelsSection + "  relay_token_file: relay\n", []string{
-			"t.yaml:6: tunnels.ca_file: required with tunnels.relay_token_file: a relay sends its token only to edges whose certificate it checked",
-			"t.yaml:9: tunnels.relay_token_file: edges relay to the edges of their fleet: it needs the fleet section"}},
+		{"relay without a CA", hdr + tunnelsSection + "  relay_token_file: relay\n", []string{
+			"t.yaml:6: tunnels.ca_file: required with tunnels.relay_token_file: a relay sends its token only to edges whose certificate it checked"}},
 		{"tunnel service with what only other services have", hdr + tunnelsSection + "services:\n  - name: web\n    vip: 198.51.100.10\n    protocol: udp\n    forwarding: tunnel\n" +
 			"    backends: [{address: 10.0.1.1}]\n    health: {kind: tcp, port: 80}\n  - name: api\n    vip: 198.51.100.10\n    port: 443\n", []string{
 			"t.yaml:10: services[0].port: a tunnel service needs a port (the edge listens on vip:port)",

@@ -114,7 +114,7 @@ var NodeSchema = []Field{
 	{Path: "tunnels.tokens_file", Type: TypeString, Required: true, Example: "/etc/manifold/tunnel-tokens.yaml",
 		Doc: "a YAML list of {token, services}: what each connector may serve; read at start"},
 	{Path: "tunnels.relay_token_file", Type: TypeString, Example: "/etc/manifold/relay-token",
-		Doc: "fleet only: the edges' shared secret; with it an edge relays clients to edges that have their service's connector"},
+		Doc: "the fleet's edges' shared secret: they relay clients to edges that have their service's connector (unused without a fleet)"},
 	{Path: "tunnels.ca_file", Type: TypeString, Example: "/etc/manifold/edge-ca.crt",
 		Doc: "with relay_token_file: the CA of the other edges' certificates (a relay sends its token only to them)"},
 

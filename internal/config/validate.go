@@ -77,9 +77,6 @@ func (p *parser) validateConfig(c *Config) {
 	}
 	if c.Tunnels != nil && p.usable("tunnels") {
 		p.validateTunnels(c.Tunnels)
-		if p.given("tunnels.relay_token_file") && c.Fleet == nil {
-			p.errorAt("tunnels.relay_token_file", "edges relay to the edges of their fleet: it needs the fleet section")
-		}
 	}
 	p.validateServices(c)
 }

@@ -48,6 +48,9 @@ func (n *Node) startEdge(ctx context.Context) (func(), error) {
 	t := n.cfg.Tunnels
 	ec := tunnel.EdgeConfig{Listen: t.Listen, CertFile: t.CertFile, KeyFile: t.KeyFile, TokensFile: t.TokensFile, Log: n.log}
 	var rc tunnel.RelayConfig
+	if t.RelayTokenFile != "" && n.fleet == nil {
+		n.log.Warn("tunnels.relay_token_file unused: edges relay to the edges of their fleet, and this node has no fleet section")
+	}
 	if t.RelayTokenFile != "" && n.fleet != nil {
 		token, err := tunnel.LoadRelayToken(t.RelayTokenFile)
 		if err != nil {

@@ -26,7 +26,15 @@ type NodeConfig struct {
 	BGP               *BGP   // nil: no bgp section
 	// Fleet set, the node takes its services from etcd; its file lists none.
 	Fleet    *Fleet
+	Tunnels  *Tunnels // nil: no tunnels section
 	Services []Service
+}
+
+// Tunnels is the tunnels section of a NodeConfig: the node is a tunnel edge.
+type Tunnels struct {
+	Listen                        string // "" keeps the default
+	CertFile, KeyFile, TokensFile string
+	RelayTokenFile, CAFile        string // "" for none
 }
 
 // Fleet is the fleet section of a NodeConfig.
@@ -58,6 +66,8 @@ type Service struct {
 	Backends  []netip.Addr // each with weight 1
 	Health    *Health      // nil: no health section
 	TableSize int          // 0 keeps the default
+	// Tunnel makes it a service of forwarding tunnel (no backends).
+	Tunnel bool
 }
 
 // Health is a service's health check.
@@ -100,6 +110,15 @@ func (c NodeConfig) YAML() []byte {
 			}
 		}
 	}
+	if t := c.Tunnels; t != nil {
+		fmt.Fprintf(&b, "tunnels:\n  cert_file: %s\n  key_file: %s\n  tokens_file: %s\n", t.CertFile, t.KeyFile, t.TokensFile)
+		if t.Listen != "" {
+			fmt.Fprintf(&b, "  listen: %s\n", t.Listen)
+		}
+		if t.RelayTokenFile != "" {
+			fmt.Fprintf(&b, "  relay_token_file: %s\n  ca_file: %s\n", t.RelayTokenFile, t.CAFile)
+		}
+	}
 	if c.Fleet != nil {
 		fmt.Fprintf(&b, "fleet:\n  etcd:\n    endpoints: [%s]\n", strings.Join(c.Fleet.Endpoints, ", "))
 		if len(c.Services) == 0 {
@@ -111,6 +130,10 @@ func (c NodeConfig) YAML() []byte {
 		fmt.Fprintf(&b, "  - name: %s\n    vip: %s\n    port: %d\n    protocol: tcp\n", s.Name, s.VIP, s.Port)
 		if s.TableSize != 0 {
 			fmt.Fprintf(&b, "    table_size: %d\n", s.TableSize)
+		}
+		if s.Tunnel {
+			b.WriteString("    forwarding: tunnel\n")
+			continue
 		}
 		b.WriteString("    backends:\n")
 		for _, be := range s.Backends {
