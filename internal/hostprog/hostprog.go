@@ -25,8 +25,11 @@ type Program struct {
 	// path is absolute for a Debian program: it is where the package installs it, so
 	// that PATH (a pyenv shim, a locally built copy) cannot substitute another.
 	path string
-	// pkg is the Debian package that installs path; "" for Go and for Built.
-	pkg   string
+	// pkg is the Debian package that installs path; "" for Go, Built and crates.
+	pkg string
+	// crate is the crates.io package that installs path (a benchmark's reference that
+	// Debian does not package); "" for the others.
+	crate string
 	built bool // a binary this repository builds (bin/manifold)
 }
 
@@ -74,6 +77,36 @@ var (
 	Zebra     = debian("zebra", "/usr/lib/frr/zebra", "frr")
 )
 
+// crateRoot is where `make bench-deps` installs the crates (cargo install --root).
+const crateRoot = "/usr/local"
+
+var crates []Program
+
+func crate(name, pkg string) Program {
+	p := Program{name: name, path: filepath.Join(crateRoot, "bin", name), crate: pkg}
+	crates = append(crates, p)
+	return p
+}
+
+// Benchmarks' references that Debian does not package, from crates.io; only `make
+// bench` needs them, and `make bench-deps` installs them (cargo builds each from
+// source, which takes minutes).
+var (
+	Rathole = crate("rathole", "rathole")
+	Bore    = crate("bore", "bore-cli")
+	Iperf3  = debian("iperf3", "/usr/bin/iperf3", "iperf3") // the tunnels benchmark's stream throughput
+)
+
+// Crates returns the crates.io packages of the table, the list `make bench-deps`
+// installs.
+func Crates() []string {
+	var out []string
+	for _, p := range crates {
+		out = append(out, p.crate)
+	}
+	return out
+}
+
 // Go is found on PATH: it is installed by hand, in the version go.mod names, because
 // Debian's golang package is older.
 var Go = Program{name: "go"}
@@ -109,6 +142,10 @@ func (p Program) Path() (string, error) {
 	case p.built:
 		if _, err := os.Stat(p.path); err != nil {
 			return "", fmt.Errorf("%s is missing: run `make build` first", p.path)
+		}
+	case p.crate != "":
+		if _, err := os.Stat(p.path); err != nil {
+			return "", fmt.Errorf("%s is not installed (%s is missing): `make bench-deps` installs it (cargo install --root %s %s, from crates.io)", p.name, p.path, crateRoot, p.crate)
 		}
 	default:
 		if _, err := os.Stat(p.path); err != nil {
