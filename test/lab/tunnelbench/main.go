@@ -164,7 +164,7 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int, d time.Dura
 	}
 	part := bench.Part{Name: "tunnel", Method: fmt.Sprintf("Loopback, one machine, every tool in the same %d rounds: iperf3 -c 127.0.0.1 -t %d "+
 		"through each tunnel (one TCP stream); HTTP GET of a 13-byte answer at a fixed open-loop rate (latency counted from each request's "+
-		"due time, keep-alive connections, 1 s unrecorded warm-up). manifold: QUIC + TLS 1.3; rathole: TCP, no encryption; bore: TCP.",
+		"due time, a failed request counted as the client's 5 s timeout; keep-alive connections, 1 s unrecorded warm-up). manifold: QUIC + TLS 1.3; rathole: TCP, no encryption; bore: TCP.",
 		rounds, int(d.Seconds())) + fmt.Sprintf(" Machine load average (1 min) %s before, %s after: the cores are shared.", loadBefore, loadAverage()),
 		Figures: figures(tools, results, notes)}
 	printTable(part)
