@@ -96,6 +96,7 @@ var sectionTitles = []struct{ key, title string }{
 	{"http", "HTTP requests/s and latency"},
 	{"control_plane", "Control plane"},
 	{"fleet", "Fleet: propagation through etcd"},
+	{"tunnel", "Tunnels: throughput and open-loop HTTP latency, against rathole and bore"},
 }
 
 // WriteMarkdown writes the report as Markdown: the machine, every target with

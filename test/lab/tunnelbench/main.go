@@ -55,6 +55,8 @@ type tool struct {
 	http      int // public port of the HTTP service
 	iperf     int // public port of the iperf3 service
 	processes []*exec.Cmd
+	// broken says why the tool stopped serving; it is not measured after that
+	broken string
 }
 
 var rates = []int{1000, 4000}
@@ -142,9 +144,15 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int, d time.Dura
 			if results[t.name] == nil {
 				results[t.name] = map[string][]float64{}
 			}
+			if t.broken != "" {
+				continue
+			}
 			gbps, err := iperf(ctx, t.iperf, d)
 			if err != nil {
-				return fmt.Errorf("%s: %w", t.name, err)
+				t.broken = fmt.Sprintf("round %d: %v: not measured from then on", round, err)
+				notes[t.name] = append(notes[t.name], t.broken)
+				fmt.Printf("round %d %-8s broken: %v\n", round, t.name, err)
+				continue
 			}
 			results[t.name][metricGbps] = append(results[t.name][metricGbps], gbps)
 			line := fmt.Sprintf("round %d %-8s %6.2f Gbit/s", round, t.name, gbps)
