@@ -202,6 +202,10 @@ func TestTunnels(t *testing.T) {
 	if err != nil || len(st.Services) != 1 || st.Services[0].Announced {
 		t.Fatalf("lb1 before any connector: %+v, %v; want web served, not announced", st, err)
 	}
+	if svc, err := tl.api["lb1"].Status(); err != nil || len(svc.Services) != 1 || svc.Services[0].Forwarding != "tunnel" ||
+		svc.Services[0].Announced || svc.Services[0].Reason != "tunnel service: no connector attached to any edge" {
+		t.Fatalf("lb1's status before any connector: %+v, %v; want web, a tunnel service, not announced for want of a connector", svc, err)
+	}
 	if _, err := DialTCP(tl.client.NS, netip.AddrPortFrom(tl.origins["org1"].Addr4, 8000).String(), 0); err == nil {
 		t.Fatal("the client reached an origin directly: the NAT must leave no inbound path")
 	}
@@ -209,6 +213,10 @@ func TestTunnels(t *testing.T) {
 	tl.startConnector(t, "org2", "org2", tunnelWebToken, tl.edgeAddrs, 300)
 	tl.waitConnectors(t, 15*time.Second, "org1", "org2")
 	tl.waitBothEdgesAnnounce(t)
+	if st, err := tl.tunnelsOf("lb2"); err != nil || len(st.Services) != 1 || st.Services[0].Connectors != 2 ||
+		st.Services[0].Capacity != 400 || !st.Services[0].Announced {
+		t.Fatalf("lb2's tunnels: %+v, %v; want web with 2 connectors of capacity 400 in all, announced", st, err)
+	}
 
 	t.Run("RequestsReachTheOriginsThroughTheTunnels", func(t *testing.T) {
 		if from, err := tl.get("/"); err != nil || (from != "org1" && from != "org2") {
