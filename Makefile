@@ -7,7 +7,7 @@ BENCH   := bin/manifold-bench
 # Tests that need root (BPF, namespaces) skip with a reason without it.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all deps build generate check-generated vet test unit lab demo bench clean kube-apiserver image
+.PHONY: all deps bench-deps build generate check-generated vet test unit lab demo bench clean kube-apiserver image
 
 all: build
 
@@ -25,6 +25,14 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; rc=$$?; \
 		rm -f /usr/sbin/policy-rc.d; exit $$rc; \
 	fi
+
+# bench-deps installs the benchmarks' references that Debian does not package, from
+# crates.io (internal/hostprog's crates): cargo builds each from source, once.
+bench-deps:
+	@command -v cargo >/dev/null || { echo "cargo is required for bench-deps: apt-get install cargo"; exit 1; }
+	@for c in $$($(GO) run ./internal/hostprog/debpkgs -crates); do \
+		cargo install --list --root /usr/local | grep -q "^$$c v" || cargo install --locked --root /usr/local $$c || exit 1; \
+	done
 
 # build builds the node's binary and, apart, the benchmarks' (which link the test rig).
 build:
@@ -70,7 +78,7 @@ demo: deps build
 # ratios, never pass/fail. Each part writes bench/results/parts/*.json; the report
 # merges them into latest.json and latest.md, and the plots are drawn from latest.json.
 PARTS = bench/results/parts
-bench: deps build
+bench: deps bench-deps build
 	@mkdir -p $(PARTS)
 	./$(BENCH) dataplane --json $(PARTS)/dataplane.json
 	./$(BENCH) pktrate --json $(PARTS)/pktrate.json
@@ -80,8 +88,9 @@ bench: deps build
 	$(GO) run ./test/lab/cpbench -manifold $(BIN) -json $(PARTS)/convergence.json
 	$(GO) run ./test/lab/fleetbench -manifold $(BIN) -json $(PARTS)/fleet.json
 	$(GO) run ./test/lab/linkbench -manifold $(BIN) -json $(PARTS)/link.json
+	$(GO) run ./test/lab/tunnelbench -manifold $(BIN) -json $(PARTS)/tunnel.json
 	./$(BENCH) report --out bench/results --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
-		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/convergence.json $(PARTS)/fleet.json $(PARTS)/link.json
+		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/convergence.json $(PARTS)/fleet.json $(PARTS)/link.json $(PARTS)/tunnel.json
 	/usr/bin/python3 bench/plot.py bench/results/latest.json bench/results
 	@mkdir -p bench/results/steer && for f in bench/steer/*.yaml; do n=$$(basename $$f .yaml); ./$(BIN) steer simulate --scenario $$f --json bench/results/steer/$$n.json --plot bench/results/steer/$$n.png > bench/results/steer/$$n.txt || exit 1; done
 

@@ -98,6 +98,7 @@ var sectionTitles = []struct{ key, title string }{
 	{"control_plane", "Control plane"},
 	{"fleet", "Fleet: propagation through etcd"},
 	{"link", "Site-to-site link: throughput over WireGuard tunnels"},
+	{"tunnel", "Tunnels: throughput and open-loop HTTP latency, against rathole and bore"},
 }
 
 // WriteMarkdown writes the report as Markdown: the machine, every target with

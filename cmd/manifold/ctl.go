@@ -33,6 +33,7 @@ const ctlUsage = `usage: manifold ctl [--api URL] [-o table|json] COMMAND
   config                          the config the node runs (secrets redacted)
   fleet                           every node of the fleet: alive, applied revision, lag, agreement
   steering                        global steering: per service, site and origin the share, target, load, RTT and why
+  tunnels                         the tunnel edge: services, connectors, streams, bytes, RTT, capacity in use, refusals
   link                            a site-to-site link (manifold link): its tunnels, state, traffic, handshakes, probe RTT
 --api defaults to $MANIFOLD_API, else ` + defaultAPI + ` (for link: ` + defaultLinkAPI + `); the API token,
 when the node has one, is read from $MANIFOLD_API_TOKEN.`
@@ -79,7 +80,7 @@ func ctl(args []string, w io.Writer) error {
 	if cmd == "link" {
 		c.daemon = "manifold link"
 	}
-	need := map[string]int{"status": 0, "services": 0, "config": 0, "fleet": 0, "steering": 0, "link": 0, "backends": 1, "drain": 2, "undrain": 2, "weight": 3}
+	need := map[string]int{"status": 0, "services": 0, "config": 0, "fleet": 0, "steering": 0, "link": 0, "tunnels": 0, "backends": 1, "drain": 2, "undrain": 2, "weight": 3}
 	n, ok := need[cmd]
 	if !ok {
 		return fmt.Errorf("unknown command %q\n%s", cmd, ctlUsage)
@@ -106,6 +107,8 @@ func ctl(args []string, w io.Writer) error {
 		raw, err = c.call("GET", "/api/v1/steering", nil)
 	case "link":
 		raw, err = c.call("GET", api.LinkPath, nil)
+	case "tunnels":
+		raw, err = c.call("GET", "/api/v1/tunnels", nil)
 	case "drain", "undrain":
 		raw, err = c.call("POST", svcPath(params[0])+"/backends/"+url.PathEscape(params[1])+"/"+cmd, nil)
 	case "weight":
@@ -167,6 +170,12 @@ func ctl(args []string, w io.Writer) error {
 			return badAnswer(err)
 		}
 		printLink(w, &st)
+	case "tunnels":
+		var st api.TunnelsStatus
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return badAnswer(err)
+		}
+		printTunnels(w, &st)
 	default: // drain, undrain, weight: the service as it is now
 		var s api.ServiceStatus
 		if err := json.Unmarshal(raw, &s); err != nil {

@@ -65,6 +65,9 @@ type Server struct {
 	// Steering is the global steering shares the node has read from its fleet's store
 	// (GET /api/v1/steering); nil on a node without a fleet.
 	Steering func() SteeringStatus
+	// Tunnels is the node's tunnel edge (GET /api/v1/tunnels); nil on a node without a
+	// tunnels section.
+	Tunnels func() TunnelsStatus
 	// Token, when set, is required as "Authorization: Bearer TOKEN" by writes, and by
 	// reads too unless OpenReads (the API listens on loopback only).
 	Token     string
@@ -163,6 +166,13 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, s.Steering())
+	})
+	read("GET /api/v1/tunnels", func(w http.ResponseWriter, r *http.Request) {
+		if s.Tunnels == nil {
+			writeError(w, http.StatusNotFound, store.Problem{Message: "this node has no tunnels section: it is no tunnel edge"})
+			return
+		}
+		writeJSON(w, http.StatusOK, s.Tunnels())
 	})
 	if s.Metrics != nil {
 		read("GET /metrics", s.Metrics.ServeHTTP)

@@ -21,6 +21,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/steer"
 	"github.com/manifoldlb/manifold/internal/store"
+	"github.com/manifoldlb/manifold/internal/tunnel"
 )
 
 const token = "t0ken-for-tests"
@@ -426,6 +427,25 @@ func TestConformance(t *testing.T) {
 	}
 	for _, a := range []string{"", "Bearer wrong"} {
 		e.do("GET", "/api/v1/steering", "", a)
+	}
+
+	// tunnels: none without a tunnels section (404), then the edge (200)
+	if x := e.do("GET", "/api/v1/tunnels", ""); x.Status != 404 {
+		t.Errorf("tunnels of a node without an edge: %d %s", x.Status, x.Body)
+	}
+	e.srv.Tunnels = func() api.TunnelsStatus {
+		return api.TunnelsStatus{Listen: "0.0.0.0:7443",
+			Services: []api.TunnelService{{Name: "home", VIP: "198.51.100.20", Port: 443, Connectors: 1, Capacity: 100, Open: 3, Announced: true}},
+			Tunnels: []tunnel.TunnelStatus{{ID: 1, Connector: "nas", Remote: "203.0.113.9:40000", Token: "sha256:0123456789ab",
+				Services: []tunnel.ServiceStatus{{Name: "home", Capacity: 100, Open: 3}}, StreamsOpen: 3, StreamLimit: 10000, Streams: 40,
+				BytesToOrigin: 1000, BytesFromOrigin: 90000, RTT: 3 * time.Millisecond, Since: time.Date(2026, 11, 23, 15, 0, 0, 0, time.UTC)}},
+			Counters: tunnel.EdgeCounters{Attached: 2, Refused: map[string]uint64{tunnel.RefusedUnknownToken: 1}, Streams: 40}}
+	}
+	if x := e.do("GET", "/api/v1/tunnels", ""); x.Status != 200 || decode[api.TunnelsStatus](t, x).Tunnels[0].Services[0].Open != 3 {
+		t.Errorf("tunnels: %d %s", x.Status, x.Body)
+	}
+	for _, a := range []string{"", "Bearer wrong"} {
+		e.do("GET", "/api/v1/tunnels", "", a)
 	}
 
 	if unseen := check.Unseen(); len(unseen) > 0 {

@@ -156,8 +156,25 @@ func TestParseDefaults(t *testing.T) {
 	}
 }
 
+func TestTunnels(t *testing.T) {
+	got, err := Parse("t.yaml", []byte(hdr+tunnelsSection+"services:\n  - {name: web, vip: 198.51.100.10, port: 80, forwarding: tunnel}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Tunnels{Listen: DefaultTunnelListen, CertFile: "edge.crt", KeyFile: "edge.key", TokensFile: "tokens.yaml"}
+	if !reflect.DeepEqual(got.Tunnels, want) {
+		t.Errorf("tunnels: got %+v, want %+v", got.Tunnels, want)
+	}
+	if s := got.Services[0]; s.Forwarding != Tunnel || s.Port != 80 || s.Protocol != TCP || len(s.Backends) != 0 {
+		t.Errorf("service: got %+v", s)
+	}
+}
+
 // hdr is a valid node section, lines 1-4: cases append from line 5.
 const hdr = "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\n"
+
+// tunnelsSection is a valid tunnels section of 4 lines.
+const tunnelsSection = "tunnels:\n  cert_file: edge.crt\n  key_file: edge.key\n  tokens_file: tokens.yaml\n"
 
 // svc starts a valid service at line 6 (after hdr and "services:").
 const svc = hdr + "services:\n  - name: web\n    vip: 198.51.100.10\n"
@@ -169,7 +186,7 @@ func TestParseErrors(t *testing.T) {
 		want []string
 	}{
 		{"unknown top-level field", hdr + "colour: blue\n",
-			[]string{"t.yaml:5: colour: unknown field (accepted: node, bgp, fleet, kubernetes, services)"}},
+			[]string{"t.yaml:5: colour: unknown field (accepted: node, bgp, fleet, kubernetes, tunnels, services)"}},
 		{"misspelt top-level field", hdr + "service: []\n",
 			[]string{"t.yaml:5: service: unknown field (did you mean services?)"}},
 		{"unknown node field", hdr + "  mtu: 1500\n",
@@ -191,6 +208,22 @@ func TestParseErrors(t *testing.T) {
 			[]string{"t.yaml:5: node.entropy_source: must be true or false, got string \"yes\""}},
 		{"new flow rate out of range", hdr + "  new_flow_rate: -1\n",
 			[]string{"t.yaml:5: node.new_flow_rate: must not be negative (accepted: 0..4294967295)"}},
+		{"tunnel service without a tunnels section", svc + "    port: 80\n    forwarding: tunnel\n",
+			[]string{"t.yaml:9: services[0].forwarding: a tunnel service needs the node's tunnels section (the edge that serves it)"}},
+		{"tunnels section incomplete", hdr + "tunnels:\n  listen: 7443\n  cert_file: \"\"\n", []string{
+			"t.yaml:6: tunnels.listen: \"7443\" is not host:port (e.g. 0.0.0.0:7443)",
+			"t.yaml:6: tunnels.key_file: required",
+			"t.yaml:6: tunnels.tokens_file: required",
+			"t.yaml:7: tunnels.cert_file: must not be empty"}},
+		{"relay without a CA", hdr + tunnelsSection + "  relay_token_file: relay\n", []string{
+			"t.yaml:6: tunnels.ca_file: required with tunnels.relay_token_file: a relay sends its token only to edges whose certificate it checked"}},
+		{"tunnel service with what only other services have", hdr + tunnelsSection + "services:\n  - name: web\n    vip: 198.51.100.10\n    protocol: udp\n    forwarding: tunnel\n" +
+			"    backends: [{address: 10.0.1.1}]\n    health: {kind: tcp, port: 80}\n  - name: api\n    vip: 198.51.100.10\n    port: 443\n", []string{
+			"t.yaml:10: services[0].port: a tunnel service needs a port (the edge listens on vip:port)",
+			"t.yaml:12: services[0].protocol: a tunnel service carries tcp only, not udp",
+			"t.yaml:14: services[0].backends: a tunnel service has no backends: its connectors serve it (manifold connect)",
+			"t.yaml:15: services[0].health: a tunnel service has no health: its connectors serve it (manifold connect)",
+			"t.yaml:16: services[1].forwarding: vip 198.51.100.10 is also the vip of services[0], and a tunnel service's vip is the edge's alone: tunnel and other services do not share a vip"}},
 		{"unknown backend field", svc + "    backends:\n      - address: 10.0.1.1\n        port: 8080\n",
 			[]string{"t.yaml:10: services[0].backends[0].port: unknown field (accepted: address, weight, origin)"}},
 		{"unknown health field", svc + "    health:\n      kind: tcp\n      retries: 3\n",
@@ -212,7 +245,7 @@ func TestParseErrors(t *testing.T) {
 			"t.yaml:11: bgp.peers[0].bfd.multiplier: 0 is out of range (accepted: 1..255)",
 			"t.yaml:11: bgp.peers[0].bfd.min_rx: 5ms is out of range (accepted: 10ms..10s)"}},
 		{"strange key", hdr + "\"a b\": 1\n",
-			[]string{`t.yaml:5: "a b": unknown field (accepted: node, bgp, fleet, kubernetes, services)`}},
+			[]string{`t.yaml:5: "a b": unknown field (accepted: node, bgp, fleet, kubernetes, tunnels, services)`}},
 		{"duplicate key", hdr + "  name: lb2\n",
 			[]string{"t.yaml:5: node.name: duplicate key (first at line 2)"}},
 		{"bad vip", hdr + "services:\n  - name: web\n    vip: 198.51.100.300\n",
@@ -372,7 +405,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{"t.yaml:6: only one yaml document is allowed (found a second one)"}},
 		{"trailing document marker is fine", hdr + "---\n", nil},
 		{"top level list", "- node\n",
-			[]string{"t.yaml:1: top level must be a mapping with keys node, bgp, fleet, kubernetes, services, got list"}},
+			[]string{"t.yaml:1: top level must be a mapping with keys node, bgp, fleet, kubernetes, tunnels, services, got list"}},
 		{"merge of a scalar", hdr + "services:\n  - <<: 5\n    name: web\n    vip: 198.51.100.10\n",
 			[]string{"t.yaml:6: services[0]: merge key (<<) must refer to a mapping or a list of mappings, got integer 5"}},
 	} {

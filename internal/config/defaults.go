@@ -32,6 +32,9 @@ const (
 	// node.forward_transit: transit packets are the kernel's.
 	DefaultForwardTransit = false
 
+	// tunnels.listen: connectors dial every address of the edge on QUIC's port 7443.
+	DefaultTunnelListen = "0.0.0.0:7443"
+
 	// bgp.peers[].hold_time.
 	DefaultHoldTime = 9 * time.Second
 	// bgp.peers[].port.
@@ -133,6 +136,9 @@ func applyDefaults(c *Config, present func(path string) bool) {
 				}
 			}
 		}
+	}
+	if c.Tunnels != nil && !present("tunnels.listen") {
+		c.Tunnels.Listen = DefaultTunnelListen
 	}
 	for i := range c.Services {
 		s := &c.Services[i]

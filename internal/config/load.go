@@ -749,6 +749,9 @@ func (p *parser) config(n *yaml.Node) *Config {
 		case "kubernetes":
 			c.Kubernetes = &Kubernetes{}
 			p.kubernetes(v, path, NodeSchema, c.Kubernetes)
+		case "tunnels":
+			c.Tunnels = &Tunnels{}
+			p.tunnels(v, path, c.Tunnels)
 		case "services":
 			p.list(v, path, func(_ int, ipath string, it *yaml.Node) {
 				c.Services = append(c.Services, Service{})
@@ -834,6 +837,25 @@ func (p *parser) kubernetes(n *yaml.Node, path string, schema []Field, out *Kube
 			out.DefaultClass, _ = p.boolean(v, path)
 		case "node_name":
 			out.NodeName, _ = p.str(v, path)
+		}
+	})
+}
+
+func (p *parser) tunnels(n *yaml.Node, path string, out *Tunnels) {
+	p.mapping(n, path, keysOf(NodeSchema, "tunnels"), func(key, path string, v *yaml.Node) {
+		switch key {
+		case "listen":
+			out.Listen, _ = p.str(v, path)
+		case "cert_file":
+			out.CertFile, _ = p.str(v, path)
+		case "key_file":
+			out.KeyFile, _ = p.str(v, path)
+		case "tokens_file":
+			out.TokensFile, _ = p.str(v, path)
+		case "relay_token_file":
+			out.RelayTokenFile, _ = p.str(v, path)
+		case "ca_file":
+			out.CAFile, _ = p.str(v, path)
 		}
 	})
 }

@@ -17,7 +17,10 @@ type Config struct {
 	Fleet *Fleet
 	// Kubernetes is nil unless services also come from a cluster's API.
 	Kubernetes *Kubernetes
-	Services   []Service
+	// Tunnels is nil for a node that takes no tunnels; set, the node is an edge of
+	// reverse tunnels and serves the services of forwarding tunnel.
+	Tunnels  *Tunnels
+	Services []Service
 }
 
 // Kubernetes is the cluster whose Services of type LoadBalancer a node serves, or
@@ -29,6 +32,16 @@ type Kubernetes struct {
 	DefaultClass bool
 	// NodeName is the Node of the backend agent's host (the backend agent's only).
 	NodeName string
+}
+
+// Tunnels is where an edge takes the tunnels of connectors (manifold connect).
+type Tunnels struct {
+	Listen            string // UDP host:port where connectors dial in (QUIC)
+	CertFile, KeyFile string // the edge's TLS certificate chain and key
+	TokensFile        string // token → the services it may serve
+	// RelayTokenFile holds the secret the edges of a fleet relay to each other with;
+	// CAFile the CA of their certificates. Both or neither; only with a fleet.
+	RelayTokenFile, CAFile string
 }
 
 // Fleet is where a node of a fleet finds the fleet's one desired state: etcd.
@@ -154,6 +167,9 @@ const (
 	// NAT rewrites the client's packet to the backend (address and port) from the
 	// node's address: for backends that cannot decapsulate.
 	NAT Forwarding = "nat"
+	// Tunnel services are not in the XDP program's maps: their packets pass to the
+	// node's own stack, where the tunnel edge joins each connection to a connector.
+	Tunnel Forwarding = "tunnel"
 )
 
 type Scheduler string

@@ -80,7 +80,51 @@ func (p *parser) validateConfig(c *Config) {
 			p.errorAt("services", "a node with a fleet section takes its services from the fleet store, not from this file: seed the store with `manifold fleet import --config FILE`, then remove them here")
 		}
 	}
+	if c.Tunnels != nil && p.usable("tunnels") {
+		p.validateTunnels(c.Tunnels)
+	}
 	p.validateServices(c)
+}
+
+func (p *parser) validateTunnels(t *Tunnels) {
+	if p.usable("tunnels.listen") {
+		if problem := apiProblem(t.Listen); problem != "" {
+			p.errorAt("tunnels.listen", "%s", strings.Replace(problem, "127.0.0.1:9100", DefaultTunnelListen, 1))
+		}
+	}
+	for f, v := range map[string]string{"tunnels.cert_file": t.CertFile, "tunnels.key_file": t.KeyFile, "tunnels.tokens_file": t.TokensFile} {
+		if p.require(f) && p.usable(f) && v == "" {
+			p.errorAt(f, "must not be empty")
+		}
+	}
+	if (t.RelayTokenFile == "") != (t.CAFile == "") && p.usable("tunnels.relay_token_file") && p.usable("tunnels.ca_file") {
+		missing, given := "tunnels.ca_file", "tunnels.relay_token_file"
+		if t.RelayTokenFile == "" {
+			missing, given = given, missing
+		}
+		p.errorAt(missing, "required with %s: a relay sends its token only to edges whose certificate it checked", given)
+	}
+}
+
+// validateTunnelService checks what a service of forwarding tunnel cannot have: the
+// edge joins TCP connections on one port to connectors, so there are no backends to
+// hash, check or steer.
+func (p *parser) validateTunnelService(c *Config, s *Service, sp string) {
+	f := func(field string) string { return sp + "." + field }
+	if c.Tunnels == nil && c.Fleet == nil {
+		p.errorAt(f("forwarding"), "a tunnel service needs the node's tunnels section (the edge that serves it)")
+	}
+	if p.usable(f("protocol")) && s.Protocol != TCP {
+		p.errorAt(f("protocol"), "a tunnel service carries tcp only, not %s", s.Protocol)
+	}
+	if p.usable(f("port")) && s.Port == 0 {
+		p.errorAt(f("port"), "a tunnel service needs a port (the edge listens on vip:port)")
+	}
+	for _, field := range []string{"backends", "origins", "health"} {
+		if p.given(f(field)) {
+			p.errorAt(f(field), "a tunnel service has no %s: its connectors serve it (manifold connect)", field)
+		}
+	}
 }
 
 func (p *parser) validateNode(n *Node) {
@@ -295,6 +339,12 @@ func (p *parser) validateServices(c *Config) {
 	}
 	names := map[string]string{}
 	keys := map[key]string{}
+	// the XDP program passes a tunnel VIP's packets to the stack only when no service
+	// of its own has the VIP
+	vipTunnel := map[netip.Addr]struct {
+		tunnel bool
+		path   string
+	}{}
 	for i := range c.Services {
 		s := &c.Services[i]
 		sp := index("services", i)
@@ -355,9 +405,23 @@ func (p *parser) validateServices(c *Config) {
 			p.errorAt(f("backend_port"), "only with forwarding: nat (encapsulated packets keep the client's port)")
 		}
 
+		if s.Forwarding == Tunnel {
+			p.validateTunnelService(c, s, sp)
+		}
 		p.validateOrigins(s, sp)
 		p.validateHealth(s, sp)
 
+		if vipOK && p.usable(f("forwarding")) {
+			tunnel := s.Forwarding == Tunnel
+			if other, seen := vipTunnel[s.VIP]; seen && other.tunnel != tunnel {
+				p.errorAt(f("forwarding"), "vip %s is also the vip of %s, and a tunnel service's vip is the edge's alone: tunnel and other services do not share a vip", s.VIP, other.path)
+			} else if !seen {
+				vipTunnel[s.VIP] = struct {
+					tunnel bool
+					path   string
+				}{tunnel, sp}
+			}
+		}
 		if vipOK && p.usable(f("port")) && p.usable(f("protocol")) {
 			k := key{s.VIP, s.Port, s.Protocol}
 			if other, dup := keys[k]; dup {

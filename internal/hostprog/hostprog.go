@@ -25,8 +25,11 @@ type Program struct {
 	// path is absolute for a Debian program: it is where the package installs it, so
 	// that PATH (a pyenv shim, a locally built copy) cannot substitute another.
 	path string
-	// pkg is the Debian package that installs path; "" for Go and for Built.
-	pkg   string
+	// pkg is the Debian package that installs path; "" for Go, Built and crates.
+	pkg string
+	// crate is the crates.io package that installs path (a benchmark's reference that
+	// Debian does not package); "" for the others.
+	crate string
 	built bool // a binary this repository builds (bin/manifold)
 }
 
@@ -64,7 +67,7 @@ var (
 	Ethtool   = debian("ethtool", "/usr/sbin/ethtool", "ethtool")
 	HAProxy   = debian("haproxy", "/usr/sbin/haproxy", "haproxy")
 	IP        = debian("ip", "/usr/sbin/ip", "iproute2")
-	Iperf3    = debian("iperf3", "/usr/bin/iperf3", "iperf3")       // the site-to-site link's benchmark
+	Iperf3    = debian("iperf3", "/usr/bin/iperf3", "iperf3")       // the benchmarks of the site-to-site link and the tunnels
 	LLVMStrip = debian("llvm-strip", "/usr/bin/llvm-strip", "llvm") // run by bpf2go in `make generate`
 	Nft       = debian("nft", "/usr/sbin/nft", "nftables")
 	Nginx     = debian("nginx", "/usr/sbin/nginx", "nginx")
@@ -79,6 +82,35 @@ var (
 	Wrk       = debian("wrk", "/usr/bin/wrk", "wrk")
 	Zebra     = debian("zebra", "/usr/lib/frr/zebra", "frr")
 )
+
+// crateRoot is where `make bench-deps` installs the crates (cargo install --root).
+const crateRoot = "/usr/local"
+
+var crates []Program
+
+func crate(name, pkg string) Program {
+	p := Program{name: name, path: filepath.Join(crateRoot, "bin", name), crate: pkg}
+	crates = append(crates, p)
+	return p
+}
+
+// Benchmarks' references that Debian does not package, from crates.io; only `make
+// bench` needs them, and `make bench-deps` installs them (cargo builds each from
+// source, which takes minutes).
+var (
+	Rathole = crate("rathole", "rathole")
+	Bore    = crate("bore", "bore-cli")
+)
+
+// Crates returns the crates.io packages of the table, the list `make bench-deps`
+// installs.
+func Crates() []string {
+	var out []string
+	for _, p := range crates {
+		out = append(out, p.crate)
+	}
+	return out
+}
 
 // Go is found on PATH: it is installed by hand, in the version go.mod names, because
 // Debian's golang package is older.
@@ -115,6 +147,10 @@ func (p Program) Path() (string, error) {
 	case p.built:
 		if _, err := os.Stat(p.path); err != nil {
 			return "", fmt.Errorf("%s is missing: run `make build` first", p.path)
+		}
+	case p.crate != "":
+		if _, err := os.Stat(p.path); err != nil {
+			return "", fmt.Errorf("%s is not installed (%s is missing): `make bench-deps` installs it (cargo install --root %s %s, from crates.io)", p.name, p.path, crateRoot, p.crate)
 		}
 	default:
 		if _, err := os.Stat(p.path); err != nil {

@@ -33,6 +33,9 @@ func (n *Node) serveAPI() (func(), error) {
 	}
 
 	n.api = &api.Server{Node: n, Store: n.file.Store(), Token: token, OpenReads: loopback, Log: n.log}
+	if n.edge != nil {
+		n.api.Tunnels = n.tunnelsStatus
+	}
 	n.api.Metrics = metrics.Handler(n)
 	if n.fleet != nil {
 		n.api.Steering = func() api.SteeringStatus {

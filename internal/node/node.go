@@ -64,6 +64,7 @@ type Node struct {
 	// kube is the cluster's Services as a source (nil without a kubernetes section).
 	kube    *kubesource.Source
 	speaker bgp.Speaker // nil without a bgp section
+	edge    *edge       // the tunnel edge; nil without a tunnels section
 	// modes is the XDP mode of each interface, written before the API serves.
 	modes map[string]string
 	rates *rateMeter
@@ -137,6 +138,14 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 		log.Info("XDP attached", "interface", iface, "mode", mode)
 	}
 	n.ctrl.Attached()
+	if cfg.Tunnels != nil {
+		stopEdge, err := n.startEdge(ctx)
+		if err != nil {
+			return err
+		}
+		defer stopEdge()
+	}
+	n.syncTunnels()
 
 	stopAPI, err := n.serveAPI()
 	if err != nil {
@@ -210,7 +219,12 @@ func (n *Node) Submit(ctx context.Context, u reconcile.Update) error {
 	var err error
 	done := make(chan struct{})
 	select {
-	case n.requests <- func() { defer close(done); err = n.ctrl.Submit(u) }:
+	case n.requests <- func() {
+		defer close(done)
+		if err = n.ctrl.Submit(u); err == nil {
+			n.syncTunnels()
+		}
+	}:
 	case <-n.stopping:
 		return errStopping
 	case <-ctx.Done():

@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/api"
@@ -36,6 +38,15 @@ func (n *Node) Status() api.Status {
 	for _, s := range view.Services {
 		st.Services = append(st.Services, n.serviceStatus(s, view.Announce[s.Config.Name], checks))
 	}
+	// a tunnel service has no backends nor data-plane counters: its traffic is the
+	// tunnel edge's (GET /api/v1/tunnels)
+	for _, s := range view.Tunnels {
+		ann := view.Announce[s.Name]
+		st.Services = append(st.Services, api.ServiceStatus{Name: s.Name, VIP: s.VIP.String(), Port: s.Port,
+			Protocol: string(s.Protocol), Forwarding: string(s.Forwarding), Scheduler: string(s.Scheduler),
+			Announced: ann.Announced, Reason: ann.Reason, Backends: []api.BackendStatus{}, Spec: api.SpecOf(&s)})
+	}
+	slices.SortFunc(st.Services, func(a, b api.ServiceStatus) int { return strings.Compare(a.Name, b.Name) })
 	st.FlowTableEntries, _ = n.lb.FlowCount()
 	st.Drops, _ = n.lb.Drops()
 	if st.Drops == nil {
@@ -160,6 +171,10 @@ func (n *Node) MetricsSnapshot() metrics.Snapshot {
 	if n.api.Steering != nil {
 		st := n.api.Steering()
 		out.Steering = &st
+	}
+	if n.api.Tunnels != nil {
+		t := n.api.Tunnels()
+		out.Tunnels = &t
 	}
 	return out
 }

@@ -21,13 +21,16 @@ const (
 	ReasonStopping    = "node stopping"
 	ReasonNotAttached = "data plane not attached"
 	ReasonNoBackend   = "no healthy backend"
+	ReasonNoConnector = "tunnel service: no connector attached to any edge"
+	reasonConnector   = "tunnel service: a connector is attached"
 	reasonRemoved     = "service removed from the config"
 )
 
 // wantedAnnouncements is the announce policy, for every service served: a VIP is
 // announced while the node has BGP, is not stopping, has its data plane attached, and
 // the service has at least one healthy backend (a draining one counts: its flows still
-// need the node).
+// need the node). A tunnel service has no backends: it is announced while a
+// connector of it is attached to an edge (TunnelsConnected).
 func (c *Controller) wantedAnnouncements() map[string]Announcement {
 	out := map[string]Announcement{}
 	for _, s := range c.served {
@@ -44,6 +47,10 @@ func (c *Controller) wantedAnnouncements() map[string]Announcement {
 			out[s.Name] = Announcement{Reason: ReasonStopping}
 		case !c.attached:
 			out[s.Name] = Announcement{Reason: ReasonNotAttached}
+		case isTunnel(s) && !c.connected[s.Name]:
+			out[s.Name] = Announcement{Reason: ReasonNoConnector}
+		case isTunnel(s):
+			out[s.Name] = Announcement{Announced: true, Reason: reasonConnector}
 		case healthy == 0:
 			out[s.Name] = Announcement{Reason: ReasonNoBackend}
 		default:

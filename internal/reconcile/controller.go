@@ -70,6 +70,9 @@ type Controller struct {
 	attached bool
 	stopping bool
 	announce map[string]Announcement // by service name
+	// connected holds the tunnel services that have a connector attached to an edge
+	// (this node's, or with a fleet any node's): the only tunnel services announced.
+	connected map[string]bool
 
 	mu   sync.Mutex // guards view
 	view View
@@ -78,7 +81,9 @@ type Controller struct {
 // View is what the controller last applied, for the status and metrics (read on other
 // goroutines than the run loop).
 type View struct {
-	Services []ServiceStatus         // sorted by name
+	Services []ServiceStatus // sorted by name; the tunnel services are not among them
+	// Tunnels are the tunnel services served (by this node's edge), sorted by name.
+	Tunnels  []config.Service
 	Announce map[string]Announcement // by service name
 	// Revisions is the last applied revision of each source.
 	Revisions map[string]string
@@ -166,7 +171,7 @@ func (c *Controller) setBGP(b *config.BGP) {
 // kernel error the maps are restored by the Reconciler and the targets here.
 func (c *Controller) apply(served []*config.Service) error {
 	c.health.Set(targets(served))
-	cfg := &config.Config{Node: c.settings, Services: derefAll(served)}
+	cfg := &config.Config{Node: c.settings, Services: derefAll(inDataplane(served))}
 	if err := c.maps.Apply(cfg, c.healthy); err != nil {
 		c.health.Set(targets(c.served))
 		return err
@@ -177,7 +182,7 @@ func (c *Controller) apply(served []*config.Service) error {
 
 // HealthChanged re-applies the maps after a backend's health changed.
 func (c *Controller) HealthChanged() {
-	cfg := &config.Config{Node: c.settings, Services: derefAll(c.served)}
+	cfg := &config.Config{Node: c.settings, Services: derefAll(inDataplane(c.served))}
 	if err := c.maps.Apply(cfg, c.healthy); err != nil {
 		c.log.Error("applying a health change failed", "err", err)
 	}
@@ -187,6 +192,16 @@ func (c *Controller) HealthChanged() {
 // Attached says the data plane is attached: VIPs with a healthy backend may be announced.
 func (c *Controller) Attached() {
 	c.attached = true
+	c.settle()
+}
+
+// TunnelsConnected says which tunnel services have a connector attached (to this
+// node's edge or, in a fleet, any edge): those are announced.
+func (c *Controller) TunnelsConnected(services map[string]bool) {
+	if maps.Equal(services, c.connected) {
+		return
+	}
+	c.connected = maps.Clone(services)
 	c.settle()
 }
 
@@ -242,6 +257,7 @@ func (c *Controller) publish() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.view.Services = services
+	c.view.Tunnels = derefAll(slices.DeleteFunc(slices.Clone(c.served), func(s *config.Service) bool { return !isTunnel(s) }))
 	c.view.Announce = maps.Clone(c.announce)
 }
 
@@ -300,6 +316,14 @@ type serviceKeyOf struct {
 	port  uint16
 	proto config.Protocol
 }
+
+// inDataplane are the services of the XDP program: all but the tunnel services, whose
+// VIP the program then does not know, so that their packets pass to the stack.
+func inDataplane(ss []*config.Service) []*config.Service {
+	return slices.DeleteFunc(slices.Clone(ss), isTunnel)
+}
+
+func isTunnel(s *config.Service) bool { return s.Forwarding == config.Tunnel }
 
 func derefAll(ss []*config.Service) []config.Service {
 	out := make([]config.Service, len(ss))

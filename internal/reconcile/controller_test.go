@@ -485,3 +485,29 @@ func TestAnnouncementAttributes(t *testing.T) {
 		t.Errorf("speaker saw %v, want %v", r.speaker.log, w)
 	}
 }
+
+// A tunnel service is the edge's: the XDP program must not know its VIP (its packets
+// pass to the stack), and it is announced exactly while a connector is attached.
+func TestTunnelServiceStaysOutOfTheMapsAndIsAnnouncedWhileConnected(t *testing.T) {
+	r := newRig(t, true, 0)
+	tun := config.Service{Name: "home", VIP: netip.MustParseAddr(vip2), Port: 443, Protocol: config.TCP, Forwarding: config.Tunnel}
+	r.submit(svc("web", vip1, 80, "10.0.1.1"), tun)
+	r.c.Attached()
+	if _, known := r.dp.vipAddrs[netip.MustParseAddr(vip2)]; known || len(r.dp.services) != 1 {
+		t.Fatalf("the data plane has %v (vip addresses %v): only web belongs there", r.dp.services, r.dp.vipAddrs)
+	}
+	if v := r.c.View(); len(v.Tunnels) != 1 || v.Tunnels[0].Name != "home" || len(v.Services) != 1 {
+		t.Fatalf("view: tunnels %v, services %v", v.Tunnels, v.Services)
+	}
+	if a := r.announcement("home"); !r.speaker.is(vip1) || a.Announced || a.Reason != ReasonNoConnector {
+		t.Fatalf("no connector: announced %v, %+v", r.speaker.Announced(), a)
+	}
+	r.c.TunnelsConnected(map[string]bool{"home": true})
+	if a := r.announcement("home"); !r.speaker.is(vip1, vip2) || !a.Announced {
+		t.Fatalf("a connector attached: announced %v, %+v", r.speaker.Announced(), a)
+	}
+	r.c.TunnelsConnected(map[string]bool{})
+	if !r.speaker.is(vip1) {
+		t.Fatalf("the last connector left: announced %v", r.speaker.Announced())
+	}
+}

@@ -31,7 +31,15 @@ type NodeConfig struct {
 	// Kubeconfig set, the node also takes services from that cluster (a kubernetes
 	// section).
 	Kubeconfig string
+	Tunnels    *Tunnels // nil: no tunnels section
 	Services   []Service
+}
+
+// Tunnels is the tunnels section of a NodeConfig: the node is a tunnel edge.
+type Tunnels struct {
+	Listen                        string // "" keeps the default
+	CertFile, KeyFile, TokensFile string
+	RelayTokenFile, CAFile        string // "" for none
 }
 
 // Fleet is the fleet section of a NodeConfig.
@@ -84,6 +92,8 @@ type Service struct {
 	Forwarding  string
 	BackendPort uint16
 	BGP         *ServiceBGP // nil: no bgp section
+	// Tunnel makes it a service of forwarding tunnel (no backends).
+	Tunnel bool
 }
 
 // Health is a service's health check.
@@ -134,6 +144,15 @@ func (c NodeConfig) YAML() []byte {
 			}
 		}
 	}
+	if t := c.Tunnels; t != nil {
+		fmt.Fprintf(&b, "tunnels:\n  cert_file: %s\n  key_file: %s\n  tokens_file: %s\n", t.CertFile, t.KeyFile, t.TokensFile)
+		if t.Listen != "" {
+			fmt.Fprintf(&b, "  listen: %s\n", t.Listen)
+		}
+		if t.RelayTokenFile != "" {
+			fmt.Fprintf(&b, "  relay_token_file: %s\n  ca_file: %s\n", t.RelayTokenFile, t.CAFile)
+		}
+	}
 	if c.Fleet != nil {
 		fmt.Fprintf(&b, "fleet:\n  etcd:\n    endpoints: [%s]\n", strings.Join(c.Fleet.Endpoints, ", "))
 		if len(c.Services) == 0 {
@@ -165,6 +184,10 @@ func (c NodeConfig) YAML() []byte {
 			if g.Prepend != 0 {
 				fmt.Fprintf(&b, "      prepend: %d\n", g.Prepend)
 			}
+		}
+		if s.Tunnel {
+			b.WriteString("    forwarding: tunnel\n")
+			continue
 		}
 		b.WriteString("    backends:\n")
 		for _, be := range s.Backends {
