@@ -4,6 +4,11 @@
 GO      ?= go
 BIN     := bin/manifold
 BENCH   := bin/manifold-bench
+# VERSION: the nearest tag and the commits since (git describe), or 0.0.0~COMMIT before
+# the first tag; a Debian version either way (make deb uses it).
+COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo +dirty)
+VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null | sed 's/^v//; s/-/+/; s/-/./'); [ -n "$$v" ] && echo $$v || echo 0.0.0~git$$(git rev-parse --short HEAD 2>/dev/null))
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Tests that need root (BPF, namespaces) skip with a reason without it.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
@@ -36,7 +41,7 @@ bench-deps:
 
 # build builds the node's binary and, apart, the benchmarks' (which link the test rig).
 build:
-	$(GO) build -o $(BIN) ./cmd/manifold
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/manifold
 	$(GO) build -o $(BENCH) ./cmd/manifold-bench
 
 # image builds the container image of deploy/kubernetes (Dockerfile: the static

@@ -23,20 +23,45 @@ import (
 
 const defaultAPI = "http://127.0.0.1:9100"
 
-const ctlUsage = `usage: manifold ctl [--api URL] [-o table|json] COMMAND
-  status                          the node: interfaces, BGP, services and backends, flow table, drops
-  services                        every service, one line each
-  backends SERVICE                the backends of a service: state, health, weight, traffic
-  drain SERVICE ADDRESS           weight 0: the backend keeps its flows, gets no new ones
-  undrain SERVICE ADDRESS         back to the weight it had before the drain
-  weight SERVICE ADDRESS WEIGHT   set a backend's weight (0..65535)
-  config                          the config the node runs (secrets redacted)
-  fleet                           every node of the fleet: alive, applied revision, lag, agreement
-  steering                        global steering: per service, site and origin the share, target, load, RTT and why
-  tunnels                         the tunnel edge: services, connectors, streams, bytes, RTT, capacity in use, refusals
-  link                            a site-to-site link (manifold link): its tunnels, state, traffic, handshakes, probe RTT
---api defaults to $MANIFOLD_API, else ` + defaultAPI + ` (for link: ` + defaultLinkAPI + `); the API token,
-when the node has one, is read from $MANIFOLD_API_TOKEN.`
+// ctlCommand is one row of ctl's table: its usage line, its argument count and its
+// completion come from here.
+type ctlCommand struct {
+	name, args, summary string
+	nargs               int
+}
+
+var ctlCommands = []ctlCommand{
+	{"status", "", "the node: interfaces, BGP, services and backends, flow table, drops", 0},
+	{"services", "", "every service, one line each", 0},
+	{"backends", "SERVICE", "the backends of a service: state, health, weight, traffic", 1},
+	{"drain", "SERVICE ADDRESS", "weight 0: the backend keeps its flows, gets no new ones", 2},
+	{"undrain", "SERVICE ADDRESS", "back to the weight it had before the drain", 2},
+	{"weight", "SERVICE ADDRESS WEIGHT", "set a backend's weight (0..65535)", 3},
+	{"config", "", "the config the node runs (secrets redacted)", 0},
+	{"fleet", "", "every node of the fleet: alive, applied revision, lag, agreement", 0},
+	{"steering", "", "global steering: per service, site and origin the share, target, load, RTT and why", 0},
+	{"tunnels", "", "the tunnel edge: services, connectors, streams, bytes, RTT, capacity in use, refusals", 0},
+	{"link", "", "a site-to-site link (manifold link): its tunnels, state, traffic, handshakes, probe RTT", 0},
+}
+
+var ctlUsage = func() string {
+	var b strings.Builder
+	b.WriteString("usage: manifold ctl [--api URL] [-o table|json] COMMAND\n")
+	for _, c := range ctlCommands {
+		fmt.Fprintf(&b, "  %-32s%s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
+	}
+	b.WriteString("--api defaults to $MANIFOLD_API, else " + defaultAPI + " (for link: " + defaultLinkAPI + "); the API token,\nwhen the node has one, is read from $MANIFOLD_API_TOKEN.")
+	return b.String()
+}()
+
+// ctlWords completes after `manifold ctl`: its commands and flags.
+func ctlWords() []string {
+	words := []string{"--api", "-o"}
+	for _, c := range ctlCommands {
+		words = append(words, c.name)
+	}
+	return words
+}
 
 // ctlClient talks to one node's API.
 type ctlClient struct {
@@ -80,9 +105,13 @@ func ctl(args []string, w io.Writer) error {
 	if cmd == "link" {
 		c.daemon = "manifold link"
 	}
-	need := map[string]int{"status": 0, "services": 0, "config": 0, "fleet": 0, "steering": 0, "link": 0, "tunnels": 0, "backends": 1, "drain": 2, "undrain": 2, "weight": 3}
-	n, ok := need[cmd]
-	if !ok {
+	n := -1
+	for _, c := range ctlCommands {
+		if c.name == cmd {
+			n = c.nargs
+		}
+	}
+	if n < 0 {
 		return fmt.Errorf("unknown command %q\n%s", cmd, ctlUsage)
 	}
 	if len(params) != n {

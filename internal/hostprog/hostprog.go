@@ -51,6 +51,7 @@ func debian(name, path, pkg string) Program {
 
 // The table. Paths are those of Debian 12 with the merged /usr it installs by default.
 var (
+	Bash      = debian("bash", "/bin/bash", "bash") // the completion test sources the script
 	Bird      = debian("bird", "/usr/sbin/bird", "bird2")
 	Birdc     = debian("birdc", "/usr/sbin/birdc", "bird2")
 	BGPd      = debian("bgpd", "/usr/lib/frr/bgpd", "frr")
@@ -60,10 +61,13 @@ var (
 	GoBGPd    = debian("gobgpd", "/usr/bin/gobgpd", "gobgpd")                  // the lab's route reflector (add-path)
 	GoBGP     = debian("gobgp", "/usr/bin/gobgp", "gobgpd")                    // gobgpd's CLI
 	Bpftool   = debian("bpftool", "/usr/sbin/bpftool", "bpftool")
-	Clang     = debian("clang", "/usr/bin/clang", "clang") // run by bpf2go in `make generate`
+	Clang     = debian("clang", "/usr/bin/clang", "clang")          // run by bpf2go in `make generate`
+	Chromium  = debian("chromium", "/usr/bin/chromium", "chromium") // the status page's test renders it headless
 	Curl      = debian("curl", "/usr/bin/curl", "curl")
 	Dpkg      = debian("dpkg", "/usr/bin/dpkg", "dpkg")
-	Etcd      = debian("etcd", "/usr/bin/etcd", "etcd-server") // the fleet store's members in tests and the lab; the store of the Kubernetes tests' API server
+	DpkgDeb   = debian("dpkg-deb", "/usr/bin/dpkg-deb", "dpkg")  // make deb
+	Lintian   = debian("lintian", "/usr/bin/lintian", "lintian") // the package test
+	Etcd      = debian("etcd", "/usr/bin/etcd", "etcd-server")   // the fleet store's members in tests and the lab; the store of the Kubernetes tests' API server
 	Ethtool   = debian("ethtool", "/usr/sbin/ethtool", "ethtool")
 	HAProxy   = debian("haproxy", "/usr/sbin/haproxy", "haproxy")
 	IP        = debian("ip", "/usr/sbin/ip", "iproute2")
@@ -75,6 +79,7 @@ var (
 	Promtool  = debian("promtool", "/usr/bin/promtool", "prometheus")
 	Python3   = debian("python3", "/usr/bin/python3", "python3-minimal") // also `make bench`'s plots
 	Sh        = debian("sh", "/bin/sh", "dash")
+	Systemd   = debian("systemd-analyze", "/usr/bin/systemd-analyze", "systemd") // the units' test: systemd-analyze verify
 	TC        = debian("tc", "/usr/sbin/tc", "iproute2")
 	Tcpdump   = debian("tcpdump", "/usr/bin/tcpdump", "tcpdump")
 	Unshare   = debian("unshare", "/usr/bin/unshare", "util-linux")
