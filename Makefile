@@ -12,7 +12,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Tests that need root (BPF, namespaces) skip with a reason without it.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all deps bench-deps build generate check-generated vet test unit lab demo bench clean kube-apiserver image
+.PHONY: all deps bench-deps build deb generate check-generated vet test unit lab demo bench clean kube-apiserver image
 
 all: build
 
@@ -50,6 +50,13 @@ IMAGE ?= ghcr.io/manifoldlb/manifold:latest
 image: deps
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/manifold-static ./cmd/manifold
 	buildah bud --isolation chroot -t $(IMAGE) .
+
+# deb builds bin/manifold_$(VERSION)_amd64.deb (README: Install on a host) with dpkg-deb:
+# the binary (stripped, paths trimmed), the systemd units, example configs, completion.
+deb: deps
+	@mkdir -p bin/deb
+	$(GO) build -buildmode=pie -ldflags "$(LDFLAGS) -s -w" -o bin/deb/manifold ./cmd/manifold
+	$(GO) run ./deploy/debian/mkdeb --binary bin/deb/manifold --version $(VERSION) --out bin
 
 # generate recompiles the BPF programs (bpf2go) into the committed Go bindings.
 generate:

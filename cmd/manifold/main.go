@@ -23,6 +23,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/link"
 	"github.com/manifoldlb/manifold/internal/node"
+	"github.com/manifoldlb/manifold/internal/tunnel"
 )
 
 // command is one row of the command table: the usage text, the shell completion and the
@@ -45,7 +46,7 @@ func init() {
 			func(a []string) error { return daemon(a, "run", node.Run) }},
 		{"backend", "--config FILE", "run the backend agent (foreground)", []string{"--config"},
 			func(a []string) error { return daemon(a, "backend", backendagent.Run) }},
-		{"validate", "--config FILE", "check a node, backend or steering config file", []string{"--config"},
+		{"validate", "--config FILE", "check a node, backend, steering or connector config file", []string{"--config"},
 			func(a []string) error { return exitWith(validate(a, os.Stdout, os.Stderr)) }},
 		{"ctl", "[--api URL] COMMAND", "operate a running node (manifold ctl: the commands)", ctlWords(),
 			func(a []string) error { return ctl(a, os.Stdout) }},
@@ -165,10 +166,9 @@ func daemon(args []string, name string, run func(context.Context, string, *slog.
 	return err
 }
 
-// validate checks a node file, a backend agent file, a steering controller file or a
-// link file (recognised by their top-level `backend:`, `steer:` or `link:` key), and
-// prints every problem
-// as FILE:LINE: field: message.
+// validate checks a node, backend agent, steering controller, link or connector file
+// (told apart by their top-level keys: config.KindOf), and prints every problem as
+// FILE:LINE: field: message.
 func validate(args []string, stdout, stderr io.Writer) int {
 	path, err := configFlag("validate", args)
 	if err != nil {
@@ -187,6 +187,8 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		_, err = config.ParseSteer(path, data)
 	case config.LinkFile:
 		_, err = config.ParseLink(path, data)
+	case config.ConnectFile:
+		_, err = tunnel.ParseConnectorConfig(path, data)
 	default:
 		_, err = config.Parse(path, data)
 	}

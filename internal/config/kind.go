@@ -11,6 +11,7 @@ const (
 	BackendFile Kind = "backend" // manifold backend: top-level `backend`
 	SteerFile   Kind = "steer"   // manifold steer: top-level `steer`
 	LinkFile    Kind = "link"    // manifold link: top-level `link`
+	ConnectFile Kind = "connect" // manifold connect: top-level `edges` (internal/tunnel parses it)
 )
 
 // KindOf tells the kind of a config file; a file that is not YAML is taken for a node
@@ -28,6 +29,9 @@ func KindOf(data []byte) Kind {
 	}
 	if _, ok := top["link"]; ok {
 		return LinkFile
+	}
+	if _, ok := top["edges"]; ok {
+		return ConnectFile
 	}
 	return NodeFile
 }
