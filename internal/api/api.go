@@ -76,6 +76,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	requests map[RequestKey]uint64
+	history  history // the status page's plots (RecordHistory)
 }
 
 // RequestKey counts requests, for manifold_api_requests_total.
@@ -125,6 +126,7 @@ func (s *Server) Handler() http.Handler {
 	read := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.guard(false, h)) }
 	write := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.guard(true, h)) }
 
+	read("GET /{$}", s.statusPage)
 	read("GET /api/v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(OpenAPI)

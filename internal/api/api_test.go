@@ -237,6 +237,7 @@ func TestConformance(t *testing.T) {
 		want               int
 	}{
 		{"GET", "/api/v1/openapi.json", "", nil, 200},
+		{"GET", "/", "", nil, 200},
 		{"GET", "/api/v1/status", "", nil, 200},
 		{"GET", "/api/v1/services", "", nil, 200},
 		{"GET", "/api/v1/services/web", "", nil, 200},
@@ -288,7 +289,7 @@ func TestConformance(t *testing.T) {
 	}
 	// every operation: without a token, and with a wrong one
 	for _, op := range []struct{ method, path, body string }{
-		{"GET", "/api/v1/openapi.json", ""}, {"GET", "/api/v1/status", ""}, {"GET", "/api/v1/services", ""},
+		{"GET", "/api/v1/openapi.json", ""}, {"GET", "/", ""}, {"GET", "/api/v1/status", ""}, {"GET", "/api/v1/services", ""},
 		{"GET", "/api/v1/services/web", ""}, {"GET", "/api/v1/config", ""}, {"GET", "/metrics", ""},
 		{"PUT", "/api/v1/services/api", svc}, {"DELETE", "/api/v1/services/web", ""},
 		{"POST", "/api/v1/services/web/backends/10.0.1.1/drain", ""},
@@ -460,7 +461,7 @@ func TestAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnv(t, check, true)
-	for _, path := range []string{"/api/v1/status", "/api/v1/services", "/api/v1/services/web", "/api/v1/config", "/metrics", "/api/v1/openapi.json"} {
+	for _, path := range []string{"/", "/api/v1/status", "/api/v1/services", "/api/v1/services/web", "/api/v1/config", "/metrics", "/api/v1/openapi.json"} {
 		if x := e.do("GET", path, "", ""); x.Status != 200 {
 			t.Errorf("GET %s without a token on loopback: %d, want 200", path, x.Status)
 		}
