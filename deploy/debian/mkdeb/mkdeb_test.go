@@ -68,6 +68,7 @@ func TestPackage(t *testing.T) {
 			"-rw-r--r-- root/root .* ./usr/share/doc/manifold/examples/backend.yaml",
 			"-rw-r--r-- root/root .* ./usr/share/doc/manifold/examples/steer.yaml",
 			"-rw-r--r-- root/root .* ./usr/share/doc/manifold/examples/connect.yaml",
+			"-rw-r--r-- root/root .* ./usr/share/doc/manifold/examples/link.yaml",
 			"drwxr-xr-x root/root .* ./\n",
 		}
 		for _, u := range units(t) {
