@@ -4,10 +4,15 @@
 GO      ?= go
 BIN     := bin/manifold
 BENCH   := bin/manifold-bench
+# VERSION: the nearest tag and the commits since (git describe), or 0.0.0~COMMIT before
+# the first tag; a Debian version either way (make deb uses it).
+COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo +dirty)
+VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null | sed 's/^v//; s/-/+/; s/-/./'); [ -n "$$v" ] && echo $$v || echo 0.0.0~git$$(git rev-parse --short HEAD 2>/dev/null))
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Tests that need root (BPF, namespaces) skip with a reason without it.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all deps build generate check-generated vet test unit lab demo bench clean kube-apiserver
+.PHONY: all deps bench-deps build deb generate check-generated vet test unit lab demo bench clean kube-apiserver image
 
 all: build
 
@@ -26,10 +31,32 @@ deps:
 		rm -f /usr/sbin/policy-rc.d; exit $$rc; \
 	fi
 
+# bench-deps installs the benchmarks' references that Debian does not package, from
+# crates.io (internal/hostprog's crates): cargo builds each from source, once.
+bench-deps:
+	@command -v cargo >/dev/null || { echo "cargo is required for bench-deps: apt-get install cargo"; exit 1; }
+	@for c in $$($(GO) run ./internal/hostprog/debpkgs -crates); do \
+		cargo install --list --root /usr/local | grep -q "^$$c v" || cargo install --locked --root /usr/local $$c || exit 1; \
+	done
+
 # build builds the node's binary and, apart, the benchmarks' (which link the test rig).
 build:
-	$(GO) build -o $(BIN) ./cmd/manifold
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/manifold
 	$(GO) build -o $(BENCH) ./cmd/manifold-bench
+
+# image builds the container image of deploy/kubernetes (Dockerfile: the static
+# binary FROM scratch) with buildah; nothing is pulled. IMAGE names it.
+IMAGE ?= ghcr.io/manifoldlb/manifold:latest
+image: deps
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/manifold-static ./cmd/manifold
+	buildah bud --isolation chroot -t $(IMAGE) .
+
+# deb builds bin/manifold_$(VERSION)_amd64.deb (README: Install on a host) with dpkg-deb:
+# the binary (stripped, paths trimmed), the systemd units, example configs, completion.
+deb: deps
+	@mkdir -p bin/deb
+	$(GO) build -buildmode=pie -ldflags "$(LDFLAGS) -s -w" -o bin/deb/manifold ./cmd/manifold
+	$(GO) run ./deploy/debian/mkdeb --binary bin/deb/manifold --version $(VERSION) --out bin
 
 # generate recompiles the BPF programs (bpf2go) into the committed Go bindings.
 generate:
@@ -51,7 +78,7 @@ test: deps check-generated vet build kube-apiserver
 	$(GO) test $(TEST_FLAGS) ./test/lab/
 
 unit:
-	$(GO) test -race -count=1 ./internal/config ./internal/maglev ./internal/reconcile ./internal/health ./internal/clock ./internal/sysctl ./internal/store ./internal/api/... ./internal/metrics ./internal/hostprog/... ./test/arch
+	$(GO) test -race -count=1 ./internal/config ./internal/maglev ./internal/reconcile ./internal/health ./internal/clock ./internal/sysctl ./internal/store ./internal/api/... ./internal/metrics ./internal/hostprog/... ./internal/link ./test/arch
 
 lab: deps build
 	$(GO) test -count=1 -v ./test/lab/
@@ -63,16 +90,19 @@ demo: deps build
 # ratios, never pass/fail. Each part writes bench/results/parts/*.json; the report
 # merges them into latest.json and latest.md, and the plots are drawn from latest.json.
 PARTS = bench/results/parts
-bench: deps build
+bench: deps bench-deps build
 	@mkdir -p $(PARTS)
 	./$(BENCH) dataplane --json $(PARTS)/dataplane.json
 	./$(BENCH) pktrate --json $(PARTS)/pktrate.json
+	./$(BENCH) transit --json $(PARTS)/transit.json
 	$(GO) run ./test/lab/httpbench -manifold $(BIN) -json $(PARTS)/http.json
 	./$(BENCH) controlplane --json $(PARTS)/controlplane.json
 	$(GO) run ./test/lab/cpbench -manifold $(BIN) -json $(PARTS)/convergence.json
 	$(GO) run ./test/lab/fleetbench -manifold $(BIN) -json $(PARTS)/fleet.json
+	$(GO) run ./test/lab/linkbench -manifold $(BIN) -json $(PARTS)/link.json
+	$(GO) run ./test/lab/tunnelbench -manifold $(BIN) -json $(PARTS)/tunnel.json
 	./$(BENCH) report --out bench/results --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
-		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/convergence.json $(PARTS)/fleet.json
+		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/convergence.json $(PARTS)/fleet.json $(PARTS)/link.json $(PARTS)/tunnel.json
 	/usr/bin/python3 bench/plot.py bench/results/latest.json bench/results
 	@mkdir -p bench/results/steer && for f in bench/steer/*.yaml; do n=$$(basename $$f .yaml); ./$(BIN) steer simulate --scenario $$f --json bench/results/steer/$$n.json --plot bench/results/steer/$$n.png > bench/results/steer/$$n.txt || exit 1; done
 

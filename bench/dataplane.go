@@ -56,6 +56,9 @@ var (
 	// the same services with forwarding: gue
 	benchGUE4 = netip.MustParseAddr("198.51.100.11")
 	benchGUE6 = netip.MustParseAddr("2001:db8:100::11")
+	// and with forwarding: nat
+	benchNAT4 = netip.MustParseAddr("198.51.100.12")
+	benchNAT6 = netip.MustParseAddr("2001:db8:100::12")
 )
 
 // benchConfig: a TCP, a UDP and an IPv6 service with 10 backends each on a full-size
@@ -63,8 +66,11 @@ var (
 func benchConfig() *config.Config {
 	svc := func(name string, vip netip.Addr, port uint16, proto config.Protocol, backend func(int) netip.Addr) config.Service {
 		fwd := config.IPIP
-		if vip == benchGUE4 || vip == benchGUE6 {
+		switch vip {
+		case benchGUE4, benchGUE6:
 			fwd = config.GUE
+		case benchNAT4, benchNAT6:
+			fwd = config.NAT
 		}
 		s := config.Service{Name: name, VIP: vip, Port: port, Protocol: proto, Forwarding: fwd, GUEPort: config.DefaultGUEPort,
 			Scheduler: config.Maglev, TableSize: 65537}
@@ -79,6 +85,8 @@ func benchConfig() *config.Config {
 		svc("tcp6", benchVIP6, 80, config.TCP, dptest.Backend6),
 		svc("gue4", benchGUE4, 80, config.TCP, dptest.Backend4),
 		svc("gue6", benchGUE6, 80, config.TCP, dptest.Backend6),
+		svc("nat4", benchNAT4, 80, config.TCP, dptest.Backend4),
+		svc("nat6", benchNAT6, 80, config.TCP, dptest.Backend6),
 	}}
 }
 
@@ -90,7 +98,8 @@ const DataplaneMethod = "BPF_PROG_TEST_RUN on the XDP programs loaded into the k
 	"given). One run is `calls` calls per case, interleaved across cases in 20 slices so that a " +
 	"noisy neighbour hits all of them alike; its value is the median over those calls. Ratios are " +
 	"taken run by run to the trivial program that swaps MACs and returns XDP_TX. Services: TCP, " +
-	"UDP and IPv6 with 10 backends on a 65537-entry Maglev table, IPIP unless named GUE. The " +
+	"UDP and IPv6 with 10 backends on a 65537-entry Maglev table, IPIP unless named GUE or NAT " +
+	"(a NAT reply is a backend's answer to an established NAT flow, translated back to its client). The " +
 	"thread is pinned to one CPU, and the flow table (262144 entries, LRU lists per CPU) is filled " +
 	"with SYNs before the runs, so that every new flow evicts one as on a busy node."
 
@@ -130,6 +139,8 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 	other := dptest.Packet{Src: dptest.Client4, Dst: netip.MustParseAddr("192.0.2.99"), SPort: 40000, DPort: 80, Flags: dptest.ACK, Payload: make([]byte, 6)}.Bytes()
 	gue4 := dptest.Packet{Src: dptest.Client4, Dst: benchGUE4, SPort: 40000, DPort: 80, Flags: dptest.ACK, Payload: make([]byte, 6)}.Bytes()
 	gue6 := dptest.Packet{Src: dptest.Client6, Dst: benchGUE6, SPort: 40000, DPort: 80, Flags: dptest.ACK}.Bytes()
+	nat4 := dptest.Packet{Src: dptest.Client4, Dst: benchNAT4, SPort: 40000, DPort: 80, Flags: dptest.ACK, Payload: make([]byte, 6)}.Bytes()
+	nat6 := dptest.Packet{Src: dptest.Client6, Dst: benchNAT6, SPort: 40000, DPort: 80, Flags: dptest.ACK}.Bytes()
 	echo := icmpPacket(dptest.Client4, benchVIP4, 8, 0, 1, make([]byte, 18))
 	fragNeeded := icmpPacket(netip.MustParseAddr("192.0.2.1"), benchVIP4, 3, 4, 1400,
 		quote(dptest.Packet{Src: benchVIP4, Dst: dptest.Client4, SPort: 80, DPort: 40000, Flags: dptest.ACK, Payload: make([]byte, 1360)}, 48))
@@ -145,10 +156,17 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 		{"non-VIP pass-through", lb.Program(), [][]byte{other}, 1.3},
 		{"GUE TCP established", lb.Program(), [][]byte{gue4}, 0},
 		{"GUE IPv6 TCP established", lb.Program(), [][]byte{gue6}, 0},
+		{"NAT TCP established", lb.Program(), [][]byte{nat4}, 0},
+		{"NAT IPv6 TCP established", lb.Program(), [][]byte{nat6}, 0},
+		{"NAT TCP reply", lb.Program(), nil, 0},
+		{"NAT IPv6 TCP reply", lb.Program(), nil, 0},
 		{"ICMP echo to VIP (answered)", lb.Program(), [][]byte{echo}, 0},
 		{"ICMP frag-needed to backend", lb.Program(), [][]byte{fragNeeded}, 0},
 		{"too big: frag-needed to client", lb.Program(), [][]byte{tooBig}, 0},
 	}
+	// A NAT reply answers the packet of a NAT case as the program sent it on: its
+	// packet is made once that case has run.
+	replyTo := map[string]string{"NAT TCP reply": "NAT TCP established", "NAT IPv6 TCP reply": "NAT IPv6 TCP established"}
 	err = n.Do(func() error {
 		// One CPU: the flow table's LRU lists are per CPU, and a thread that moved
 		// between CPUs would measure two lists at different fill.
@@ -162,11 +180,19 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 		if _, err := dptest.FloodSYNs(lb.Program(), n.Port0.Index, benchVIP4, 80, config.DefaultFlowTableSize+config.DefaultFlowTableSize/4, 7); err != nil {
 			return err
 		}
-		// warm the flow table (and the FIB cache) for the established cases
-		for _, c := range cases[2:] {
-			if _, _, err := dptest.TimedXDP(c.prog, n.Port0.Index, c.packets[0], 1); err != nil {
+		// warm the flow table (and the FIB cache) for the established cases, and open
+		// the NAT flows whose replies are timed
+		sent := map[string][]byte{}
+		for ci := range cases[2:] {
+			c := &cases[2+ci]
+			if to, ok := replyTo[c.name]; ok {
+				c.packets = [][]byte{natReply(sent[to])}
+			}
+			_, out, err := dptest.RunXDP(c.prog, n.Port0.Index, c.packets[0])
+			if err != nil {
 				return err
 			}
+			sent[c.name] = out
 		}
 		figures, err := measureCases("per_packet", cases, n.Port0.Index, calls, runs)
 		part.Figures = append(part.Figures, figures...)
@@ -249,6 +275,17 @@ func icmpPacket(from, to netip.Addr, typ, code uint8, rest uint32, payload []byt
 	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: from.AsSlice(), DstIP: to.AsSlice()}
 	icmp := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(typ, code), Id: uint16(rest >> 16), Seq: uint16(rest)}
 	return dptest.Serialize(eth, ip, icmp, gopacket.Payload(payload))
+}
+
+// natReply is the backend's answer to the NAT-translated packet out: the addresses and
+// ports swapped, an ACK with no payload.
+func natReply(out []byte) []byte {
+	p := dptest.Decode(out)
+	tcp := p.Layer(layers.LayerTypeTCP).(*layers.TCP)
+	src, dst := p.NetworkLayer().NetworkFlow().Endpoints()
+	from, _ := netip.AddrFromSlice(dst.Raw())
+	to, _ := netip.AddrFromSlice(src.Raw())
+	return dptest.Packet{Src: from, Dst: to, SPort: uint16(tcp.DstPort), DPort: uint16(tcp.SrcPort), Flags: dptest.ACK}.Bytes()
 }
 
 // quote is the first n bytes of p's IP packet, as an ICMP error carries it.

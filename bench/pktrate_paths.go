@@ -81,7 +81,14 @@ func (r *rateRig) setupManifold() (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = reconcile.New(lb).Apply(cfg, reconcile.AlwaysUp)
+	return r.attachLB(lb, reconcile.New(lb).Apply(cfg, reconcile.AlwaysUp))
+}
+
+// attachLB attaches a loaded data plane to the device's ingress veth, with redirects
+// to its egress and its NAPI thread on the device core, unless setup (the error of
+// programming it) failed; it returns what undoes it, and closes lb on any error.
+func (r *rateRig) attachLB(lb *datapath.LB, setup error) (func() error, error) {
+	err := setup
 	if err == nil {
 		// in the device's namespace: the interface name and the tx port's ifindex are
 		// looked up in the namespace of the calling thread

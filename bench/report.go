@@ -95,9 +95,12 @@ var sectionTitles = []struct{ key, title string }{
 	{"decap", "The backend's decapsulation (tc)"},
 	{"flood", "New-flow flood"},
 	{"packet_rate", "Packet rate through one node"},
+	{"transit", "Transit forwarding (router mode)"},
 	{"http", "HTTP requests/s and latency"},
 	{"control_plane", "Control plane"},
 	{"fleet", "Fleet: propagation through etcd"},
+	{"link", "Site-to-site link: throughput over WireGuard tunnels"},
+	{"tunnel", "Tunnels: throughput and open-loop HTTP latency, against rathole and bore"},
 }
 
 // WriteMarkdown writes the report as Markdown: the machine, every target with

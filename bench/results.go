@@ -38,7 +38,7 @@ type Target struct {
 // Figure is one measured quantity.
 type Figure struct {
 	// Section groups figures: "per_packet", "packet_rate", "http", "control_plane",
-	// "fleet".
+	// "fleet", "tunnel".
 	Section string `json:"section"`
 	// Name says what was measured ("manifold, 10000 flows"); Metric its unit
 	// ("ns/packet", "Mpps", "req/s", "p99 ms", "ms").

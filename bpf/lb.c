@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* lb.c: manifold's XDP load balancer. parse → flow table (or service → Maglev) → FIB
  * → IPIP or GUE encapsulation → XDP_TX / redirect; ICMP to a VIP is answered or sent to
- * its flow's backend. Everything that is not for a VIP passes untouched; every drop is
- * counted by reason. */
+ * its flow's backend. Everything that is not for a VIP passes untouched, or in router
+ * mode is forwarded by the FIB (transit.h); every drop is counted by reason. */
 #include "lib/parse.h"
 #include "lib/flow.h"
 #include "lib/icmp.h"
 #include "lib/forward.h"
+#include "lib/transit.h"
+#include "lib/nat_reply.h"
 #include "lib/stats.h"
 
 static __always_inline const struct lb_vip *vip_lookup(const struct lb_packet *pkt)
@@ -70,6 +72,9 @@ static __always_inline int handle_icmp(struct xdp_md *ctx, struct lb_packet *pkt
 		if (!maglev_select(pkt, vip, &c, 0))
 			return -LB_DROP_NO_BACKEND;
 	}
+	/* a NAT backend could not tell this packet from its own traffic to the client */
+	if (c.backend && c.backend->encap == LB_ENCAP_NAT)
+		return XDP_PASS;
 	rc = forward(ctx, pkt, &c);
 	if (rc >= 0)
 		count_event(LB_EV_ICMP_TO_BACKEND);
@@ -85,6 +90,14 @@ int manifold_lb(struct xdp_md *ctx)
 	rc = parse_packet(ctx, &pkt);
 	if (rc == LB_PARSE_PASS)
 		return XDP_PASS;
+	if (rc == LB_PARSE_OTHER) {
+		rc = nat_reply(ctx, &pkt);
+		if (rc == LB_NAT_NO_ENTRY)
+			return transit(ctx, &pkt);
+		if (rc < 0)
+			return count_drop(-rc);
+		return rc;
+	}
 	if (rc < 0)
 		return count_drop(-rc);
 

@@ -43,6 +43,29 @@
 #define LB_ICMP4_QUOTE 128
 #define LB_ICMP6_QUOTE 256
 
+/* NAT source ports: the node gives each flow to a backend a port of 1024..32767, below
+ * Linux's ephemeral range (32768-60999), so that the node's own connections to the
+ * backend (health checks) never share one with a NAT flow. A flow's first candidate
+ * comes from its hash; LB_NAT_PROBES candidates are tried before the packet is dropped
+ * (nat_ports), the step odd so that probes never repeat within the range. */
+#ifndef LB_NAT_TABLE_SIZE
+#define LB_NAT_TABLE_SIZE 262144 /* entries of lb_nat and of lb_nat_flows */
+#endif
+#define LB_NAT_PORT_MIN 1024
+#define LB_NAT_PORT_COUNT 31744
+#define LB_NAT_PROBES 8
+#define LB_NAT_PROBE_STEP 7919
+
+/* NAT entry lifetimes, in seconds since the flow's last packet, by state: IPVS's
+ * defaults (ipvsadm --timeout: tcp 900, tcpfin 120, udp 300), a SYN that is not
+ * answered lives as long as IPVS's SYN_RECV, and a reset flow a few seconds for the
+ * packets still in flight. An entry is refreshed at most once a second. */
+#define LB_NAT_TIMEOUT_OPENING 60
+#define LB_NAT_TIMEOUT_ESTABLISHED 900
+#define LB_NAT_TIMEOUT_CLOSING 120
+#define LB_NAT_TIMEOUT_CLOSED 10
+#define LB_NAT_TIMEOUT_UDP 300
+
 /* Length of the window in which node.new_flow_rate is counted, in ns. */
 #define LB_FLOW_RATE_WINDOW_NS 1000000000ULL
 

@@ -39,4 +39,17 @@ static __always_inline __u16 csum_replace2(__u16 check, __u16 old, __u16 new)
 	return csum_fold((__u16)~check + (__u16)~old + (__u32) new);
 }
 
+/* Adds to sum what changes in checksummed data when the 32-bit word `from` becomes `to`
+ * (RFC 1624 eqn. 3, both 16-bit halves): words are taken as stored, in any byte order. */
+static __always_inline __u32 csum_diff32(__u32 sum, __u32 from, __u32 to)
+{
+	return sum + (~from & 0xffff) + (~from >> 16) + (to & 0xffff) + (to >> 16);
+}
+
+/* The checksum `check` after the changes whose csum_diff32 sums are `diff`. */
+static __always_inline __u16 csum_apply(__u16 check, __u32 diff)
+{
+	return csum_fold((__u16)~check + diff);
+}
+
 #endif

@@ -14,6 +14,8 @@ static __always_inline __u16 encap_overhead(__u8 family, const struct lb_backend
 {
 	__u16 len = family == LB_FAMILY_V4 ? IPV4_HDR_LEN : IPV6_HDR_LEN;
 
+	if (b->encap == LB_ENCAP_NAT)
+		return 0; /* rewritten in place */
 	return b->encap == LB_ENCAP_GUE ? len + UDP_HDR_LEN : len;
 }
 

@@ -6,6 +6,7 @@
 
 #include "encap.h"
 #include "flow.h"
+#include "nat.h"
 #include "mtu.h"
 #include "stats.h"
 
@@ -20,19 +21,21 @@ static __always_inline int fib_lookup_backend(struct xdp_md *ctx, const struct l
 					      struct bpf_fib_lookup *fib)
 {
 	int gue = b->encap == LB_ENCAP_GUE;
+	/* a NAT packet keeps its protocol; policy routing may match on it */
+	__u8 proto = b->encap == LB_ENCAP_NAT ? pkt->flow.proto : gue ? IPPROTO_UDP : 0;
 	int rc;
 
 	fib->ifindex = ctx->ingress_ifindex;
 	fib->tot_len = outer_len;
 	if (pkt->family == LB_FAMILY_V4) {
 		fib->family = LB_AF_INET;
-		fib->l4_protocol = gue ? IPPROTO_UDP : IPPROTO_IPIP_V4;
+		fib->l4_protocol = proto ? proto : IPPROTO_IPIP_V4;
 		fib->tos = pkt->tos;
 		fib->ipv4_src = node_addr4;
 		fib->ipv4_dst = b->addr[0];
 	} else {
 		fib->family = LB_AF_INET6;
-		fib->l4_protocol = gue ? IPPROTO_UDP : IPPROTO_IPIP_V6;
+		fib->l4_protocol = proto ? proto : IPPROTO_IPIP_V6;
 		copy_node_addr6(fib->ipv6_src);
 		__builtin_memcpy(fib->ipv6_dst, b->addr, sizeof(fib->ipv6_dst));
 	}
@@ -134,9 +137,10 @@ static __always_inline int transmit(struct xdp_md *ctx, const struct lb_packet *
 	return bpf_redirect_map(&lb_tx_ports, ifindex, 0);
 }
 
-/* Sends a packet to the backend chosen for it: route, encapsulate, transmit, count.
- * A packet that would not fit the route's MTU once encapsulated is answered with
- * "fragmentation needed" / "packet too big" instead (mtu.h). */
+/* Sends a packet to the backend chosen for it: route, encapsulate (or translate, for
+ * a NAT backend), transmit, count. A packet that would not fit the route's MTU once
+ * encapsulated is answered with "fragmentation needed" / "packet too big" instead
+ * (mtu.h). */
 static __always_inline int forward(struct xdp_md *ctx, struct lb_packet *pkt,
 				   const struct lb_choice *c)
 {
@@ -152,7 +156,10 @@ static __always_inline int forward(struct xdp_md *ctx, struct lb_packet *pkt,
 		return rc;
 	if (!nh)
 		return -LB_DROP_NO_ROUTE;
-	rc = encap(ctx, pkt, c->backend, c->hash);
+	if (c->backend->encap == LB_ENCAP_NAT)
+		rc = nat_translate(ctx, pkt, c);
+	else
+		rc = encap(ctx, pkt, c->backend, c->hash);
 	if (rc < 0)
 		return rc;
 	rc = transmit(ctx, pkt, nh);

@@ -88,6 +88,25 @@ struct {
 	__type(value, struct lb_flow);
 } lb_flows SEC(".maps");
 
+/* NAT flows by their backend-side 4-tuple: replies are translated with it, and a
+ * source port is taken by inserting here (BPF_NOEXIST: two CPUs never get the same
+ * one). LRU: a full table evicts the least recent flows rather than refusing new ones. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, LB_NAT_TABLE_SIZE);
+	__type(key, struct lb_nat_key);
+	__type(value, struct lb_nat);
+} lb_nats SEC(".maps");
+
+/* NAT flows by their client-side 5-tuple: the port each was given. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
+	__uint(max_entries, LB_NAT_TABLE_SIZE);
+	__type(key, struct lb_flow_key);
+	__type(value, struct lb_nat_flow);
+} lb_nat_flows SEC(".maps");
+
 /* Devices the program may redirect to, keyed by ifindex (XDP_TX covers the ingress). */
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);

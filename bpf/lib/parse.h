@@ -56,6 +56,7 @@ enum {
 	LB_PARSE_PASS = 0, /* not VIP traffic: hand to the kernel untouched */
 	LB_PARSE_VIP = 1,  /* a well-formed TCP/UDP packet to a VIP address */
 	LB_PARSE_ICMP = 2, /* an ICMP / ICMPv6 message to a VIP address (icmp.h) */
+	LB_PARSE_OTHER = 3, /* an IP packet for another address: family set, nothing else */
 };
 
 /* Parse TCP/UDP ports (and TCP flags) of a packet whose IP part ends at l3_end. */
@@ -106,8 +107,10 @@ static __always_inline int parse_ipv4(void *data, void *data_end, __u64 off,
 
 	if ((void *)(iph + 1) > data_end)
 		return LB_PARSE_PASS; /* too short to be anyone's: the kernel will discard it */
-	if (!is_vip4(iph->daddr))
-		return LB_PARSE_PASS;
+	if (!is_vip4(iph->daddr)) {
+		pkt->family = LB_FAMILY_V4;
+		return LB_PARSE_OTHER;
+	}
 
 	if (iph->version != 4 || iph->ihl < 5)
 		return -LB_DROP_MALFORMED;
@@ -145,8 +148,10 @@ static __always_inline int parse_ipv6(void *data, void *data_end, __u64 off,
 
 	if ((void *)(ip6 + 1) > data_end)
 		return LB_PARSE_PASS;
-	if (!is_vip6(&ip6->daddr))
-		return LB_PARSE_PASS;
+	if (!is_vip6(&ip6->daddr)) {
+		pkt->family = LB_FAMILY_V6;
+		return LB_PARSE_OTHER;
+	}
 
 	if (ip6->version != 6)
 		return -LB_DROP_MALFORMED;

@@ -74,6 +74,7 @@ enum lb_backend_state {
 enum __attribute__((packed)) lb_encap {
 	LB_ENCAP_IPIP = 0, /* IPv4-in-IPv4 / IPv6-in-IPv6 */
 	LB_ENCAP_GUE = 1,  /* GUE variant 1: outer IP + UDP, then the client's IP packet */
+	LB_ENCAP_NAT = 2,  /* full NAT: node address and port → backend address and port (nat.h) */
 };
 
 /* lb_backends value: one (service, backend) pair, indexed by backend id. */
@@ -84,6 +85,8 @@ struct lb_backend {
 	enum lb_family family;
 	enum lb_encap encap;
 	__be16 gue_port;  /* UDP destination port when encap is GUE */
+	__be16 nat_port;  /* destination port when encap is NAT; 0: the client's */
+	__u8 pad[2];
 };
 
 /* lb_flows key: the 5-tuple as seen on the wire. */
@@ -101,6 +104,46 @@ struct lb_flow {
 	__u32 service_id; /* the backend slot must still belong to it (ids get reused) */
 	__u32 hash;       /* the flow's hash, kept so an established flow never recomputes it */
 	__u32 pad;
+};
+
+/* lb_nats key: a NAT flow as its backend's replies carry it, the node's address of the
+ * family implied (node_addr4 / node_addr6). */
+struct lb_nat_key {
+	__be32 backend[4];
+	__be16 backend_port;
+	__be16 node_port;  /* the source port the node gave the flow */
+	__u8 proto;
+	__u8 family;
+	__u8 pad[2];
+};
+
+/* TCP states of a NAT flow, each with its own timeout (consts.h); UDP has one. */
+enum __attribute__((packed)) lb_nat_state {
+	LB_NAT_UDP = 0,
+	LB_NAT_TCP_OPENING,     /* SYN seen, the handshake not yet complete */
+	LB_NAT_TCP_ESTABLISHED, /* a packet without SYN, FIN or RST after the backend answered */
+	LB_NAT_TCP_CLOSING,     /* a FIN either way */
+	LB_NAT_TCP_CLOSED,      /* a RST either way */
+};
+
+/* lb_nats value: what a reply is translated back to, and the flow's state. */
+struct lb_nat {
+	__be32 client[4];
+	__be32 vip[4];
+	__be16 client_port;
+	__be16 vip_port;
+	__u32 backend_id;     /* the backend slot the forward direction chose */
+	__u64 expires;        /* lb_now() from which on the entry is dead and its port free */
+	enum lb_nat_state state;
+	__u8 replied;         /* the backend has answered */
+	__u8 pad[6];
+};
+
+/* lb_nat_flows value: the node port a client flow (lb_flow_key) was given. */
+struct lb_nat_flow {
+	__u32 backend_id;
+	__be16 node_port;
+	__u8 pad[2];
 };
 
 /* lb_fib_cache value: where the last FIB lookup sent a backend's packets. */
@@ -133,6 +176,7 @@ enum lb_drop_reason {
 	LB_DROP_TOO_BIG,      /* encapsulated packet exceeds the egress MTU */
 	LB_DROP_NO_TX_PORT,   /* egress device is not one manifold may redirect to */
 	LB_DROP_ENCAP,        /* the kernel refused to grow the packet */
+	LB_DROP_NAT_PORTS,    /* NAT: no free source port towards the backend */
 	LB_DROP_MAX,
 };
 
@@ -143,6 +187,8 @@ enum lb_event {
 	LB_EV_ICMP_ECHO_REPLY,       /* echo request to a VIP answered */
 	LB_EV_ICMP_TO_BACKEND,       /* frag-needed / packet-too-big sent to its flow's backend */
 	LB_EV_ICMP_TOO_BIG_SENT,     /* client told its packet does not fit after encapsulation */
+	LB_EV_TRANSIT_FORWARDED,     /* a packet for neither a VIP nor the node routed in XDP */
+	LB_EV_NAT_REPLY,             /* a backend's reply to a NAT flow translated back to its client */
 	LB_EV_MAX,
 };
 
@@ -157,6 +203,7 @@ struct lb_settings {
 	__be32 entropy4;    /* /16 network of IPIP/GUE outer sources, 0: node_addr4 */
 	__be32 entropy6[2]; /* /64 network of IPv6 outer sources, 0: node_addr6 */
 	__u32 new_flows_per_cpu; /* flow-table inserts per second and CPU, 0: unbounded */
+	__u32 forward_transit;   /* 1: route transit packets in XDP (transit.h) */
 };
 
 /* Backend-side decapsulation counters (index into lb_decap_stats). */

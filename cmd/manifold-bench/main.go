@@ -2,6 +2,7 @@
 //
 //	manifold-bench dataplane      per-packet cost of the data plane (BPF_PROG_TEST_RUN)
 //	manifold-bench pktrate        packets/s through one node in a namespace lab
+//	manifold-bench transit        transit packets/s routed in XDP or by the kernel, 10 and 800 000 routes
 //	manifold-bench controlplane   Maglev builds and programming services into the kernel
 //	manifold-bench report         merge the parts' JSON into latest.json and latest.md
 //
@@ -26,6 +27,7 @@ const usage = `manifold-bench — manifold's benchmarks (dataplane, pktrate and 
 Usage:
   manifold-bench dataplane [--calls N] [--runs N] [--flood SYNS] [--json FILE]
   manifold-bench pktrate [--rounds N] [--seconds S] [--json FILE]
+  manifold-bench transit [--rounds N] [--seconds S] [--json FILE]
   manifold-bench controlplane [--runs N] [--json FILE]
   manifold-bench report [--out DIR] [--commit REV] PART.json...
 `
@@ -42,6 +44,8 @@ func main() {
 		err = dataplane(args, os.Stdout)
 	case "pktrate":
 		err = pktrate(args, os.Stdout)
+	case "transit":
+		err = transit(args, os.Stdout)
 	case "controlplane":
 		err = controlplane(args, os.Stdout)
 	case "report":

@@ -17,8 +17,18 @@ import (
 // pktrate: packets/s through one node in a namespace lab, manifold next to the
 // kernel's forwarding, nftables DNAT and minimal XDP forwarders.
 func pktrate(args []string, w io.Writer) error {
-	fs := flag.NewFlagSet("manifold-bench pktrate", flag.ContinueOnError)
-	rounds := fs.Int("rounds", bench.DefaultPktrateRounds, "rounds; each measures every path and flow count once")
+	return rateLab(args, "pktrate", "rounds; each measures every path and flow count once", func(ctx context.Context, opts bench.PktrateOptions) (bench.Part, error) {
+		fmt.Fprintf(w, "Packet rate through one node: generator → device under test → sink, 64-byte UDP, %d rounds of %.1f s runs.\n\n", opts.Rounds, opts.Measure.Seconds())
+		part, _, err := bench.Pktrate(ctx, w, opts)
+		return part, err
+	})
+}
+
+// rateLab parses the flags of a benchmark in the packet-rate lab, runs it until it ends
+// or Ctrl-C (the lab is removed before the command returns), and writes its part.
+func rateLab(args []string, name, roundsDoc string, run func(context.Context, bench.PktrateOptions) (bench.Part, error)) error {
+	fs := flag.NewFlagSet("manifold-bench "+name, flag.ContinueOnError)
+	rounds := fs.Int("rounds", bench.DefaultPktrateRounds, roundsDoc)
 	seconds := fs.Float64("seconds", bench.DefaultPktrateMeasure.Seconds(), "measured seconds of each run (after a warm-up)")
 	out := fs.String("json", "", "also write the results part as JSON to this file")
 	if err := fs.Parse(args); err != nil {
@@ -27,16 +37,13 @@ func pktrate(args []string, w io.Writer) error {
 	if *rounds < 1 || *seconds <= 0 {
 		return errors.New("--rounds must be ≥ 1 and --seconds > 0")
 	}
-	// Ctrl-C ends the runs, and the lab is removed before the command returns.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := bench.PktrateOptions{
+	part, err := run(ctx, bench.PktrateOptions{
 		Prefix:  os.Getenv("MANIFOLD_LAB_PREFIX"),
 		Rounds:  *rounds,
 		Measure: time.Duration(*seconds * float64(time.Second)),
-	}
-	fmt.Fprintf(w, "Packet rate through one node: generator → device under test → sink, 64-byte UDP, %d rounds of %.1f s runs.\n\n", *rounds, *seconds)
-	part, _, err := bench.Pktrate(ctx, w, opts)
+	})
 	if errors.Is(err, context.Canceled) {
 		return errors.New("interrupted (the lab is removed)")
 	}
@@ -47,4 +54,13 @@ func pktrate(args []string, w io.Writer) error {
 		return nil
 	}
 	return bench.WritePart(*out, part)
+}
+
+// transit: packets/s of transit traffic through one node, routed in XDP
+// (node.forward_transit) or by the kernel, with few routes and with a full table.
+func transit(args []string, w io.Writer) error {
+	return rateLab(args, "transit", "rounds per route count; each measures both paths once", func(ctx context.Context, opts bench.PktrateOptions) (bench.Part, error) {
+		fmt.Fprintf(w, "Transit forwarding through one node: XDP (node.forward_transit) and the kernel, 64-byte UDP, %d rounds of %.1f s runs per route count.\n\n", opts.Rounds, opts.Measure.Seconds())
+		return bench.Transit(ctx, w, bench.TransitOptions{PktrateOptions: opts})
+	})
 }

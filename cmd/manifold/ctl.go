@@ -23,30 +23,58 @@ import (
 
 const defaultAPI = "http://127.0.0.1:9100"
 
-const ctlUsage = `usage: manifold ctl [--api URL] [-o table|json] COMMAND
-  status                          the node: interfaces, BGP, services and backends, flow table, drops
-  services                        every service, one line each
-  backends SERVICE                the backends of a service: state, health, weight, traffic
-  drain SERVICE ADDRESS           weight 0: the backend keeps its flows, gets no new ones
-  undrain SERVICE ADDRESS         back to the weight it had before the drain
-  weight SERVICE ADDRESS WEIGHT   set a backend's weight (0..65535)
-  config                          the config the node runs (secrets redacted)
-  fleet                           every node of the fleet: alive, applied revision, lag, agreement
-  steering                        global steering: per service, site and origin the share, target, load, RTT and why
---api defaults to $MANIFOLD_API, else ` + defaultAPI + `; the API token, when the node has
-one, is read from $MANIFOLD_API_TOKEN.`
+// ctlCommand is one row of ctl's table: its usage line, its argument count and its
+// completion come from here.
+type ctlCommand struct {
+	name, args, summary string
+	nargs               int
+}
+
+var ctlCommands = []ctlCommand{
+	{"status", "", "the node: interfaces, BGP, services and backends, flow table, drops", 0},
+	{"services", "", "every service, one line each", 0},
+	{"backends", "SERVICE", "the backends of a service: state, health, weight, traffic", 1},
+	{"drain", "SERVICE ADDRESS", "weight 0: the backend keeps its flows, gets no new ones", 2},
+	{"undrain", "SERVICE ADDRESS", "back to the weight it had before the drain", 2},
+	{"weight", "SERVICE ADDRESS WEIGHT", "set a backend's weight (0..65535)", 3},
+	{"config", "", "the config the node runs (secrets redacted)", 0},
+	{"fleet", "", "every node of the fleet: alive, applied revision, lag, agreement", 0},
+	{"steering", "", "global steering: per service, site and origin the share, target, load, RTT and why", 0},
+	{"tunnels", "", "the tunnel edge: services, connectors, streams, bytes, RTT, capacity in use, refusals", 0},
+	{"link", "", "a site-to-site link (manifold link): its tunnels, state, traffic, handshakes, probe RTT", 0},
+}
+
+var ctlUsage = func() string {
+	var b strings.Builder
+	b.WriteString("usage: manifold ctl [--api URL] [-o table|json] COMMAND\n")
+	for _, c := range ctlCommands {
+		fmt.Fprintf(&b, "  %-32s%s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
+	}
+	b.WriteString("--api defaults to $MANIFOLD_API, else " + defaultAPI + " (for link: " + defaultLinkAPI + "); the API token,\nwhen the node has one, is read from $MANIFOLD_API_TOKEN.")
+	return b.String()
+}()
+
+// ctlWords completes after `manifold ctl`: its commands and flags.
+func ctlWords() []string {
+	words := []string{"--api", "-o"}
+	for _, c := range ctlCommands {
+		words = append(words, c.name)
+	}
+	return words
+}
 
 // ctlClient talks to one node's API.
 type ctlClient struct {
-	base  string
-	token string
-	http  *http.Client
+	base   string
+	token  string
+	http   *http.Client
+	daemon string // what serves the API, for the message when it cannot be reached
 }
 
 func ctl(args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("ctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	apiURL := fs.String("api", envOr("MANIFOLD_API", defaultAPI), "node API base URL (env MANIFOLD_API)")
+	apiURL := fs.String("api", "", "node API base URL (env MANIFOLD_API)")
 	output := fs.String("o", "table", "output: table | json")
 	// flags may come before or after the command and its arguments
 	var pos []string
@@ -65,11 +93,25 @@ func ctl(args []string, w io.Writer) error {
 	if len(pos) == 0 {
 		return errors.New(ctlUsage)
 	}
-	c := &ctlClient{base: strings.TrimRight(*apiURL, "/"), token: os.Getenv("MANIFOLD_API_TOKEN"), http: &http.Client{Timeout: 10 * time.Second}}
 	cmd, params := pos[0], pos[1:]
-	need := map[string]int{"status": 0, "services": 0, "config": 0, "fleet": 0, "steering": 0, "backends": 1, "drain": 2, "undrain": 2, "weight": 3}
-	n, ok := need[cmd]
-	if !ok {
+	if *apiURL == "" {
+		*apiURL = envOr("MANIFOLD_API", defaultAPI)
+		if cmd == "link" {
+			*apiURL = envOr("MANIFOLD_API", defaultLinkAPI)
+		}
+	}
+	c := &ctlClient{base: strings.TrimRight(*apiURL, "/"), token: os.Getenv("MANIFOLD_API_TOKEN"), http: &http.Client{Timeout: 10 * time.Second},
+		daemon: "manifold run"}
+	if cmd == "link" {
+		c.daemon = "manifold link"
+	}
+	n := -1
+	for _, c := range ctlCommands {
+		if c.name == cmd {
+			n = c.nargs
+		}
+	}
+	if n < 0 {
 		return fmt.Errorf("unknown command %q\n%s", cmd, ctlUsage)
 	}
 	if len(params) != n {
@@ -92,6 +134,10 @@ func ctl(args []string, w io.Writer) error {
 		raw, err = c.call("GET", "/api/v1/fleet", nil)
 	case "steering":
 		raw, err = c.call("GET", "/api/v1/steering", nil)
+	case "link":
+		raw, err = c.call("GET", api.LinkPath, nil)
+	case "tunnels":
+		raw, err = c.call("GET", "/api/v1/tunnels", nil)
 	case "drain", "undrain":
 		raw, err = c.call("POST", svcPath(params[0])+"/backends/"+url.PathEscape(params[1])+"/"+cmd, nil)
 	case "weight":
@@ -147,6 +193,18 @@ func ctl(args []string, w io.Writer) error {
 			return badAnswer(err)
 		}
 		printSteering(w, &st)
+	case "link":
+		var st api.LinkStatus
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return badAnswer(err)
+		}
+		printLink(w, &st)
+	case "tunnels":
+		var st api.TunnelsStatus
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return badAnswer(err)
+		}
+		printTunnels(w, &st)
 	default: // drain, undrain, weight: the service as it is now
 		var s api.ServiceStatus
 		if err := json.Unmarshal(raw, &s); err != nil {
@@ -183,7 +241,7 @@ func (c *ctlClient) call(method, path string, body []byte) ([]byte, error) {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the node API at %s (is `manifold run` running there? --api or MANIFOLD_API name another node): %w", c.base, err)
+		return nil, fmt.Errorf("cannot reach the node API at %s (is `%s` running there? --api or MANIFOLD_API name another node): %w", c.base, c.daemon, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)

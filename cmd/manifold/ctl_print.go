@@ -5,10 +5,15 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
+	"net"
 	"net/netip"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/manifoldlb/manifold/internal/api"
 )
@@ -301,6 +306,58 @@ func printSteering(w io.Writer, st *api.SteeringStatus) {
 		}
 	}
 	tw.Flush()
+}
+
+func printTunnels(w io.Writer, st *api.TunnelsStatus) {
+	fmt.Fprintf(w, "Tunnel edge on %s (QUIC)\n\n", st.Listen)
+	tw := table(w)
+	fmt.Fprintln(tw, "SERVICE\tVIP\tCONNECTORS\tIN USE/CAPACITY\tANNOUNCED")
+	for _, s := range st.Services {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%s\n", s.Name, net.JoinHostPort(s.VIP, strconv.Itoa(int(s.Port))), s.Connectors, s.Open, s.Capacity, yesNo(s.Announced))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	if len(st.Tunnels) == 0 {
+		fmt.Fprintln(w, "No connector attached.")
+	} else {
+		tw = table(w)
+		fmt.Fprintln(tw, "CONNECTOR\tTUNNEL\tFROM\tTOKEN\tSERVICES (IN USE/CAPACITY)\tSTREAMS OPEN\tSTREAMS\tTO ORIGIN\tFROM ORIGIN\tRTT\tSTATE")
+		for _, t := range st.Tunnels {
+			var shares []string
+			for _, s := range t.Services {
+				shares = append(shares, fmt.Sprintf("%s %d/%d", s.Name, s.Open, s.Capacity))
+			}
+			state := "up since " + t.Since.UTC().Format(time.RFC3339)
+			if t.Draining {
+				state = "draining"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%.1f ms\t%s\n", t.Connector, t.ID, t.Remote, t.Token, strings.Join(shares, ", "),
+				t.StreamsOpen, t.StreamLimit, t.Streams, humanBytes(t.BytesToOrigin), humanBytes(t.BytesFromOrigin),
+				float64(t.RTT)/float64(time.Millisecond), state)
+		}
+		tw.Flush()
+	}
+	c := st.Counters
+	var refused []string
+	for _, reason := range slices.Sorted(maps.Keys(c.Refused)) {
+		refused = append(refused, fmt.Sprintf("%s %d", reason, c.Refused[reason]))
+	}
+	fmt.Fprintf(w, "\nAttached %d, gone %d, refused: %s\nStreams %d (retried %d), clients refused %d\n",
+		c.Attached, c.Gone, strings.Join(refused, ", "), c.Streams, c.StreamRetries, c.ClientsRefused)
+}
+
+// humanBytes writes a byte count in binary units.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 func yesNo(b bool) string {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/steer"
+	"github.com/manifoldlb/manifold/internal/tunnel"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of manifold ctl")
@@ -105,6 +106,18 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}, steer.Shares{"sjc": {"us": 1, "eu": 0}, "ams": {"us": 0, "eu": 1}})
 		reply(200, api.SteeringStatus{Site: "sjc", Services: []api.Steering{{Service: "web", Round: 7, At: "2026-11-23T15:00:01Z", Leader: "steer1",
 			Shares: d.Shares(), Decision: d}}})
+	case r.URL.Path == "/api/v1/tunnels":
+		reply(200, api.TunnelsStatus{Listen: "0.0.0.0:7443",
+			Services: []api.TunnelService{{Name: "home", VIP: "198.51.100.20", Port: 443, Connectors: 1, Capacity: 100, Open: 2, Announced: true}},
+			Tunnels: []tunnel.TunnelStatus{
+				{ID: 3, Connector: "nas", Remote: "203.0.113.9:40000", Token: "sha256:0123456789ab", Services: []tunnel.ServiceStatus{{Name: "home", Capacity: 100, Open: 2}},
+					StreamsOpen: 2, StreamLimit: 10000, Streams: 41, BytesToOrigin: 5300, BytesFromOrigin: 7 << 20, RTT: 3200 * time.Microsecond,
+					Since: time.Date(2026, 11, 23, 15, 0, 0, 0, time.UTC)},
+				{ID: 4, Connector: "vm2", Remote: "203.0.113.10:50000", Token: "sha256:ba9876543210", Services: []tunnel.ServiceStatus{{Name: "home", Capacity: 200, Open: 3}},
+					StreamsOpen: 3, StreamLimit: 10000, Streams: 80, BytesToOrigin: 900, BytesFromOrigin: 3 << 30, RTT: 12 * time.Millisecond, Draining: true,
+					Since: time.Date(2026, 11, 23, 15, 1, 0, 0, time.UTC)}},
+			Counters: tunnel.EdgeCounters{Attached: 5, Gone: 1, Streams: 121, StreamRetries: 1, ClientsRefused: 0,
+				Refused: map[string]uint64{tunnel.RefusedUnknownToken: 2, tunnel.RefusedOutOfScope: 1, tunnel.RefusedTunnelLimit: 0, tunnel.RefusedTLS: 0, tunnel.RefusedProtocol: 0}}})
 	case r.URL.Path == "/api/v1/config":
 		reply(200, api.ConfigView{ConfigInfo: api.ConfigInfo{File: f.st.Config.File, Revision: f.st.Config.Revision, InSync: f.inSync},
 			YAML: "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\n  api_token: <redacted>\nservices:\n  - name: web\n    vip: 198.51.100.10\n"})
@@ -168,6 +181,7 @@ func TestCtlGolden(t *testing.T) {
 		{"config", []string{"config"}, "GET /api/v1/config", ""},
 		{"fleet", []string{"fleet"}, "GET /api/v1/fleet", ""},
 		{"steering", []string{"steering"}, "GET /api/v1/steering", ""},
+		{"tunnels", []string{"tunnels"}, "GET /api/v1/tunnels", ""},
 		{"drain", []string{"drain", "web", "10.0.1.1"}, "POST /api/v1/services/web/backends/10.0.1.1/drain", ""},
 		{"weight", []string{"weight", "web", "10.0.1.1", "5"}, "POST /api/v1/services/web/backends/10.0.1.1/weight", `{"weight":5}`},
 	}

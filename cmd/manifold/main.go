@@ -1,13 +1,7 @@
-// Command manifold is the one binary of the manifold load balancer:
-//
-//	manifold run --config FILE        the LB node daemon (XDP data plane, health checks, API)
-//	manifold backend --config FILE    the backend agent (tc decapsulation, VIPs on lo)
-//	manifold validate --config FILE   check a file without touching the system
-//	manifold ctl [--api URL] COMMAND  operator CLI against a node's API (status, drain, …)
-//	manifold fleet import|export      seed or read the fleet store (etcd)
-//	manifold steer simulate           the steering controller on a simulated clock
-//	manifold connect --config FILE    the tunnel connector: an origin behind NAT dials the edges
-//	manifold kube-controller          LoadBalancer addresses for Kubernetes Services, from IPPools
+// Command manifold is the one binary of the manifold load balancer: the node daemon
+// (run), the backend agent, the operator CLI (ctl), the fleet, steering, tunnel, link and
+// Kubernetes parts. The command table below is the list; the usage text and the shell
+// completion are drawn from it.
 //
 // The benchmarks are another binary, manifold-bench, so that this one does not carry
 // their test rig (TestNoTestRigLinked).
@@ -22,70 +16,122 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/manifoldlb/manifold/internal/backendagent"
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/link"
 	"github.com/manifoldlb/manifold/internal/node"
+	"github.com/manifoldlb/manifold/internal/tunnel"
 )
 
-const usage = `manifold — active-active XDP load balancer
+// command is one row of the command table: the usage text, the shell completion and the
+// dispatch all come from it, so a new command cannot miss one of them.
+type command struct {
+	name     string
+	synopsis string   // the arguments, as the usage shows them
+	summary  string   // what it does, one line
+	words    []string // what completes after the name: subcommands and flags
+	run      func(args []string) error
+}
 
-Usage:
-  manifold run --config FILE        run an LB node (foreground)
-  manifold backend --config FILE    run the backend agent (foreground)
-  manifold validate --config FILE   check a node or backend config file
-  manifold ctl [--api URL] COMMAND  operate a running node (manifold ctl: the commands)
-  manifold fleet import|export ...  seed or read the fleet store (manifold fleet: how)
-  manifold steer simulate ...       run the steering controller on a scenario (simulated time)
-  manifold connect --config FILE    the tunnel connector of an origin behind NAT (foreground)
-  manifold kube-controller [--kubeconfig FILE] [--default-class]
-                                    allocate LoadBalancer addresses from IPPools (Kubernetes)
-  manifold version
+// commands is the table, in the order the usage lists them. It is filled in init
+// because usage and completion read it from inside it.
+var commands []command
 
-The benchmarks are a binary of their own: manifold-bench (make build builds both).
-`
+func init() {
+	commands = []command{
+		{"run", "--config FILE", "run an LB node (foreground)", []string{"--config"},
+			func(a []string) error { return daemon(a, "run", node.Run) }},
+		{"backend", "--config FILE", "run the backend agent (foreground)", []string{"--config"},
+			func(a []string) error { return daemon(a, "backend", backendagent.Run) }},
+		{"validate", "--config FILE", "check a node, backend, steering or connector config file", []string{"--config"},
+			func(a []string) error { return exitWith(validate(a, os.Stdout, os.Stderr)) }},
+		{"ctl", "[--api URL] COMMAND", "operate a running node (manifold ctl: the commands)", ctlWords(),
+			func(a []string) error { return ctl(a, os.Stdout) }},
+		{"fleet", "import|export ...", "seed or read the fleet store (manifold fleet: how)",
+			[]string{"import", "export", "--config", "--services", "--force"},
+			func(a []string) error { return fleetCmd(a, os.Stdout) }},
+		{"steer", "--config FILE | simulate ...", "the steering controller, live or on a scenario (simulated time)",
+			[]string{"simulate", "--config", "--scenario", "--algorithm", "--json", "--plot"},
+			func(a []string) error { return steerCmd(a, os.Stdout) }},
+		{"connect", "--config FILE", "the tunnel connector of an origin behind NAT (foreground)", []string{"--config"},
+			connectCmd},
+		{"link", "--config FILE", "a site-to-site link over several WireGuard tunnels (foreground)", []string{"--config"},
+			func(a []string) error { return daemon(a, "link", link.Run) }},
+		{"kube-controller", "[--kubeconfig FILE] [--default-class]", "allocate LoadBalancer addresses from IPPools (Kubernetes)",
+			[]string{"--kubeconfig", "--default-class", "--namespace"},
+			kubeControllerCmd},
+		{"version", "", "version, commit, Go version and the BPF objects' hashes", nil,
+			func([]string) error { return printVersion(os.Stdout) }},
+		{"completion", "bash|zsh", "print the shell completion script (README: Install on a host)", []string{"bash", "zsh"},
+			func(a []string) error { return completion(a, os.Stdout) }},
+	}
+}
 
-var version = "dev"
+// usage is the top-level help, from the table.
+func usage() string {
+	var b strings.Builder
+	b.WriteString("manifold — active-active XDP load balancer\n\nUsage:\n")
+	for _, c := range commands {
+		left := strings.TrimSpace("manifold " + c.name + " " + c.synopsis)
+		if len(left) > 34 {
+			fmt.Fprintf(&b, "  %s\n  %-34s%s\n", left, "", c.summary)
+		} else {
+			fmt.Fprintf(&b, "  %-34s%s\n", left, c.summary)
+		}
+	}
+	b.WriteString("\nThe benchmarks are a binary of their own: manifold-bench (make build builds both).\n")
+	return b.String()
+}
+
+// exitStatus carries a command's own exit status (validate: 1 for a bad file) out of
+// the table's error-returning signature.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func exitWith(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return exitStatus(code)
+}
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
+		fmt.Fprint(os.Stderr, usage())
 		os.Exit(2)
 	}
-	cmd, args := os.Args[1], os.Args[2:]
-	var err error
-	switch cmd {
-	case "run":
-		err = daemon(args, "run", node.Run)
-	case "backend":
-		err = daemon(args, "backend", backendagent.Run)
-	case "validate":
-		os.Exit(validate(args, os.Stdout, os.Stderr))
-	case "ctl":
-		err = ctl(args, os.Stdout)
-	case "fleet":
-		err = fleetCmd(args, os.Stdout)
-	case "steer":
-		err = steerCmd(args, os.Stdout)
-	case "connect":
-		err = connectCmd(args)
-	case "kube-controller":
-		err = kubeControllerCmd(args)
-	case "bench":
-		err = errors.New("the benchmarks are a binary of their own: bin/manifold-bench (make build)")
-	case "version", "--version":
-		fmt.Println("manifold", version)
+	name, args := os.Args[1], os.Args[2:]
+	switch name {
 	case "help", "-h", "--help":
-		fmt.Print(usage)
-	default:
-		fmt.Fprintf(os.Stderr, "manifold: unknown command %q\n\n%s", cmd, usage)
-		os.Exit(2)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "manifold %s: %s\n", cmd, err)
+		fmt.Print(usage())
+		return
+	case "--version":
+		name = "version"
+	case "bench":
+		fmt.Fprintln(os.Stderr, "manifold bench: the benchmarks are a binary of their own: bin/manifold-bench (make build)")
 		os.Exit(1)
 	}
+	for _, c := range commands {
+		if c.name != name {
+			continue
+		}
+		err := c.run(args)
+		var code exitStatus
+		switch {
+		case errors.As(err, &code):
+			os.Exit(int(code))
+		case err != nil:
+			fmt.Fprintf(os.Stderr, "manifold %s: %s\n", name, err)
+			os.Exit(1)
+		}
+		return
+	}
+	fmt.Fprintf(os.Stderr, "manifold: unknown command %q\n\n%s", name, usage())
+	os.Exit(2)
 }
 
 func configFlag(name string, args []string) (string, error) {
@@ -120,9 +166,9 @@ func daemon(args []string, name string, run func(context.Context, string, *slog.
 	return err
 }
 
-// validate checks a node file, a backend agent file or a steering controller file
-// (recognised by their top-level `backend:` or `steer:` key), and prints every problem
-// as FILE:LINE: field: message.
+// validate checks a node, backend agent, steering controller, link or connector file
+// (told apart by their top-level keys: config.KindOf), and prints every problem as
+// FILE:LINE: field: message.
 func validate(args []string, stdout, stderr io.Writer) int {
 	path, err := configFlag("validate", args)
 	if err != nil {
@@ -139,6 +185,10 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		_, err = config.ParseBackend(path, data)
 	case config.SteerFile:
 		_, err = config.ParseSteer(path, data)
+	case config.LinkFile:
+		_, err = config.ParseLink(path, data)
+	case config.ConnectFile:
+		_, err = tunnel.ParseConnectorConfig(path, data)
 	default:
 		_, err = config.Parse(path, data)
 	}

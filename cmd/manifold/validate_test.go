@@ -23,6 +23,10 @@ func TestValidate(t *testing.T) {
 	badBackend := write("badbackend.yaml", "backend:\n  interface: eth0\n  vips: [198.51.100.300]\n")
 	steer := write("steer.yaml", "steer:\n  name: c1\nfleet:\n  etcd:\n    endpoints: [http://10.0.0.5:2379]\n")
 	badSteer := write("badsteer.yaml", "steer:\n  name: c1\nfleet:\n  etcd:\n    endpoints: [10.0.0.5]\n")
+	linkFile := "link:\n  name: dc1-dc2\n  local: {address: 192.0.2.1, prefixes: [10.1.0.0/16]}\n  remote: {address: 192.0.2.2, prefixes: [10.2.0.0/16]}\n" +
+		"  private_key_file: dc1.key\n  peer_public_key: ThxgqOncpcA21h5JzqGQLqMx880sOzNM5Hg8TQMpNkk=\n"
+	link := write("link.yaml", linkFile)
+	badLink := write("badlink.yaml", strings.Replace(linkFile, "10.2.0.0/16", "10.1.2.0/24", 1))
 
 	cases := []struct {
 		path  string
@@ -32,6 +36,8 @@ func TestValidate(t *testing.T) {
 		{good, 0, []string{good + ": ok"}},
 		{backend, 0, []string{backend + ": ok"}},
 		{steer, 0, []string{steer + ": ok"}},
+		{link, 0, []string{link + ": ok"}},
+		{badLink, 1, []string{badLink + ":4: link.remote.prefixes[0]: 10.1.2.0/24 overlaps 10.1.0.0/16 (link.local.prefixes[0])"}},
 		{bad, 1, []string{
 			bad + ":8: services[0].table_size: 100 is not prime (try 101)",
 			bad + ":10: services[0].backends[0].address: 2001:db8::1 is IPv6 but the vip is IPv4 (backends must be of the vip's family)",

@@ -46,6 +46,9 @@ type Node interface {
 	// when the kernel refuses; on any error nothing changed. It fails with the
 	// context's error when the node is stopping.
 	Change(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error
+	// ChangeOwn is Change on the node's own config file, whatever the source of its
+	// services: its bgp section lives there on a node of a fleet too.
+	ChangeOwn(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error
 	// Fleet is every node of the node's fleet: ErrNoFleet without a fleet section, a
 	// store.Error of kind Unreachable when the store cannot be read.
 	Fleet(ctx context.Context) (FleetStatus, error)
@@ -62,6 +65,9 @@ type Server struct {
 	// Steering is the global steering shares the node has read from its fleet's store
 	// (GET /api/v1/steering); nil on a node without a fleet.
 	Steering func() SteeringStatus
+	// Tunnels is the node's tunnel edge (GET /api/v1/tunnels); nil on a node without a
+	// tunnels section.
+	Tunnels func() TunnelsStatus
 	// Token, when set, is required as "Authorization: Bearer TOKEN" by writes, and by
 	// reads too unless OpenReads (the API listens on loopback only).
 	Token     string
@@ -70,6 +76,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	requests map[RequestKey]uint64
+	history  history // the status page's plots (RecordHistory)
 }
 
 // RequestKey counts requests, for manifold_api_requests_total.
@@ -119,6 +126,7 @@ func (s *Server) Handler() http.Handler {
 	read := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.guard(false, h)) }
 	write := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.guard(true, h)) }
 
+	read("GET /{$}", s.statusPage)
 	read("GET /api/v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(OpenAPI)
@@ -161,38 +169,60 @@ func (s *Server) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, s.Steering())
 	})
+	read("GET /api/v1/tunnels", func(w http.ResponseWriter, r *http.Request) {
+		if s.Tunnels == nil {
+			writeError(w, http.StatusNotFound, store.Problem{Message: "this node has no tunnels section: it is no tunnel edge"})
+			return
+		}
+		writeJSON(w, http.StatusOK, s.Tunnels())
+	})
 	if s.Metrics != nil {
 		read("GET /metrics", s.Metrics.ServeHTTP)
 	}
 
-	write("PUT /api/v1/services/{name}", func(w http.ResponseWriter, r *http.Request) {
-		name := r.PathValue("name")
-		body, ok := readBody(w, r)
-		if !ok {
-			return
-		}
-		var created bool
-		err := s.Node.Change(r.Context(), func(st *store.Store) (*store.Change, error) {
-			ch, err := st.PutService(name, body)
-			created = err == nil && ch.Created
-			return ch, err
+	// change is how a write reaches the node: Change for the services, ChangeOwn for
+	// the node's own bgp section.
+	type change func(context.Context, func(*store.Store) (*store.Change, error)) error
+	// put answers a PUT: 201 with respond's body when the edit created the object, else 200.
+	put := func(pattern string, via change, edit func(st *store.Store, key string, body []byte) (*store.Change, error),
+		respond func(w http.ResponseWriter, code int, key string)) {
+		write(pattern, func(w http.ResponseWriter, r *http.Request) {
+			key := r.PathValue("key")
+			body, ok := readBody(w, r)
+			if !ok {
+				return
+			}
+			var created bool
+			err := via(r.Context(), func(st *store.Store) (*store.Change, error) {
+				ch, err := edit(st, key, body)
+				created = err == nil && ch.Created
+				return ch, err
+			})
+			if s.fail(w, r, err) {
+				return
+			}
+			code := http.StatusOK
+			if created {
+				code = http.StatusCreated
+			}
+			respond(w, code, key)
 		})
-		if s.fail(w, r, err) {
-			return
-		}
-		code := http.StatusOK
-		if created {
-			code = http.StatusCreated
-		}
-		s.writeService(w, code, name)
+	}
+	del := func(pattern string, via change, edit func(st *store.Store, key string) (*store.Change, error)) {
+		write(pattern, func(w http.ResponseWriter, r *http.Request) {
+			key := r.PathValue("key")
+			err := via(r.Context(), func(st *store.Store) (*store.Change, error) { return edit(st, key) })
+			if !s.fail(w, r, err) {
+				w.WriteHeader(http.StatusNoContent)
+			}
+		})
+	}
+	put("PUT /api/v1/services/{key}", s.Node.Change, (*store.Store).PutService, s.writeService)
+	del("DELETE /api/v1/services/{key}", s.Node.Change, (*store.Store).DeleteService)
+	put("PUT /api/v1/bgp/peers/{key}", s.Node.ChangeOwn, (*store.Store).PutPeer, func(w http.ResponseWriter, code int, _ string) {
+		writeJSON(w, code, s.Node.Status().BGP)
 	})
-	write("DELETE /api/v1/services/{name}", func(w http.ResponseWriter, r *http.Request) {
-		name := r.PathValue("name")
-		err := s.Node.Change(r.Context(), func(st *store.Store) (*store.Change, error) { return st.DeleteService(name) })
-		if !s.fail(w, r, err) {
-			w.WriteHeader(http.StatusNoContent)
-		}
-	})
+	del("DELETE /api/v1/bgp/peers/{key}", s.Node.ChangeOwn, (*store.Store).DeletePeer)
 	backendAction := func(action string, edit func(st *store.Store, service, backend string, body []byte) (*store.Change, error)) {
 		write("POST /api/v1/services/{name}/backends/{address}/"+action, func(w http.ResponseWriter, r *http.Request) {
 			name, addr := r.PathValue("name"), r.PathValue("address")

@@ -21,6 +21,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/steer"
 	"github.com/manifoldlb/manifold/internal/store"
+	"github.com/manifoldlb/manifold/internal/tunnel"
 )
 
 const token = "t0ken-for-tests"
@@ -54,6 +55,12 @@ func (f *fakeNode) Status() api.Status {
 	st := api.Status{Node: cfg.Node.Name, Interfaces: []api.InterfaceStatus{{Name: "eth0", XDPMode: "native"}},
 		Services: f.services(), FlowTableSize: cfg.Node.FlowTableSize, Drops: map[string]uint64{"truncated": 0},
 		Config: api.Info(f.st)}
+	if b := cfg.BGP; b != nil {
+		st.BGP = &api.BGPStatus{ASN: b.ASN, RouterID: b.RouterID.String(), Peers: []api.PeerStatus{}}
+		for _, p := range b.Peers {
+			st.BGP.Peers = append(st.BGP.Peers, api.PeerStatus{Address: p.Address.String(), ASN: p.ASN, State: "idle"})
+		}
+	}
 	return st
 }
 
@@ -86,6 +93,10 @@ func (f *fakeNode) services() []api.ServiceStatus {
 	return out
 }
 
+func (f *fakeNode) ChangeOwn(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error {
+	return f.Change(ctx, edit)
+}
+
 func (f *fakeNode) Change(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -116,6 +127,12 @@ node:
   address: 10.0.0.11
   address6: 2001:db8::11
   api_token: t0ken-for-tests
+bgp:
+  asn: 65001
+  router_id: 10.0.0.11
+  peers:
+    - address: 10.0.0.1
+      asn: 65000
 services:
   - name: web
     vip: 198.51.100.10
@@ -213,12 +230,14 @@ func TestConformance(t *testing.T) {
 	}
 	e := newEnv(t, check, false)
 	const svc = `{"vip": "198.51.100.20", "port": 443, "backends": [{"address": "10.0.2.1", "weight": 2}], "health": {"kind": "tcp"}}`
+	const peer = `{"asn": 65000, "bfd": {"min_rx": "100ms", "min_tx": "100ms", "multiplier": 3}}`
 	steps := []struct {
 		method, path, body string
 		auth               []string
 		want               int
 	}{
 		{"GET", "/api/v1/openapi.json", "", nil, 200},
+		{"GET", "/", "", nil, 200},
 		{"GET", "/api/v1/status", "", nil, 200},
 		{"GET", "/api/v1/services", "", nil, 200},
 		{"GET", "/api/v1/services/web", "", nil, 200},
@@ -257,15 +276,26 @@ func TestConformance(t *testing.T) {
 		{"POST", "/api/v1/services/web/backends/10.0.1.2/undrain", strings.Repeat(" ", 1<<20+1), nil, 413},
 		{"DELETE", "/api/v1/services/api", "", nil, 204},
 		{"DELETE", "/api/v1/services/api", "", nil, 404},
+		{"PUT", "/api/v1/bgp/peers/10.0.0.2", peer, nil, 201},
+		{"PUT", "/api/v1/bgp/peers/10.0.0.2", `{"asn": 65000, "hold_time": "6s"}`, nil, 200},
+		{"PUT", "/api/v1/bgp/peers/10.0.0.2", `{"asn": 65000, "bfd": {"min_rx": "5ms"}}`, nil, 400},
+		{"PUT", "/api/v1/bgp/peers/10.0.0.2", `{"address": "10.0.0.3", "asn": 65000}`, nil, 400},
+		{"PUT", "/api/v1/bgp/peers/10.0.0", peer, nil, 400},
+		{"PUT", "/api/v1/bgp/peers/10.0.0.2", `{"asn": 65000, "x": "` + strings.Repeat(" ", 1<<20) + `"}`, nil, 413},
+		{"DELETE", "/api/v1/bgp/peers/10.0.0.2", "", nil, 204},
+		{"DELETE", "/api/v1/bgp/peers/10.0.0.2", "", nil, 404},
+		{"DELETE", "/api/v1/bgp/peers/10.0.0", "", nil, 400},
+		{"DELETE", "/api/v1/bgp/peers/10.0.0.1", "", nil, 409},
 	}
 	// every operation: without a token, and with a wrong one
 	for _, op := range []struct{ method, path, body string }{
-		{"GET", "/api/v1/openapi.json", ""}, {"GET", "/api/v1/status", ""}, {"GET", "/api/v1/services", ""},
+		{"GET", "/api/v1/openapi.json", ""}, {"GET", "/", ""}, {"GET", "/api/v1/status", ""}, {"GET", "/api/v1/services", ""},
 		{"GET", "/api/v1/services/web", ""}, {"GET", "/api/v1/config", ""}, {"GET", "/metrics", ""},
 		{"PUT", "/api/v1/services/api", svc}, {"DELETE", "/api/v1/services/web", ""},
 		{"POST", "/api/v1/services/web/backends/10.0.1.1/drain", ""},
 		{"POST", "/api/v1/services/web/backends/10.0.1.1/undrain", ""},
 		{"POST", "/api/v1/services/web/backends/10.0.1.1/weight", `{"weight": 2}`},
+		{"PUT", "/api/v1/bgp/peers/10.0.0.2", peer}, {"DELETE", "/api/v1/bgp/peers/10.0.0.1", ""},
 	} {
 		steps = append(steps,
 			struct {
@@ -305,6 +335,7 @@ func TestConformance(t *testing.T) {
 		{"PUT", "/api/v1/services/api", svc}, {"DELETE", "/api/v1/services/web", ""},
 		{"POST", "/api/v1/services/web/backends/10.0.1.1/drain", ""}, {"POST", "/api/v1/services/web/backends/10.0.1.1/undrain", ""},
 		{"POST", "/api/v1/services/web/backends/10.0.1.1/weight", `{"weight": 2}`},
+		{"PUT", "/api/v1/bgp/peers/10.0.0.2", peer}, {"DELETE", "/api/v1/bgp/peers/10.0.0.1", ""},
 	} {
 		if x := e.do(s[0], s[1], s[2]); x.Status != 409 || !strings.Contains(string(x.Body), "SIGHUP") {
 			t.Errorf("%s %s with the file edited on disk: %d %s, want 409 saying to SIGHUP", s[0], s[1], x.Status, x.Body)
@@ -321,6 +352,9 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	if x := e.do("PUT", "/api/v1/bgp/peers/10.0.0.2", peer); x.Status != 201 {
+		t.Fatalf("a second peer for the deletes below: %d %s", x.Status, x.Body)
+	}
 	// 500: the kernel refuses; 503: the node is stopping. Nothing changes either way.
 	for _, fault := range []struct {
 		set  func()
@@ -333,6 +367,7 @@ func TestConformance(t *testing.T) {
 			{"PUT", "/api/v1/services/api", svc}, {"DELETE", "/api/v1/services/web", ""},
 			{"POST", "/api/v1/services/web/backends/10.0.1.1/drain", ""}, {"POST", "/api/v1/services/web/backends/10.0.1.1/weight", `{"weight": 2}`},
 			{"POST", "/api/v1/services/web/backends/10.0.1.1/drain", ""}, {"POST", "/api/v1/services/web/backends/10.0.1.1/undrain", ""},
+			{"PUT", "/api/v1/bgp/peers/10.0.0.2", peer}, {"DELETE", "/api/v1/bgp/peers/10.0.0.2", ""},
 		} {
 			if s[1] == "/api/v1/services/web/backends/10.0.1.1/undrain" && fault.want == 500 {
 				continue // weight 4 now: nothing to undo, nothing for the kernel to refuse
@@ -395,6 +430,25 @@ func TestConformance(t *testing.T) {
 		e.do("GET", "/api/v1/steering", "", a)
 	}
 
+	// tunnels: none without a tunnels section (404), then the edge (200)
+	if x := e.do("GET", "/api/v1/tunnels", ""); x.Status != 404 {
+		t.Errorf("tunnels of a node without an edge: %d %s", x.Status, x.Body)
+	}
+	e.srv.Tunnels = func() api.TunnelsStatus {
+		return api.TunnelsStatus{Listen: "0.0.0.0:7443",
+			Services: []api.TunnelService{{Name: "home", VIP: "198.51.100.20", Port: 443, Connectors: 1, Capacity: 100, Open: 3, Announced: true}},
+			Tunnels: []tunnel.TunnelStatus{{ID: 1, Connector: "nas", Remote: "203.0.113.9:40000", Token: "sha256:0123456789ab",
+				Services: []tunnel.ServiceStatus{{Name: "home", Capacity: 100, Open: 3}}, StreamsOpen: 3, StreamLimit: 10000, Streams: 40,
+				BytesToOrigin: 1000, BytesFromOrigin: 90000, RTT: 3 * time.Millisecond, Since: time.Date(2026, 11, 23, 15, 0, 0, 0, time.UTC)}},
+			Counters: tunnel.EdgeCounters{Attached: 2, Refused: map[string]uint64{tunnel.RefusedUnknownToken: 1}, Streams: 40}}
+	}
+	if x := e.do("GET", "/api/v1/tunnels", ""); x.Status != 200 || decode[api.TunnelsStatus](t, x).Tunnels[0].Services[0].Open != 3 {
+		t.Errorf("tunnels: %d %s", x.Status, x.Body)
+	}
+	for _, a := range []string{"", "Bearer wrong"} {
+		e.do("GET", "/api/v1/tunnels", "", a)
+	}
+
 	if unseen := check.Unseen(); len(unseen) > 0 {
 		t.Errorf("documented responses never produced (document them only if the handlers can give them):\n%s", strings.Join(unseen, "\n"))
 	}
@@ -407,7 +461,7 @@ func TestAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnv(t, check, true)
-	for _, path := range []string{"/api/v1/status", "/api/v1/services", "/api/v1/services/web", "/api/v1/config", "/metrics", "/api/v1/openapi.json"} {
+	for _, path := range []string{"/", "/api/v1/status", "/api/v1/services", "/api/v1/services/web", "/api/v1/config", "/metrics", "/api/v1/openapi.json"} {
 		if x := e.do("GET", path, "", ""); x.Status != 200 {
 			t.Errorf("GET %s without a token on loopback: %d, want 200", path, x.Status)
 		}

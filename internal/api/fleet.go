@@ -47,6 +47,15 @@ type NodeRecord struct {
 	UpdatedAt string        `json:"updated_at"`
 	BGP       []FleetPeer   `json:"bgp,omitempty"`
 	Services  []ServiceLoad `json:"services"`
+	// Tunnels is the node's tunnel edge, nil on a node without one.
+	Tunnels *TunnelEdgeRecord `json:"tunnels,omitempty"`
+}
+
+// TunnelEdgeRecord is a node's tunnel edge as its fleet sees it: where the other
+// edges dial it to relay, and the services of the connectors attached to it.
+type TunnelEdgeRecord struct {
+	Relay    string   `json:"relay,omitempty"` // host:port; empty when the edge does not relay
+	Services []string `json:"services"`
 }
 
 // FleetPeer is a BGP session of a node.

@@ -64,17 +64,20 @@ func TestServiceSpecKeysAreTheSchemas(t *testing.T) {
 // A ServiceSpec written as YAML parses back, with the config parser, into the service
 // it shows: GET then PUT changes nothing.
 func TestServiceSpecRoundTrip(t *testing.T) {
+	med := uint32(50)
 	svc := config.Service{
 		Name: "web", VIP: netip.MustParseAddr("198.51.100.10"), Port: 8080, Protocol: config.UDP,
-		Forwarding: config.GUE, GUEPort: 7000, Scheduler: config.MaglevSource, TableSize: 251,
+		Forwarding: config.NAT, GUEPort: 7000, BackendPort: 9090, Scheduler: config.MaglevSource, TableSize: 251,
 		Origins:  []config.Origin{{Name: "us", Capacity: 200}},
 		Backends: []config.Backend{{Address: netip.MustParseAddr("10.0.1.1"), Weight: 3, Origin: "us"}},
 		Health: config.Health{Kind: config.HealthHTTP, Port: 8081, Path: "/ok", Interval: 2 * time.Second,
 			Timeout: 1500 * time.Millisecond, Rise: 3, Fall: 4},
+		BGP: config.ServiceBGP{Communities: []config.Community{65001<<16 | 200, 0xFFFFFF01},
+			LargeCommunities: []config.LargeCommunity{{Global: 65001, Local1: 1, Local2: 3}}, MED: &med, Prepend: 2},
 	}
 	// Unless every field differs from its zero value and its default, a field the
 	// spec forgets would come back equal anyway.
-	for _, v := range []reflect.Value{reflect.ValueOf(svc), reflect.ValueOf(svc.Backends[0]), reflect.ValueOf(svc.Origins[0]), reflect.ValueOf(svc.Health)} {
+	for _, v := range []reflect.Value{reflect.ValueOf(svc), reflect.ValueOf(svc.Backends[0]), reflect.ValueOf(svc.Origins[0]), reflect.ValueOf(svc.Health), reflect.ValueOf(svc.BGP)} {
 		for i := range v.NumField() {
 			if v.Field(i).IsZero() {
 				t.Fatalf("%s.%s is zero: give it a value", v.Type(), v.Type().Field(i).Name)

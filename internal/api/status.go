@@ -50,6 +50,9 @@ type PeerStatus struct {
 	UpSince         string `json:"up_since,omitempty"`
 	UpdatesSent     uint64 `json:"updates_sent"`
 	UpdatesReceived uint64 `json:"updates_received"`
+	// BFD is the state of the peer's BFD session: up, down, init, admin-down; absent
+	// when the peer has no bfd.
+	BFD string `json:"bfd,omitempty"`
 }
 
 type InterfaceStatus struct {

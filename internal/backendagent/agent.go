@@ -2,6 +2,11 @@
 // attaches the tc-ingress decapsulation program (IPIP, and GUE on backend.gue_port), puts the VIPs on lo so the host
 // accepts (and answers from) them, and stops the host from answering ARP for them on
 // the wire. Everything it changes it records and undoes on exit.
+//
+// On a Kubernetes Node (a kubernetes section) it also decapsulates the VIPs of the
+// Services its Node is a backend of, learnt from the API (internal/kubesource); those
+// do not go on lo: the cluster's service proxy (kube-proxy, or the CNI) takes
+// VIP:port to a pod, as it does for any LoadBalancer address.
 package backendagent
 
 import (
@@ -16,6 +21,7 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/datapath"
+	"github.com/manifoldlb/manifold/internal/kubesource"
 	"github.com/manifoldlb/manifold/internal/sysctl"
 )
 
@@ -47,10 +53,19 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	}
 	a := &Agent{log: log, sysctls: sysctl.New(log)}
 	defer a.undo()
+	var cluster *kubesource.Cluster
+	if k := cfg.Kubernetes; k != nil {
+		if cluster, err = kubesource.Connect(*k); err != nil {
+			return fmt.Errorf("kubernetes: %w", err)
+		}
+	}
 	if err := a.setup(cfg); err != nil {
 		return err
 	}
 	log.Info("backend agent running", "interface", cfg.Interface, "vips", fmt.Sprint(cfg.VIPs), "gue_port", cfg.GUEPort)
+	if cluster != nil {
+		return followCluster(ctx, cluster, *cfg.Kubernetes, a.decap, log)
+	}
 	<-ctx.Done()
 	log.Info("stopping: detaching decapsulation, removing VIPs from lo")
 	return nil
@@ -73,6 +88,9 @@ func (a *Agent) setup(cfg *config.BackendAgent) error {
 	}
 	a.log.Info("decapsulation attached", "interface", cfg.Interface, "hook", "tc ingress", "mode", mode)
 
+	if len(cfg.VIPs) == 0 {
+		return nil // the cluster's VIPs only: nothing on lo, nothing to hide from ARP
+	}
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
 		return err

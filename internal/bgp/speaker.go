@@ -22,9 +22,11 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/config"
@@ -39,14 +41,18 @@ import (
 // seconds of its router restarting.
 const ConnectRetry = 3 * time.Second
 
-// Speaker announces and withdraws VIPs. Announce and Withdraw are idempotent.
+// Speaker announces and withdraws VIPs. Announce and Withdraw are idempotent; Announce
+// with other attributes replaces the route.
 type Speaker interface {
-	Announce(vip netip.Addr) error
+	Announce(vip netip.Addr, attrs Attributes) error
 	Withdraw(vip netip.Addr) error
 	// Announced lists the VIPs announced now, sorted.
 	Announced() []netip.Addr
 	// Peers reports the state of every configured peer, in config order.
 	Peers() []PeerState
+	// SetPeers makes the peers these: new ones are added, gone ones closed, and only
+	// the sessions whose settings changed are touched (see [GoBGP.SetPeers]).
+	SetPeers(peers []config.Peer) error
 	// Close withdraws everything and closes the sessions (a Cease notification).
 	Close() error
 }
@@ -74,21 +80,26 @@ type PeerState struct {
 	Since           time.Time
 	UpdatesSent     uint64
 	UpdatesReceived uint64
+	// BFD is the state of the peer's BFD session (up, down, init, admin-down), "" when
+	// the peer has none.
+	BFD string
 }
 
 func (p PeerState) Up() bool { return p.State == "established" }
 
 // GoBGP is the Speaker backed by an embedded GoBGP server.
 type GoBGP struct {
-	cfg    Config
+	cfg    Config // Peers guarded by mu: SetPeers changes them
 	log    *slog.Logger
 	srv    *server.BgpServer
+	ctx    context.Context
 	cancel context.CancelFunc
 
 	closeOnce sync.Once
+	closing   atomic.Bool // sessions going down now are the speaker's own doing
 
 	mu        sync.Mutex
-	announced map[netip.Addr]bool
+	announced map[netip.Addr]Attributes
 	peerLogs  map[netip.Addr]*peerLog
 }
 
@@ -115,7 +126,8 @@ func Start(cfg Config, log *slog.Logger) (*GoBGP, error) {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &GoBGP{cfg: cfg, log: log, srv: srv, cancel: cancel, announced: map[netip.Addr]bool{}, peerLogs: map[netip.Addr]*peerLog{}}
+	cfg.Peers = slices.Clone(cfg.Peers)
+	s := &GoBGP{cfg: cfg, log: log, srv: srv, ctx: ctx, cancel: cancel, announced: map[netip.Addr]Attributes{}, peerLogs: map[netip.Addr]*peerLog{}}
 	fail := func(err error) (*GoBGP, error) {
 		cancel()
 		srv.Stop()
@@ -131,17 +143,150 @@ func Start(cfg Config, log *slog.Logger) (*GoBGP, error) {
 	if err := refusePeerRoutes(ctx, srv); err != nil {
 		return fail(err)
 	}
+	if err := addExportPolicy(ctx, srv, cfg.ASN); err != nil {
+		return fail(err)
+	}
 	if err := srv.WatchEvent(ctx, server.WatchEventMessageCallbacks{OnPeerUpdate: s.onPeer}, server.WatchPeer()); err != nil {
 		return fail(fmt.Errorf("bgp: watch peers: %w", err))
 	}
 	for _, p := range cfg.Peers {
-		if err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.peerConfig(p)}); err != nil {
-			return fail(fmt.Errorf("bgp: peer %s: %w", p.Address, err))
+		if err := s.addPeer(p); err != nil {
+			return fail(err)
 		}
-		log.Info("BGP peer configured", "peer", p.Address, "peer_asn", p.ASN, "session", sessionKind(cfg.ASN, p.ASN),
-			"hold_time", p.HoldTime, "md5", p.Password != "")
 	}
 	return s, nil
+}
+
+// addPeer adds a session; an iBGP peer joins the set the export policy exempts from
+// prepending first, so that not one UPDATE goes out without it.
+func (s *GoBGP) addPeer(p config.Peer) error {
+	if p.ASN == s.cfg.ASN {
+		if err := s.srv.AddDefinedSet(s.ctx, &api.AddDefinedSetRequest{DefinedSet: ibgpSet(p)}); err != nil {
+			return fmt.Errorf("bgp: peer %s: %w", p.Address, err)
+		}
+	}
+	if err := s.srv.AddPeer(s.ctx, &api.AddPeerRequest{Peer: s.peerConfig(p)}); err != nil {
+		return fmt.Errorf("bgp: peer %s: %w", p.Address, err)
+	}
+	args := []any{"peer", p.Address, "peer_asn", p.ASN, "session", sessionKind(s.cfg.ASN, p.ASN), "hold_time", p.HoldTime, "md5", p.Password != ""}
+	if p.BFD != nil {
+		args = append(args, "bfd_min_rx", p.BFD.MinRx, "bfd_min_tx", p.BFD.MinTx, "bfd_multiplier", p.BFD.Multiplier)
+	}
+	s.log.Info("BGP peer configured", args...)
+	return nil
+}
+
+// SetPeers applies a new list of peers without a restart. A peer that is gone is
+// closed (a Cease notification); a new one is added; a peer whose only change is its
+// BFD settings keeps its session (BFD restarts beside it); any other change (ASN, port,
+// hold time, password, multihop) closes and reopens that one session, since the
+// hold time is agreed in the OPEN and the password is the TCP connection's. Sessions
+// of unchanged peers are not touched. On an error the peers changed so far stay
+// changed and the error says which peer failed.
+func (s *GoBGP) SetPeers(peers []config.Peer) error {
+	s.mu.Lock()
+	old := map[netip.Addr]config.Peer{}
+	for _, p := range s.cfg.Peers {
+		old[p.Address] = p
+	}
+	s.cfg.Peers = slices.Clone(peers)
+	s.mu.Unlock()
+
+	want := map[netip.Addr]bool{}
+	for _, p := range peers {
+		want[p.Address] = true
+	}
+	for addr, p := range old {
+		if want[addr] {
+			continue
+		}
+		if err := s.removePeer(p); err != nil {
+			return err
+		}
+		s.log.Info("BGP peer removed", "peer", addr)
+	}
+	for _, p := range peers {
+		was, ok := old[p.Address]
+		switch {
+		case !ok:
+			if err := s.addPeer(p); err != nil {
+				return err
+			}
+		case reflect.DeepEqual(was, p):
+		case bfdOnly(was, p):
+			if _, err := s.srv.UpdatePeer(s.ctx, &api.UpdatePeerRequest{Peer: s.peerConfig(p)}); err != nil {
+				return fmt.Errorf("bgp: peer %s: bfd: %w", p.Address, err)
+			}
+			s.log.Info("BGP peer's BFD changed, session kept", "peer", p.Address, "bfd", p.BFD != nil)
+		default:
+			if err := s.removePeer(was); err != nil {
+				return err
+			}
+			if err := s.addPeer(p); err != nil {
+				return err
+			}
+			s.log.Info("BGP peer's settings changed, its session restarted", "peer", p.Address)
+		}
+	}
+	return nil
+}
+
+// removePeer closes a session (a Cease notification) and forgets the peer.
+func (s *GoBGP) removePeer(p config.Peer) error {
+	if err := s.srv.DeletePeer(s.ctx, &api.DeletePeerRequest{Address: p.Address.String()}); err != nil {
+		return fmt.Errorf("bgp: remove peer %s: %w", p.Address, err)
+	}
+	if p.ASN == s.cfg.ASN {
+		if err := s.srv.DeleteDefinedSet(s.ctx, &api.DeleteDefinedSetRequest{DefinedSet: ibgpSet(p)}); err != nil {
+			return fmt.Errorf("bgp: remove peer %s: %w", p.Address, err)
+		}
+	}
+	return nil
+}
+
+// peerLocked returns the configured peer at addr; s.mu is held.
+func (s *GoBGP) peerLocked(addr netip.Addr) (config.Peer, bool) {
+	for _, p := range s.cfg.Peers {
+		if p.Address == addr {
+			return p, true
+		}
+	}
+	return config.Peer{}, false
+}
+
+// restartBFD starts a peer's BFD session afresh after its BGP session went down.
+// GoBGP (v4.8.0) keeps a BFD session bound to the router's session of before; a
+// router that makes a new BFD session with each BGP session (BIRD does) then sends
+// packets GoBGP drops as another session's, GoBGP's BFD expires, resets the new BGP
+// session, and the router makes yet another BFD session: the session flaps for as
+// long as the race keeps being lost. A fresh session binds to whichever one the
+// router has now.
+func (s *GoBGP) restartBFD(p config.Peer) {
+	off := p
+	off.BFD = nil
+	update := func(peer config.Peer) bool {
+		_, err := s.srv.UpdatePeer(s.ctx, &api.UpdatePeerRequest{Peer: s.peerConfig(peer)})
+		if err != nil && s.ctx.Err() == nil {
+			s.log.Warn("BFD not restarted after the session went down", "peer", p.Address, "err", err)
+		}
+		return err == nil
+	}
+	if !update(off) {
+		return
+	}
+	// as configured now: SetPeers may have changed the peer meanwhile
+	s.mu.Lock()
+	now, ok := s.peerLocked(p.Address)
+	s.mu.Unlock()
+	if ok && now.BFD != nil {
+		update(now)
+	}
+}
+
+// bfdOnly reports whether two settings of a peer differ in their BFD alone.
+func bfdOnly(a, b config.Peer) bool {
+	a.BFD, b.BFD = nil, nil
+	return reflect.DeepEqual(a, b)
 }
 
 // refusePeerRoutes keeps routes learned from peers (iBGP or eBGP) out of the RIB; the
@@ -197,6 +342,16 @@ func (s *GoBGP) peerConfig(p config.Peer) *api.Peer {
 	if p.EBGPMultihop > 0 {
 		peer.EbgpMultihop = &api.EbgpMultihop{Enabled: true, MultihopTtl: uint32(p.EBGPMultihop)}
 	}
+	// always set, so that an update without BFD turns it off
+	peer.Bfd = &api.BfdPeerConfig{}
+	if b := p.BFD; b != nil {
+		peer.Bfd = &api.BfdPeerConfig{
+			Enabled:                  true,
+			DesiredMinimumTxInterval: uint32(b.MinTx / time.Microsecond),
+			RequiredMinimumReceive:   uint32(b.MinRx / time.Microsecond),
+			DetectionMultiplier:      uint32(b.Multiplier),
+		}
+	}
 	for _, f := range s.families() {
 		peer.AfiSafis = append(peer.AfiSafis, &api.AfiSafi{Config: &api.AfiSafiConfig{
 			Family: &api.Family{Afi: f.afi, Safi: api.Family_SAFI_UNICAST}, Enabled: true,
@@ -228,12 +383,12 @@ func (s *GoBGP) families() []family {
 }
 
 // path is the host route of a VIP with this node as next hop.
-func (s *GoBGP) path(vip netip.Addr, withdraw bool) (*apiutil.Path, error) {
+func (s *GoBGP) path(vip netip.Addr, a Attributes, withdraw bool) (*apiutil.Path, error) {
 	nlri, err := bgp.NewIPAddrPrefix(netip.PrefixFrom(vip, vip.BitLen()))
 	if err != nil {
 		return nil, err
 	}
-	attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)}
+	attrs := append([]bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)}, s.pathAttributes(a)...)
 	if vip.Is4() {
 		if !s.cfg.NextHop4.IsValid() {
 			return nil, fmt.Errorf("bgp: %s: the node has no IPv4 address to be its next hop", vip)
@@ -254,30 +409,33 @@ func (s *GoBGP) path(vip netip.Addr, withdraw bool) (*apiutil.Path, error) {
 	return &apiutil.Path{Family: ipv6Unicast.rf, Nlri: nlri, Attrs: append(attrs, mp), Withdrawal: withdraw}, nil
 }
 
-func (s *GoBGP) Announce(vip netip.Addr) error {
+func (s *GoBGP) Announce(vip netip.Addr, attrs Attributes) error {
+	attrs = attrs.normal()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.announced[vip] {
+	if was, ok := s.announced[vip]; ok && was.Equal(attrs) {
 		return nil
 	}
-	p, err := s.path(vip, false)
+	p, err := s.path(vip, attrs, false)
 	if err != nil {
 		return err
 	}
+	// GoBGP replaces the node's earlier path of the same prefix
 	if _, err := s.srv.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{p}}); err != nil {
 		return fmt.Errorf("bgp: announce %s: %w", vip, err)
 	}
-	s.announced[vip] = true
+	s.announced[vip] = attrs
 	return nil
 }
 
 func (s *GoBGP) Withdraw(vip netip.Addr) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.announced[vip] {
+	attrs, ok := s.announced[vip]
+	if !ok {
 		return nil
 	}
-	p, err := s.path(vip, true)
+	p, err := s.path(vip, attrs, true)
 	if err != nil {
 		return err
 	}
@@ -312,12 +470,18 @@ func (s *GoBGP) Peers() []PeerState {
 				st.Since = up.AsTime()
 			}
 		}
+		if p.GetBfd().GetEnabled() {
+			st.BFD = bfdStateName(p.GetState().GetBfdState().GetSessionState())
+		}
 		msgs := p.GetState().GetMessages()
 		st.UpdatesSent, st.UpdatesReceived = msgs.GetSent().GetUpdate(), msgs.GetReceived().GetUpdate()
 		byAddr[addr] = st
 	})
-	out := make([]PeerState, 0, len(s.cfg.Peers))
-	for _, p := range s.cfg.Peers {
+	s.mu.Lock()
+	peers := slices.Clone(s.cfg.Peers)
+	s.mu.Unlock()
+	out := make([]PeerState, 0, len(peers))
+	for _, p := range peers {
 		st, ok := byAddr[p.Address]
 		if !ok {
 			st = PeerState{Address: p.Address, ASN: p.ASN, State: "idle"}
@@ -343,6 +507,18 @@ func stateName(st api.PeerState_SessionState) string {
 		return "established"
 	}
 	return "unknown"
+}
+
+func bfdStateName(st api.BfdSessionState) string {
+	switch st {
+	case api.BfdSessionState_BFD_SESSION_STATE_UP:
+		return "up"
+	case api.BfdSessionState_BFD_SESSION_STATE_INIT:
+		return "init"
+	case api.BfdSessionState_BFD_SESSION_STATE_ADMIN_DOWN:
+		return "admin-down"
+	}
+	return "down"
 }
 
 func fsmStateName(st bgp.FSMState) string {
@@ -394,6 +570,11 @@ func (s *GoBGP) onPeer(ev *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
 		switch {
 		case pl.up:
 			pl.up, pl.warned = false, time.Now()
+			if p, ok := s.peerLocked(st.NeighborAddress); ok && p.BFD != nil && !s.closing.Load() {
+				// owned by the speaker; ends after two calls to GoBGP, which the
+				// watcher goroutine must not make itself
+				go s.restartBFD(p)
+			}
 			s.log.Warn("BGP peer down", "peer", st.NeighborAddress, "state", fsmStateName(st.SessionState),
 				"reason", disconnectReason(st.DisconnectReason, st.DisconnectMessage), "retry_every", ConnectRetry)
 		case time.Since(pl.warned) >= notEstablishedEvery:
@@ -419,6 +600,7 @@ func disconnectReason(r api.PeerState_DisconnectReason, msg string) string {
 // Close withdraws every VIP and stops the server: the peers get a Cease
 // notification and drop the routes at once.
 func (s *GoBGP) Close() error {
+	s.closing.Store(true)
 	var errs []error
 	for _, vip := range s.Announced() {
 		errs = append(errs, s.Withdraw(vip))

@@ -173,13 +173,13 @@ func TestAnnounceWithdrawBothFamilies(t *testing.T) {
 				}
 				return nil
 			})
-			if err := s.Announce(vip4); err != nil {
+			if err := s.Announce(vip4, Attributes{}); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Announce(vip6); err != nil {
+			if err := s.Announce(vip6, Attributes{}); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Announce(vip4); err != nil { // idempotent
+			if err := s.Announce(vip4, Attributes{}); err != nil { // idempotent
 				t.Fatal(err)
 			}
 			wantRoutes(t, r, map[string]string{"198.51.100.10/32": "10.0.0.11", "2001:db8:100::10/128": "fd00::11"})
@@ -231,7 +231,7 @@ func TestAnnounceWithoutNextHopOfTheFamily(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.Announce(vip6); err == nil {
+	if err := s.Announce(vip6, Attributes{}); err == nil {
 		t.Fatal("announcing an IPv6 VIP without an IPv6 next hop succeeded")
 	}
 	if got := s.Announced(); len(got) != 0 {
@@ -257,7 +257,7 @@ func TestPeerDownIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.Announce(vip4); err != nil {
+	if err := s.Announce(vip4, Attributes{}); err != nil {
 		t.Fatal(err)
 	}
 	ln.(*net.TCPListener).SetDeadline(time.Now().Add(3 * ConnectRetry)) // a bound on failure only
@@ -300,7 +300,7 @@ func TestMD5(t *testing.T) {
 	t.Run("right key", func(t *testing.T) {
 		r := newRouter(t, 65000, 65001, "s3cret-key")
 		s := startSpeaker(t, r, 65001, 65000, "s3cret-key")
-		if err := s.Announce(vip4); err != nil {
+		if err := s.Announce(vip4, Attributes{}); err != nil {
 			t.Fatal(err)
 		}
 		wantRoutes(t, r, map[string]string{"198.51.100.10/32": "10.0.0.11"})
@@ -309,7 +309,7 @@ func TestMD5(t *testing.T) {
 		r := newRouter(t, 65000, 65001, "s3cret-key")
 		drops := md5Failures(t)
 		s := startSpeaker(t, r, 65001, 65000, "other-key")
-		if err := s.Announce(vip4); err != nil {
+		if err := s.Announce(vip4, Attributes{}); err != nil {
 			t.Fatal(err)
 		}
 		// The event that shows the key at work: the router's kernel drops the
@@ -375,4 +375,162 @@ func md5Failures(t *testing.T) uint64 {
 	}
 	t.Skip("the kernel does not count MD5 drops (TcpExt TCPMD5Failure)")
 	return 0
+}
+
+// received returns the attributes of the router's route to prefix, as text: the AS
+// path, the MED, the communities and the large communities; "" when it has none.
+func (r *router) received(t *testing.T, prefix string) string {
+	t.Helper()
+	var out string
+	family := bgp.RF_IPv4_UC
+	if strings.Contains(prefix, ":") {
+		family = bgp.RF_IPv6_UC
+	}
+	err := r.srv.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: family},
+		func(nlri bgp.NLRI, paths []*apiutil.Path) {
+			if nlri.String() != prefix {
+				return
+			}
+			for _, p := range paths {
+				var parts []string
+				for _, a := range p.Attrs {
+					switch a := a.(type) {
+					case *bgp.PathAttributeAsPath:
+						parts = append(parts, "as-path "+a.String())
+					case *bgp.PathAttributeMultiExitDisc:
+						parts = append(parts, "med "+strconv.Itoa(int(a.Value)))
+					case *bgp.PathAttributeCommunities:
+						parts = append(parts, "communities "+a.String())
+					case *bgp.PathAttributeLargeCommunities:
+						parts = append(parts, "large "+a.String())
+					}
+				}
+				out = strings.Join(parts, "; ")
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The router sees exactly the configured communities, MED and prepend: the prepend on
+// eBGP only, and the marker that asks for it never.
+func TestAttributes(t *testing.T) {
+	med := uint32(50)
+	attrs := Attributes{
+		Communities:      []config.Community{65001<<16 | 200, 65001<<16 | 100, 65001<<16 | 100, 0xFFFFFF01},
+		LargeCommunities: []config.LargeCommunity{{Global: 65001, Local1: 1, Local2: 2}},
+		MED:              &med, Prepend: 2,
+	}
+	// in GoBGP's words; the marker asking for the prepend is not among them
+	const rest = "med 50; communities {Communities: 65001:100, 65001:200, no-export}; large {LargeCommunity: [ 65001:1:2]}"
+	for _, tc := range []struct {
+		name string
+		asn  uint32
+		want string
+	}{
+		{"ebgp", 65001, "as-path {AsPath: 65001 65001 65001}; " + rest},
+		{"ibgp", 65000, "as-path {AsPath: }; " + rest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRouter(t, 65000, tc.asn, "")
+			s := startSpeaker(t, r, tc.asn, 65000, "")
+			if err := s.Announce(vip4, attrs); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Announce(vip6, attrs); err != nil {
+				t.Fatal(err)
+			}
+			for _, prefix := range []string{"198.51.100.10/32", "2001:db8:100::10/128"} {
+				eventually(t, 3*ConnectRetry, prefix+" with its attributes", func() error {
+					if got := r.received(t, prefix); got != tc.want {
+						return fmt.Errorf("router has %q, want %q", got, tc.want)
+					}
+					return nil
+				})
+			}
+			// other attributes replace the route; none leaves a bare one
+			if err := s.Announce(vip4, Attributes{}); err != nil {
+				t.Fatal(err)
+			}
+			bare := "as-path {AsPath: 65001}"
+			if tc.asn == 65000 {
+				bare = "as-path {AsPath: }"
+			}
+			eventually(t, 5*time.Second, "the route replaced", func() error {
+				if got := r.received(t, "198.51.100.10/32"); got != bare {
+					return fmt.Errorf("router has %q, want %q", got, bare)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// SetPeers touches only the sessions whose settings changed: a new peer and a BFD
+// change leave the router's session up since the same moment; a hold time change
+// restarts it.
+func TestSetPeers(t *testing.T) {
+	r := newRouter(t, 65000, 65001, "")
+	s := startSpeaker(t, r, 65001, 65000, "")
+	var since time.Time
+	upSince := func(what string) time.Time {
+		t.Helper()
+		var at time.Time
+		eventually(t, 3*ConnectRetry, what, func() error {
+			p := s.Peers()
+			if len(p) == 0 || !p[0].Up() {
+				return fmt.Errorf("peers %+v", p)
+			}
+			at = p[0].Since
+			return nil
+		})
+		return at
+	}
+	since = upSince("session up")
+	peers := slices.Clone(s.cfg.Peers)
+
+	refusing := config.Peer{Address: netip.MustParseAddr("::1"), ASN: 65000, Port: uint16(freePort(t)), HoldTime: 3 * time.Second}
+	withBFD := peers[0]
+	withBFD.BFD = &config.BFD{MinRx: 100 * time.Millisecond, MinTx: 100 * time.Millisecond, Multiplier: 3}
+	for _, step := range []struct {
+		peers []config.Peer
+		bfd   bool // the router's peer has BFD (down: the router runs none)
+	}{
+		{[]config.Peer{peers[0], refusing}, false}, // added
+		{[]config.Peer{withBFD, refusing}, true},   // BFD on
+		{[]config.Peer{peers[0]}, false},           // BFD off, refusing removed
+	} {
+		if err := s.SetPeers(step.peers); err != nil {
+			t.Fatal(err)
+		}
+		got := s.Peers()
+		if len(got) != len(step.peers) {
+			t.Fatalf("peers %+v after SetPeers of %d", got, len(step.peers))
+		}
+		if want := map[bool]string{true: "down", false: ""}[step.bfd]; got[0].BFD != want {
+			t.Fatalf("the router's peer shows BFD %q, want %q", got[0].BFD, want)
+		}
+		if at := upSince("session still up"); !at.Equal(since) {
+			t.Fatalf("the router's session restarted (up since %s, was %s) on a change of another peer or of BFD", at, since)
+		}
+	}
+	slower := peers[0]
+	slower.HoldTime = 6 * time.Second
+	if err := s.SetPeers([]config.Peer{slower}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*ConnectRetry, "the session restarted with the new hold time", func() error {
+		var hold uint64
+		r.srv.ListPeer(context.Background(), &api.ListPeerRequest{}, func(p *api.Peer) {
+			if p.GetState().GetSessionState() == api.PeerState_SESSION_STATE_ESTABLISHED {
+				hold = p.GetTimers().GetState().GetNegotiatedHoldTime()
+			}
+		})
+		if hold != 6 {
+			return fmt.Errorf("negotiated hold time %d, want 6", hold)
+		}
+		return nil
+	})
 }

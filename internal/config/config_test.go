@@ -162,8 +162,25 @@ func TestParseDefaults(t *testing.T) {
 	}
 }
 
+func TestTunnels(t *testing.T) {
+	got, err := Parse("t.yaml", []byte(hdr+tunnelsSection+"services:\n  - {name: web, vip: 198.51.100.10, port: 80, forwarding: tunnel}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Tunnels{Listen: DefaultTunnelListen, CertFile: "edge.crt", KeyFile: "edge.key", TokensFile: "tokens.yaml"}
+	if !reflect.DeepEqual(got.Tunnels, want) {
+		t.Errorf("tunnels: got %+v, want %+v", got.Tunnels, want)
+	}
+	if s := got.Services[0]; s.Forwarding != Tunnel || s.Port != 80 || s.Protocol != TCP || len(s.Backends) != 0 {
+		t.Errorf("service: got %+v", s)
+	}
+}
+
 // hdr is a valid node section, lines 1-4: cases append from line 5.
 const hdr = "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\n"
+
+// tunnelsSection is a valid tunnels section of 4 lines.
+const tunnelsSection = "tunnels:\n  cert_file: edge.crt\n  key_file: edge.key\n  tokens_file: tokens.yaml\n"
 
 // svc starts a valid service at line 6 (after hdr and "services:").
 const svc = hdr + "services:\n  - name: web\n    vip: 198.51.100.10\n"
@@ -175,13 +192,15 @@ func TestParseErrors(t *testing.T) {
 		want []string
 	}{
 		{"unknown top-level field", hdr + "colour: blue\n",
-			[]string{"t.yaml:5: colour: unknown field (accepted: node, bgp, fleet, services)"}},
+			[]string{"t.yaml:5: colour: unknown field (accepted: node, bgp, fleet, kubernetes, tunnels, services)"}},
 		{"misspelt top-level field", hdr + "service: []\n",
 			[]string{"t.yaml:5: service: unknown field (did you mean services?)"}},
 		{"unknown node field", hdr + "  mtu: 1500\n",
-			[]string{"t.yaml:5: node.mtu: unknown field (accepted: name, interfaces, xdp_mode, site, address, address6, api, api_token, api_token_file, flow_table_size, max_services, max_backends, entropy_source, entropy_prefix4, entropy_prefix6, new_flow_rate)"}},
+			[]string{"t.yaml:5: node.mtu: unknown field (accepted: name, interfaces, xdp_mode, site, address, address6, api, api_token, api_token_file, flow_table_size, max_services, max_backends, entropy_source, entropy_prefix4, entropy_prefix6, new_flow_rate, forward_transit)"}},
+		{"backend port without NAT", svc + "    forwarding: gue\n    backend_port: 8080\n",
+			[]string{"t.yaml:9: services[0].backend_port: only with forwarding: nat (encapsulated packets keep the client's port)"}},
 		{"unknown service field", svc + "    weight: 1\n",
-			[]string{"t.yaml:8: services[0].weight: unknown field (accepted: name, vip, port, protocol, forwarding, gue_port, scheduler, table_size, origins, backends, health)"}},
+			[]string{"t.yaml:8: services[0].weight: unknown field (accepted: name, vip, port, protocol, forwarding, gue_port, backend_port, scheduler, table_size, origins, backends, health, bgp)"}},
 		{"entropy prefix of the wrong length and family", hdr + "  entropy_source: true\n  entropy_prefix4: 172.16.0.0/12\n  entropy_prefix6: 10.1.0.0/16\n", []string{
 			"t.yaml:6: node.entropy_prefix4: 172.16.0.0/12: must be a /16 (the flow hash picks the other 16 bits)",
 			"t.yaml:7: node.entropy_prefix6: 10.1.0.0/16 is not an IPv6 prefix"}},
@@ -195,6 +214,22 @@ func TestParseErrors(t *testing.T) {
 			[]string{"t.yaml:5: node.entropy_source: must be true or false, got string \"yes\""}},
 		{"new flow rate out of range", hdr + "  new_flow_rate: -1\n",
 			[]string{"t.yaml:5: node.new_flow_rate: must not be negative (accepted: 0..4294967295)"}},
+		{"tunnel service without a tunnels section", svc + "    port: 80\n    forwarding: tunnel\n",
+			[]string{"t.yaml:9: services[0].forwarding: a tunnel service needs the node's tunnels section (the edge that serves it)"}},
+		{"tunnels section incomplete", hdr + "tunnels:\n  listen: 7443\n  cert_file: \"\"\n", []string{
+			"t.yaml:6: tunnels.listen: \"7443\" is not host:port (e.g. 0.0.0.0:7443)",
+			"t.yaml:6: tunnels.key_file: required",
+			"t.yaml:6: tunnels.tokens_file: required",
+			"t.yaml:7: tunnels.cert_file: must not be empty"}},
+		{"relay without a CA", hdr + tunnelsSection + "  relay_token_file: relay\n", []string{
+			"t.yaml:6: tunnels.ca_file: required with tunnels.relay_token_file: a relay sends its token only to edges whose certificate it checked"}},
+		{"tunnel service with what only other services have", hdr + tunnelsSection + "services:\n  - name: web\n    vip: 198.51.100.10\n    protocol: udp\n    forwarding: tunnel\n" +
+			"    backends: [{address: 10.0.1.1}]\n    health: {kind: tcp, port: 80}\n  - name: api\n    vip: 198.51.100.10\n    port: 443\n", []string{
+			"t.yaml:10: services[0].port: a tunnel service needs a port (the edge listens on vip:port)",
+			"t.yaml:12: services[0].protocol: a tunnel service carries tcp only, not udp",
+			"t.yaml:14: services[0].backends: a tunnel service has no backends: its connectors serve it (manifold connect)",
+			"t.yaml:15: services[0].health: a tunnel service has no health: its connectors serve it (manifold connect)",
+			"t.yaml:16: services[1].forwarding: vip 198.51.100.10 is also the vip of services[0], and a tunnel service's vip is the edge's alone: tunnel and other services do not share a vip"}},
 		{"unknown backend field", svc + "    backends:\n      - address: 10.0.1.1\n        port: 8080\n",
 			[]string{"t.yaml:10: services[0].backends[0].port: unknown field (accepted: address, weight, origin)"}},
 		{"unknown health field", svc + "    health:\n      kind: tcp\n      retries: 3\n",
@@ -204,8 +239,19 @@ func TestParseErrors(t *testing.T) {
 			}},
 		{"unknown bgp peer field", hdr + "bgp:\n  asn: 65001\n  router_id: 10.0.0.11\n  peers:\n    - address: 10.0.0.1\n      asn: 65000\n      holdtime: 9s\n",
 			[]string{"t.yaml:11: bgp.peers[0].holdtime: unknown field (did you mean hold_time?)"}},
+		{"bad communities", hdr + "bgp:\n  asn: 65001\n  router_id: 10.0.0.11\n  communities: [\"65001:100\", \"65536:1\", no-export, bogus]\n  large_communities: [\"65001:1\"]\n  peers:\n    - address: 10.0.0.1\n      asn: 65000\n", []string{
+			`t.yaml:8: bgp.communities[1]: "65536:1" is not a community (ASN:value, each 0..65535, or one of no-export, no-advertise, no-peer, blackhole)`,
+			`t.yaml:8: bgp.communities[3]: "bogus" is not a community (ASN:value, each 0..65535, or one of no-export, no-advertise, no-peer, blackhole)`,
+			`t.yaml:9: bgp.large_communities[0]: "65001:1" is not a large community (global:local1:local2, each 0..4294967295)`}},
+		{"bad service bgp", svc + "    bgp:\n      large_communities: [\"1:2:4294967296\"]\n      med: -1\n      prepend: 11\n", []string{
+			`t.yaml:9: services[0].bgp.large_communities[0]: "1:2:4294967296" is not a large community (global:local1:local2, each 0..4294967295)`,
+			"t.yaml:10: services[0].bgp.med: must not be negative (accepted: 0..4294967295)",
+			"t.yaml:11: services[0].bgp.prepend: 11 is out of range (accepted: 0..10)"}},
+		{"bfd out of range", hdr + "bgp:\n  asn: 65001\n  router_id: 10.0.0.11\n  peers:\n    - address: 10.0.0.1\n      asn: 65000\n      bfd: {min_rx: 5ms, multiplier: 0}\n", []string{
+			"t.yaml:11: bgp.peers[0].bfd.multiplier: 0 is out of range (accepted: 1..255)",
+			"t.yaml:11: bgp.peers[0].bfd.min_rx: 5ms is out of range (accepted: 10ms..10s)"}},
 		{"strange key", hdr + "\"a b\": 1\n",
-			[]string{`t.yaml:5: "a b": unknown field (accepted: node, bgp, fleet, services)`}},
+			[]string{`t.yaml:5: "a b": unknown field (accepted: node, bgp, fleet, kubernetes, tunnels, services)`}},
 		{"duplicate key", hdr + "  name: lb2\n",
 			[]string{"t.yaml:5: node.name: duplicate key (first at line 2)"}},
 		{"bad vip", hdr + "services:\n  - name: web\n    vip: 198.51.100.300\n",
@@ -365,7 +411,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{"t.yaml:6: only one yaml document is allowed (found a second one)"}},
 		{"trailing document marker is fine", hdr + "---\n", nil},
 		{"top level list", "- node\n",
-			[]string{"t.yaml:1: top level must be a mapping with keys node, bgp, fleet, services, got list"}},
+			[]string{"t.yaml:1: top level must be a mapping with keys node, bgp, fleet, kubernetes, tunnels, services, got list"}},
 		{"merge of a scalar", hdr + "services:\n  - <<: 5\n    name: web\n    vip: 198.51.100.10\n",
 			[]string{"t.yaml:6: services[0]: merge key (<<) must refer to a mapping or a list of mappings, got integer 5"}},
 	} {
@@ -413,7 +459,7 @@ func TestParseManyErrors(t *testing.T) {
 	checkErrors(t, err, []string{
 		f + ":3: node.interfaces: must list at least one interface, e.g. [eth0]",
 		f + `:4: node.xdp_mode: "fast" is not valid (accepted: native, generic, auto)`,
-		f + ":6: node.colour: unknown field (accepted: name, interfaces, xdp_mode, site, address, address6, api, api_token, api_token_file, flow_table_size, max_services, max_backends, entropy_source, entropy_prefix4, entropy_prefix6, new_flow_rate)",
+		f + ":6: node.colour: unknown field (accepted: name, interfaces, xdp_mode, site, address, address6, api, api_token, api_token_file, flow_table_size, max_services, max_backends, entropy_source, entropy_prefix4, entropy_prefix6, new_flow_rate, forward_transit)",
 		f + ":10: services[0].table_size: 65536 is not prime (try 65537)",
 		f + ":12: services[0].backends[0].address: 2001:db8::1 is IPv6 but the vip is IPv4 (backends must be of the vip's family)",
 		f + ":14: services[0].backends[1].weight: must not be negative (accepted: 0..65535)",
@@ -446,6 +492,8 @@ func TestParseBackend(t *testing.T) {
 	}{
 		{"backend.yaml", &BackendAgent{Interface: "eth0", VIPs: []netip.Addr{addr("198.51.100.10"), addr("2001:db8:100::10")}, GUEPort: 6081}},
 		{"backend-minimal.yaml", &BackendAgent{Interface: "ens3", VIPs: []netip.Addr{addr("198.51.100.10")}, GUEPort: 6080}},
+		{"backend-kubernetes.yaml", &BackendAgent{Interface: "eth0", GUEPort: 6080,
+			Kubernetes: &Kubernetes{Kubeconfig: "/etc/manifold/kubeconfig", NodeName: "worker1"}}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			got, err := LoadBackend(filepath.Join("testdata", tc.file))
@@ -467,7 +515,7 @@ func TestParseBackendErrors(t *testing.T) {
 	}{
 		{"empty file", "", []string{"b.yaml: empty file"}},
 		{"missing section", "node: {}\n", []string{
-			"b.yaml:1: node: unknown field (accepted: backend)",
+			"b.yaml:1: node: unknown field (accepted: backend, kubernetes)",
 			"b.yaml:1: backend: required",
 		}},
 		{"missing fields", "backend:\n  gue_port: 6080\n", []string{
@@ -488,7 +536,7 @@ func TestParseBackendErrors(t *testing.T) {
 			"b.yaml:8: backend.gue_port: 0 is out of range (accepted: 1..65535)",
 		}},
 		{"empty vips", "backend:\n  interface: eth0\n  vips: []\n", []string{
-			"b.yaml:3: backend.vips: must list at least one VIP",
+			"b.yaml:3: backend.vips: must list at least one VIP (or take them from a kubernetes section)",
 		}},
 		{"gue_port as string", "backend:\n  interface: eth0\n  vips: [198.51.100.10]\n  gue_port: \"6080\"\n", []string{
 			`b.yaml:4: backend.gue_port: must be an integer, got string "6080"`,

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -14,6 +15,8 @@ const (
 	DefaultXDPMode = XDPAuto
 	// node.api: the REST API and /metrics listen on localhost only.
 	DefaultAPI = "127.0.0.1:9100"
+	// kubernetes.default_class: only the Services of class manifold.io/lb.
+	DefaultKubeDefaultClass = false
 	// DefaultFleetPrefix is where a fleet keeps its keys in etcd.
 	DefaultFleetPrefix = "/manifold"
 	// node.api_token: empty, no token required.
@@ -31,11 +34,20 @@ const (
 	// of new flows needs at least 16 s to turn the default table over, so an
 	// established flow that sends a packet in that time keeps its entry.
 	DefaultNewFlowRate = 16384
+	// node.forward_transit: transit packets are the kernel's.
+	DefaultForwardTransit = false
+
+	// tunnels.listen: connectors dial every address of the edge on QUIC's port 7443.
+	DefaultTunnelListen = "0.0.0.0:7443"
 
 	// bgp.peers[].hold_time.
 	DefaultHoldTime = 9 * time.Second
 	// bgp.peers[].port.
 	DefaultPeerPort = 179
+	// bgp.peers[].bfd.min_rx and min_tx: FRR's and BIRD's default.
+	DefaultBFDInterval = 300 * time.Millisecond
+	// bgp.peers[].bfd.multiplier.
+	DefaultBFDMultiplier = 3
 	// bgp.drain_time: between withdrawing every VIP and detaching, on SIGTERM.
 	DefaultDrainTime = 2 * time.Second
 
@@ -54,7 +66,8 @@ const (
 
 	// services[].health.kind: no health checks, every backend is considered up.
 	DefaultHealthKind = HealthNone
-	// services[].health.port defaults to the service's port (no constant).
+	// services[].health.port defaults to the service's port, or backend_port when
+	// given (no constant).
 	// services[].health.path: only for kind http.
 	DefaultHealthPath = "/"
 	// services[].health.interval.
@@ -100,6 +113,9 @@ func applyDefaults(c *Config, present func(path string) bool) {
 	if !present("node.new_flow_rate") {
 		n.NewFlowRate = DefaultNewFlowRate
 	}
+	if !present("node.forward_transit") {
+		n.ForwardTransit = DefaultForwardTransit
+	}
 	if !present("node.site") {
 		n.Site = n.Name
 	}
@@ -117,7 +133,21 @@ func applyDefaults(c *Config, present func(path string) bool) {
 			if !present(fmt.Sprintf("bgp.peers[%d].port", i)) {
 				c.BGP.Peers[i].Port = DefaultPeerPort
 			}
+			if b := c.BGP.Peers[i].BFD; b != nil {
+				if !present(fmt.Sprintf("bgp.peers[%d].bfd.min_rx", i)) {
+					b.MinRx = DefaultBFDInterval
+				}
+				if !present(fmt.Sprintf("bgp.peers[%d].bfd.min_tx", i)) {
+					b.MinTx = DefaultBFDInterval
+				}
+				if !present(fmt.Sprintf("bgp.peers[%d].bfd.multiplier", i)) {
+					b.Multiplier = DefaultBFDMultiplier
+				}
+			}
 		}
+	}
+	if c.Tunnels != nil && !present("tunnels.listen") {
+		c.Tunnels.Listen = DefaultTunnelListen
 	}
 	for i := range c.Services {
 		s := &c.Services[i]
@@ -152,6 +182,9 @@ func applyDefaults(c *Config, present func(path string) bool) {
 		}
 		if def("health.port") {
 			h.Port = s.Port
+			if s.BackendPort != 0 {
+				h.Port = s.BackendPort // what NAT sends to is what answers
+			}
 		}
 		if def("health.path") && h.Kind == HealthHTTP {
 			h.Path = DefaultHealthPath
@@ -175,9 +208,14 @@ func applyDefaults(c *Config, present func(path string) bool) {
 }
 
 // applyBackendDefaults fills the fields of a backend agent file absent from the file.
-func applyBackendDefaults(a *BackendAgent, present func(path string) bool) {
+func applyBackendDefaults(a *BackendAgent, present func(path string) bool, hostname func() (string, error)) {
 	if !present("backend.gue_port") {
 		a.GUEPort = DefaultGUEPort
+	}
+	if a.Kubernetes != nil && !present("kubernetes.node_name") {
+		// kubelet registers its Node under the host's name, lower-cased
+		name, _ := hostname()
+		a.Kubernetes.NodeName = strings.ToLower(name)
 	}
 }
 

@@ -155,7 +155,7 @@ func checkConfig(t *testing.T, c *Config) {
 
 func checkAgent(t *testing.T, a *BackendAgent) {
 	t.Helper()
-	if !validIfname(a.Interface) || len(a.VIPs) == 0 || a.GUEPort == 0 {
+	if !validIfname(a.Interface) || (len(a.VIPs) == 0 && a.Kubernetes == nil) || a.GUEPort == 0 || (a.Kubernetes != nil && a.Kubernetes.NodeName == "") {
 		t.Errorf("bad backend agent %+v", a)
 	}
 	for i, v := range a.VIPs {

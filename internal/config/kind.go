@@ -10,6 +10,8 @@ const (
 	NodeFile    Kind = "node"    // manifold run
 	BackendFile Kind = "backend" // manifold backend: top-level `backend`
 	SteerFile   Kind = "steer"   // manifold steer: top-level `steer`
+	LinkFile    Kind = "link"    // manifold link: top-level `link`
+	ConnectFile Kind = "connect" // manifold connect: top-level `edges` (internal/tunnel parses it)
 )
 
 // KindOf tells the kind of a config file; a file that is not YAML is taken for a node
@@ -24,6 +26,12 @@ func KindOf(data []byte) Kind {
 	}
 	if _, ok := top["steer"]; ok {
 		return SteerFile
+	}
+	if _, ok := top["link"]; ok {
+		return LinkFile
+	}
+	if _, ok := top["edges"]; ok {
+		return ConnectFile
 	}
 	return NodeFile
 }

@@ -101,7 +101,7 @@ func ParseBackend(file string, data []byte) (*BackendAgent, error) {
 	}
 	a := p.backendFile(root)
 	if !p.aborted {
-		applyBackendDefaults(a, p.present)
+		applyBackendDefaults(a, p.present, os.Hostname)
 		p.validateBackend(a)
 	}
 	if err := p.errs.sorted(); err != nil {
@@ -746,6 +746,12 @@ func (p *parser) config(n *yaml.Node) *Config {
 		case "fleet":
 			c.Fleet = &Fleet{}
 			p.fleet(v, path, c.Fleet)
+		case "kubernetes":
+			c.Kubernetes = &Kubernetes{}
+			p.kubernetes(v, path, NodeSchema, c.Kubernetes)
+		case "tunnels":
+			c.Tunnels = &Tunnels{}
+			p.tunnels(v, path, c.Tunnels)
 		case "services":
 			p.list(v, path, func(_ int, ipath string, it *yaml.Node) {
 				c.Services = append(c.Services, Service{})
@@ -796,6 +802,8 @@ func (p *parser) node(n *yaml.Node, path string, out *Node) {
 		case "new_flow_rate":
 			x, _ := p.integer(v, path)
 			out.NewFlowRate = uint32(x)
+		case "forward_transit":
+			out.ForwardTransit, _ = p.boolean(v, path)
 		}
 	})
 }
@@ -826,6 +834,38 @@ func (p *parser) fleet(n *yaml.Node, path string, out *Fleet) {
 	})
 }
 
+func (p *parser) kubernetes(n *yaml.Node, path string, schema []Field, out *Kubernetes) {
+	p.mapping(n, path, keysOf(schema, "kubernetes"), func(key, path string, v *yaml.Node) {
+		switch key {
+		case "kubeconfig":
+			out.Kubeconfig, _ = p.str(v, path)
+		case "default_class":
+			out.DefaultClass, _ = p.boolean(v, path)
+		case "node_name":
+			out.NodeName, _ = p.str(v, path)
+		}
+	})
+}
+
+func (p *parser) tunnels(n *yaml.Node, path string, out *Tunnels) {
+	p.mapping(n, path, keysOf(NodeSchema, "tunnels"), func(key, path string, v *yaml.Node) {
+		switch key {
+		case "listen":
+			out.Listen, _ = p.str(v, path)
+		case "cert_file":
+			out.CertFile, _ = p.str(v, path)
+		case "key_file":
+			out.KeyFile, _ = p.str(v, path)
+		case "tokens_file":
+			out.TokensFile, _ = p.str(v, path)
+		case "relay_token_file":
+			out.RelayTokenFile, _ = p.str(v, path)
+		case "ca_file":
+			out.CAFile, _ = p.str(v, path)
+		}
+	})
+}
+
 func (p *parser) bgp(n *yaml.Node, path string, out *BGP) {
 	p.mapping(n, path, keysOf(NodeSchema, "bgp"), func(key, path string, v *yaml.Node) {
 		switch key {
@@ -841,6 +881,10 @@ func (p *parser) bgp(n *yaml.Node, path string, out *BGP) {
 			})
 		case "drain_time":
 			out.DrainTime, _ = p.duration(v, path)
+		case "communities":
+			out.Communities = p.communities(v, path)
+		case "large_communities":
+			out.LargeCommunities = p.largeCommunities(v, path)
 		}
 	})
 }
@@ -863,8 +907,71 @@ func (p *parser) peer(n *yaml.Node, path string, out *Peer) {
 		case "ebgp_multihop":
 			x, _ := p.integer(v, path)
 			out.EBGPMultihop = uint8(x)
+		case "bfd":
+			out.BFD = &BFD{}
+			p.bfd(v, path, out.BFD)
 		}
 	})
+}
+
+func (p *parser) bfd(n *yaml.Node, path string, out *BFD) {
+	p.mapping(n, path, keysOf(NodeSchema, "bgp.peers[].bfd"), func(key, path string, v *yaml.Node) {
+		switch key {
+		case "min_rx":
+			out.MinRx, _ = p.duration(v, path)
+		case "min_tx":
+			out.MinTx, _ = p.duration(v, path)
+		case "multiplier":
+			x, _ := p.integer(v, path)
+			out.Multiplier = uint8(x)
+		}
+	})
+}
+
+func (p *parser) serviceBGP(n *yaml.Node, path string, out *ServiceBGP) {
+	p.mapping(n, path, keysOf(NodeSchema, "services[].bgp"), func(key, path string, v *yaml.Node) {
+		switch key {
+		case "communities":
+			out.Communities = p.communities(v, path)
+		case "large_communities":
+			out.LargeCommunities = p.largeCommunities(v, path)
+		case "med":
+			if x, ok := p.integer(v, path); ok {
+				med := uint32(x)
+				out.MED = &med
+			}
+		case "prepend":
+			x, _ := p.integer(v, path)
+			out.Prepend = uint8(x)
+		}
+	})
+}
+
+// communities reads a list of standard communities; a bad item is reported and left out.
+func (p *parser) communities(n *yaml.Node, path string) []Community {
+	return parsedList(p, n, path, ParseCommunity)
+}
+
+// largeCommunities reads a list of large communities; a bad item is reported and left out.
+func (p *parser) largeCommunities(n *yaml.Node, path string) []LargeCommunity {
+	return parsedList(p, n, path, ParseLargeCommunity)
+}
+
+func parsedList[T any](p *parser, n *yaml.Node, path string, parse func(string) (T, error)) []T {
+	var out []T
+	p.list(n, path, func(_ int, ipath string, it *yaml.Node) {
+		s, ok := p.str(it, ipath)
+		if !ok {
+			return
+		}
+		v, err := parse(s)
+		if err != nil {
+			p.fail(it, ipath, "%v", err)
+			return
+		}
+		out = append(out, v)
+	})
+	return out
 }
 
 func (p *parser) service(n *yaml.Node, path string, out *Service) {
@@ -886,6 +993,9 @@ func (p *parser) service(n *yaml.Node, path string, out *Service) {
 		case "gue_port":
 			x, _ := p.integer(v, path)
 			out.GUEPort = uint16(x)
+		case "backend_port":
+			x, _ := p.integer(v, path)
+			out.BackendPort = uint16(x)
 		case "scheduler":
 			s, _ := p.enum(v, path)
 			out.Scheduler = Scheduler(s)
@@ -904,6 +1014,8 @@ func (p *parser) service(n *yaml.Node, path string, out *Service) {
 			})
 		case "health":
 			p.health(v, path, &out.Health)
+		case "bgp":
+			p.serviceBGP(v, path, &out.BGP)
 		}
 	})
 }
@@ -961,7 +1073,12 @@ func (p *parser) health(n *yaml.Node, path string, out *Health) {
 
 func (p *parser) backendFile(n *yaml.Node) *BackendAgent {
 	a := &BackendAgent{}
-	p.mapping(n, "", keysOf(BackendSchema, ""), func(_, path string, v *yaml.Node) {
+	p.mapping(n, "", keysOf(BackendSchema, ""), func(key, path string, v *yaml.Node) {
+		if key == "kubernetes" {
+			a.Kubernetes = &Kubernetes{}
+			p.kubernetes(v, path, BackendSchema, a.Kubernetes)
+			return
+		}
 		p.mapping(v, path, keysOf(BackendSchema, "backend"), func(key, path string, v *yaml.Node) {
 			switch key {
 			case "interface":

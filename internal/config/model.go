@@ -14,8 +14,34 @@ type Config struct {
 	BGP  *BGP // nil when the file has no bgp section: routing is left to the operator
 	// Fleet is nil for a node whose services are in its file; set, the services come
 	// from the fleet store (etcd) and the file has none.
-	Fleet    *Fleet
+	Fleet *Fleet
+	// Kubernetes is nil unless services also come from a cluster's API.
+	Kubernetes *Kubernetes
+	// Tunnels is nil for a node that takes no tunnels; set, the node is an edge of
+	// reverse tunnels and serves the services of forwarding tunnel.
+	Tunnels  *Tunnels
 	Services []Service
+}
+
+// Kubernetes is the cluster whose Services of type LoadBalancer a node serves, or
+// whose VIPs a backend agent decapsulates.
+type Kubernetes struct {
+	Kubeconfig string // "": in the cluster, the Pod's ServiceAccount
+	// DefaultClass takes, besides the Services of class manifold.io/lb, those with no
+	// class: the kube-controller's --default-class.
+	DefaultClass bool
+	// NodeName is the Node of the backend agent's host (the backend agent's only).
+	NodeName string
+}
+
+// Tunnels is where an edge takes the tunnels of connectors (manifold connect).
+type Tunnels struct {
+	Listen            string // UDP host:port where connectors dial in (QUIC)
+	CertFile, KeyFile string // the edge's TLS certificate chain and key
+	TokensFile        string // token → the services it may serve
+	// RelayTokenFile holds the secret the edges of a fleet relay to each other with;
+	// CAFile the CA of their certificates. Both or neither; only with a fleet.
+	RelayTokenFile, CAFile string
 }
 
 // Fleet is where a node of a fleet finds the fleet's one desired state: etcd.
@@ -72,6 +98,9 @@ type Node struct {
 	// NewFlowRate bounds the new flows per second the node remembers in the flow
 	// table (0: no bound); above it new flows are forwarded but not inserted.
 	NewFlowRate uint32
+	// ForwardTransit routes packets for neither a VIP nor the node in XDP, by the
+	// kernel's FIB, when the FIB knows the next hop's link-layer address.
+	ForwardTransit bool
 }
 
 // SourceFor returns the node address of the given family (4 or 6), or the zero Addr.
@@ -91,6 +120,10 @@ type BGP struct {
 	// DrainTime is how long a stopping node keeps forwarding after it has withdrawn
 	// its VIPs, so that the routers converge before the data plane detaches.
 	DrainTime time.Duration
+	// Communities and LargeCommunities go on the announcement of every VIP of the
+	// node; a service's own are added to them.
+	Communities      []Community
+	LargeCommunities []LargeCommunity
 }
 
 type Peer struct {
@@ -102,6 +135,17 @@ type Peer struct {
 	// EBGPMultihop is the TTL of the session's packets for an eBGP peer that is not
 	// directly connected; 0 keeps the default (TTL 1, directly connected).
 	EBGPMultihop uint8
+	// BFD, when set, runs asynchronous single-hop BFD (RFC 5880/5881) beside the
+	// session, so that the router drops the node's routes within Multiplier × the
+	// negotiated interval of it freezing or losing its link.
+	BFD *BFD
+}
+
+// BFD is a peer's BFD session: the intervals this node asks for, and how many missed
+// packets make the session down.
+type BFD struct {
+	MinRx, MinTx time.Duration
+	Multiplier   uint8
 }
 
 type Protocol string
@@ -124,6 +168,12 @@ type Forwarding string
 const (
 	IPIP Forwarding = "ipip"
 	GUE  Forwarding = "gue"
+	// NAT rewrites the client's packet to the backend (address and port) from the
+	// node's address: for backends that cannot decapsulate.
+	NAT Forwarding = "nat"
+	// Tunnel services are not in the XDP program's maps: their packets pass to the
+	// node's own stack, where the tunnel edge joins each connection to a connector.
+	Tunnel Forwarding = "tunnel"
 )
 
 type Scheduler string
@@ -141,13 +191,30 @@ type Service struct {
 	Protocol   Protocol
 	Forwarding Forwarding
 	GUEPort    uint16 // UDP destination port of GUE packets
-	Scheduler  Scheduler
-	TableSize  uint32 // Maglev table size, a prime
+	// BackendPort is the port NAT sends to (forwarding: nat); 0: the service's port
+	// (for a service of every port, the client's destination port).
+	BackendPort uint16
+	Scheduler   Scheduler
+	TableSize   uint32 // Maglev table size, a prime
 	// Origins are the data centres holding the backends, for global steering; with
 	// none, the service's weights are its backends' own.
 	Origins  []Origin
 	Backends []Backend
 	Health   Health
+	// BGP are the attributes of the service's VIP announcement, added to the node's.
+	BGP ServiceBGP
+}
+
+// ServiceBGP is what a service adds to its VIP's announcement. When several services
+// share a VIP, the announcement carries every one's communities, the highest MED and
+// the longest prepend: a VIP is one route.
+type ServiceBGP struct {
+	Communities      []Community
+	LargeCommunities []LargeCommunity
+	MED              *uint32 // nil: no MED attribute
+	// Prepend is how many extra times the node's AS goes in front of the AS path on
+	// eBGP sessions (iBGP sessions carry no AS of their own).
+	Prepend uint8
 }
 
 // Backend is one real server of a service. Its identity (for Maglev and for the data
@@ -201,4 +268,6 @@ type BackendAgent struct {
 	Interface string       // tc ingress decapsulation attaches here
 	VIPs      []netip.Addr // added to lo; only packets whose inner destination is one of these are decapsulated
 	GUEPort   uint16       // UDP port on which GUE packets are decapsulated
+	// Kubernetes is nil unless VIPs also come from a cluster's API.
+	Kubernetes *Kubernetes
 }

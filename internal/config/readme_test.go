@@ -25,6 +25,7 @@ var readmeTables = []struct {
 	{"node", NodeSchema, 28},
 	{"backend", BackendSchema, 44},
 	{"steer", SteerSchema, 44},
+	{"link", LinkSchema, 44},
 }
 
 // TestREADME checks that the README's config reference is what the schema generates.

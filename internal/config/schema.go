@@ -26,6 +26,7 @@ const (
 	TypeEnum      FieldType = "enum"     // one of Field.Enum
 	TypeStrings   FieldType = "list of strings"
 	TypeAddresses FieldType = "list of addresses"
+	TypePrefixes  FieldType = "list of prefixes"
 	TypeMapping   FieldType = "mapping" // its keys are the rows below it
 	TypeList      FieldType = "list"    // of mappings, whose keys are the rows below it
 )
@@ -79,6 +80,8 @@ var NodeSchema = []Field{
 		Doc: fmt.Sprintf("a /%d; required with entropy_source when the node has an IPv6 address", EntropyPrefix6Bits)},
 	{Path: "node.new_flow_rate", Type: TypeInt, Default: def(DefaultNewFlowRate), Range: &Range{0, math.MaxUint32}, Example: "16384",
 		Doc: "new flows per second the flow table takes (0: no bound), see Packets"},
+	{Path: "node.forward_transit", Type: TypeBool, Default: def(DefaultForwardTransit), Example: "false",
+		Doc: "true: route packets for neither a VIP nor the node in XDP (router mode), see Transit forwarding"},
 
 	{Path: "bgp", Type: TypeMapping, Doc: "optional; without it the node forwards and routing is left to the operator"},
 	{Path: "bgp.asn", Type: TypeInt, Required: true, Range: &Range{MinASN, MaxASN}, Example: "65001", Doc: "the node's AS"},
@@ -95,6 +98,17 @@ var NodeSchema = []Field{
 		Doc: fmt.Sprintf("TCP MD5 key (RFC 2385), at most %d bytes; never logged", MaxPasswordLen)},
 	{Path: "bgp.peers[].ebgp_multihop", Type: TypeInt, Range: &Range{1, math.MaxUint8}, Example: "2",
 		Doc: "eBGP only: TTL for a peer that is not directly connected"},
+	{Path: "bgp.peers[].bfd", Type: TypeMapping, Doc: "optional; BFD (RFC 5880, single hop, asynchronous) beside the session"},
+	{Path: "bgp.peers[].bfd.min_rx", Type: TypeDuration, Default: def(DefaultBFDInterval), Range: durations(MinBFDInterval, MaxBFDInterval),
+		Example: "100ms", Doc: "the slowest rate this node accepts BFD packets at"},
+	{Path: "bgp.peers[].bfd.min_tx", Type: TypeDuration, Default: def(DefaultBFDInterval), Range: durations(MinBFDInterval, MaxBFDInterval),
+		Example: "100ms", Doc: "the rate this node wants to send at"},
+	{Path: "bgp.peers[].bfd.multiplier", Type: TypeInt, Default: def(DefaultBFDMultiplier), Range: &Range{1, math.MaxUint8},
+		Example: "3", Doc: "packets missed before the session is down: detection in multiplier × interval"},
+	{Path: "bgp.communities", Type: TypeStrings, Example: `["65001:100"]`,
+		Doc: "standard communities on every VIP of the node: ASN:value, or no-export, no-advertise, no-peer, blackhole"},
+	{Path: "bgp.large_communities", Type: TypeStrings, Example: `["65001:1:2"]`,
+		Doc: "large communities on every VIP of the node: global:local1:local2"},
 	{Path: "bgp.drain_time", Type: TypeDuration, Default: def(DefaultDrainTime), Range: durations(0, MaxDrainTime), Example: "2s",
 		Doc: "on SIGTERM, time between withdrawing and detaching"},
 
@@ -110,15 +124,35 @@ var NodeSchema = []Field{
 	{Path: "fleet.prefix", Type: TypeString, Default: DefaultFleetPrefix, Example: DefaultFleetPrefix,
 		Doc: "the fleet's keys; one etcd serves several fleets under other prefixes"},
 
+	{Path: "kubernetes", Type: TypeMapping,
+		Doc: "optional; services also come from the Kubernetes API: one per port of each Service of type LoadBalancer with an address"},
+	{Path: "kubernetes.kubeconfig", Type: TypeString, Example: `""`, Doc: "default: in the cluster (the Pod's ServiceAccount)"},
+	{Path: "kubernetes.default_class", Type: TypeBool, Default: def(DefaultKubeDefaultClass), Example: "false",
+		Doc: "also the Services with no spec.loadBalancerClass (as kube-controller --default-class)"},
+	{Path: "tunnels", Type: TypeMapping, Doc: "optional; the node is an edge of reverse tunnels (see Tunnels)"},
+	{Path: "tunnels.listen", Type: TypeString, Default: def(DefaultTunnelListen), Example: DefaultTunnelListen,
+		Doc: "UDP host:port where connectors dial in (QUIC, TLS 1.3)"},
+	{Path: "tunnels.cert_file", Type: TypeString, Required: true, Example: "/etc/manifold/edge.crt", Doc: "the edge's certificate chain (PEM)"},
+	{Path: "tunnels.key_file", Type: TypeString, Required: true, Example: "/etc/manifold/edge.key", Doc: "its key (PEM)"},
+	{Path: "tunnels.tokens_file", Type: TypeString, Required: true, Example: "/etc/manifold/tunnel-tokens.yaml",
+		Doc: "a YAML list of {token, services}: what each connector may serve; read at start"},
+	{Path: "tunnels.relay_token_file", Type: TypeString, Example: "/etc/manifold/relay-token",
+		Doc: "the fleet's edges' shared secret: they relay clients to edges that have their service's connector (unused without a fleet)"},
+	{Path: "tunnels.ca_file", Type: TypeString, Example: "/etc/manifold/edge-ca.crt",
+		Doc: "with relay_token_file: the CA of the other edges' certificates (a relay sends its token only to them)"},
+
 	{Path: "services", Type: TypeList},
 	{Path: "services[].name", Type: TypeString, Required: true, Example: "web", Doc: "[a-zA-Z0-9._-]{1,63}, unique"},
 	{Path: "services[].vip", Type: TypeAddress, Required: true, Example: "198.51.100.10", Doc: "IPv4 or IPv6"},
 	{Path: "services[].port", Type: TypeInt, Default: def(DefaultPort), Range: &Range{0, math.MaxUint16}, Example: "80",
 		Doc: "0 = every port of the VIP"},
 	{Path: "services[].protocol", Type: TypeEnum, Enum: enum(TCP, UDP), Default: def(DefaultProtocol), Example: "tcp"},
-	{Path: "services[].forwarding", Type: TypeEnum, Enum: enum(IPIP, GUE), Default: def(DefaultForwarding), Example: "ipip"},
+	{Path: "services[].forwarding", Type: TypeEnum, Enum: enum(IPIP, GUE, NAT, Tunnel), Default: def(DefaultForwarding), Example: "ipip",
+		Doc: "ipip, gue: DSR to backends that decapsulate; nat: full NAT, see NAT mode; tunnel: served by the node's tunnel edge (tcp, one port, no backends)"},
 	{Path: "services[].gue_port", Type: TypeInt, Default: def(DefaultGUEPort), Range: &Range{1, math.MaxUint16}, Example: "6080",
 		Doc: "UDP destination port of GUE packets (the backends' backend.gue_port)"},
+	{Path: "services[].backend_port", Type: TypeInt, Range: &Range{1, math.MaxUint16}, Example: "8080",
+		Doc: "nat only: the backends' port; default: the service's port (port 0: the client's)"},
 	{Path: "services[].scheduler", Type: TypeEnum, Enum: enum(Maglev, MaglevSource), Default: def(DefaultScheduler), Example: "maglev",
 		Doc: "maglev hashes the 5-tuple, maglev-source the client address only (affinity)"},
 	{Path: "services[].table_size", Type: TypeInt, Range: &Range{MinTableSize, MaxTableSize}, Example: "65537",
@@ -147,6 +181,12 @@ var NodeSchema = []Field{
 		Doc: "consecutive successes to come up"},
 	{Path: "services[].health.fall", Type: TypeInt, Default: def(DefaultHealthFall), Range: &Range{1, MaxRiseFall}, Example: "2",
 		Doc: "consecutive failures to go down"},
+	{Path: "services[].bgp", Type: TypeMapping, Doc: "optional; what the service adds to its VIP's announcement (see Communities and scoping)"},
+	{Path: "services[].bgp.communities", Type: TypeStrings, Example: `["65001:200"]`, Doc: "added to bgp.communities"},
+	{Path: "services[].bgp.large_communities", Type: TypeStrings, Example: `["65001:1:3"]`, Doc: "added to bgp.large_communities"},
+	{Path: "services[].bgp.med", Type: TypeInt, Range: &Range{0, math.MaxUint32}, Example: "50", Doc: "MULTI_EXIT_DISC; default none"},
+	{Path: "services[].bgp.prepend", Type: TypeInt, Range: &Range{0, MaxPrepend}, Example: "2",
+		Doc: "extra copies of the node's AS on eBGP sessions (a backup site)"},
 }
 
 // BackendSchema is the file of `manifold backend`.
@@ -154,9 +194,15 @@ var BackendSchema = []Field{
 	{Path: "backend", Type: TypeMapping, Required: true},
 	{Path: "backend.interface", Type: TypeString, Required: true, Example: "eth0", Doc: "tc ingress decapsulation attaches here"},
 	{Path: "backend.vips", Type: TypeAddresses, Required: true, Example: "[198.51.100.10, 2001:db8:100::10]",
-		Doc: "added to lo, the only inner destinations decapsulated"},
+		Doc: "added to lo, the only inner destinations decapsulated; required without a kubernetes section"},
 	{Path: "backend.gue_port", Type: TypeInt, Default: def(DefaultGUEPort), Range: &Range{1, math.MaxUint16}, Example: "6080",
 		Doc: "UDP port of the GUE packets decapsulated (services[].gue_port)"},
+	{Path: "kubernetes", Type: TypeMapping,
+		Doc: "optional; VIPs also come from the Kubernetes API: the addresses of the Services this host's Node is a backend of"},
+	{Path: "kubernetes.kubeconfig", Type: TypeString, Example: `""`, Doc: "default: in the cluster (the Pod's ServiceAccount)"},
+	{Path: "kubernetes.node_name", Type: TypeString, Example: "worker1", Doc: "this host's Node (default: the host's name)"},
+	{Path: "kubernetes.default_class", Type: TypeBool, Default: def(DefaultKubeDefaultClass), Example: "false",
+		Doc: "also the Services with no spec.loadBalancerClass, as the nodes' kubernetes.default_class"},
 }
 
 // SteerSchema is the file of `manifold steer --config`: the fleet's store, as a node
@@ -173,6 +219,44 @@ var SteerSchema = append([]Field{
 	{Path: "steer.metrics", Type: TypeString, Example: "127.0.0.1:9101",
 		Doc: "host:port of the controller's Prometheus metrics (GET /metrics); none when absent"},
 }...)...)
+
+// LinkSchema is the file of `manifold link --config`: one site-to-site link, seen from
+// this side (the other side's file swaps local and remote and the keys).
+var LinkSchema = []Field{
+	{Path: "link", Type: TypeMapping, Required: true},
+	{Path: "link.name", Type: TypeString, Required: true, Example: "dc1-dc2", Doc: "[a-zA-Z0-9._-]{1,63}; names the link in its status and metrics"},
+	{Path: "link.local", Type: TypeMapping, Required: true, Doc: "this site"},
+	{Path: "link.local.address", Type: TypeAddress, Required: true, Example: "192.0.2.1", Doc: "the outer address the tunnels leave from"},
+	{Path: "link.local.prefixes", Type: TypePrefixes, Required: true, Example: "[10.1.0.0/16]", Doc: "this site's networks, reached by the other side"},
+	{Path: "link.remote", Type: TypeMapping, Required: true, Doc: "the other site"},
+	{Path: "link.remote.address", Type: TypeAddress, Required: true, Example: "192.0.2.2", Doc: "the other gateway's outer address, same family"},
+	{Path: "link.remote.prefixes", Type: TypePrefixes, Required: true, Example: "[10.2.0.0/16]",
+		Doc: "routed over the tunnels; no overlap with local prefixes or the host's routes"},
+	{Path: "link.tunnels", Type: TypeInt, Range: &Range{1, MaxLinkTunnels}, Example: "4",
+		Doc: "default: the number of CPUs; the same on both sides"},
+	{Path: "link.port", Type: TypeInt, Default: def(DefaultLinkPort), Range: &Range{1, MaxLinkPort}, Example: "51820",
+		Doc: "tunnel i uses UDP port+i at both ends: N flows to the network"},
+	{Path: "link.private_key_file", Type: TypeString, Required: true, Example: "/etc/manifold/dc1.key",
+		Doc: "this side's WireGuard private key (wg genkey); read at start"},
+	{Path: "link.peer_public_key", Type: TypeString, Required: true, Example: "ThxgqOncpcA21h5JzqGQLqMx880sOzNM5Hg8TQMpNkk=",
+		Doc: "the other side's public key (wg pubkey), base64"},
+	{Path: "link.mtu", Type: TypeInt, Default: def(DefaultLinkMTU), Range: &Range{MinLinkMTU, MaxLinkMTU}, Example: "1420",
+		Doc: "of each tunnel device: the path MTU less 80 (IPv6 outer) or 60 (IPv4)"},
+	{Path: "link.inner_prefix", Type: TypePrefix, Default: DefaultLinkInnerPrefix, Example: DefaultLinkInnerPrefix,
+		Doc: "IPv4, the same on both sides: tunnel i's ends are its addresses 2i and 2i+1 (2i on the side of the lower outer address)"},
+	{Path: "link.devices", Type: TypeString, Default: DefaultLinkDevices, Example: DefaultLinkDevices,
+		Doc: "stem of the tunnels' TUN devices: mlink0, mlink1, … by default"},
+	{Path: "link.api", Type: TypeString, Default: DefaultLinkAPI, Example: DefaultLinkAPI, Doc: "the link's status API and /metrics"},
+	{Path: "link.connect_timeout", Type: TypeDuration, Default: def(DefaultLinkConnectTimeout), Range: durations(MinLinkConnectTimeout, MaxLinkConnectTimeout),
+		Example: "30s", Doc: "at start, how long to wait for a first tunnel to answer before giving up (nothing is installed until one does)"},
+	{Path: "link.health", Type: TypeMapping, Doc: "optional: the probes through each tunnel"},
+	{Path: "link.health.interval", Type: TypeDuration, Default: def(DefaultLinkProbeInterval), Range: durations(MinLinkProbeInterval, MaxLinkProbeInterval),
+		Example: "100ms", Doc: "one probe per tunnel per interval"},
+	{Path: "link.health.rise", Type: TypeInt, Default: def(DefaultLinkRise), Range: &Range{1, MaxRiseFall}, Example: "3",
+		Doc: "answers, none lost between, for a tunnel to join the route"},
+	{Path: "link.health.fall", Type: TypeInt, Default: def(DefaultLinkFall), Range: &Range{1, MaxRiseFall}, Example: "3",
+		Doc: "intervals without an answer for a tunnel to leave the route; a probe may be answered until fall later ones have left"},
+}
 
 // fleetRows are the node schema's rows below fleet.
 func fleetRows() []Field {
@@ -218,7 +302,7 @@ func formatDuration(d time.Duration) string {
 // fields indexes both schemas by path.
 var fields = func() map[string]*Field {
 	m := map[string]*Field{}
-	for _, s := range [][]Field{NodeSchema, BackendSchema, SteerSchema} {
+	for _, s := range [][]Field{NodeSchema, BackendSchema, SteerSchema, LinkSchema} {
 		for i := range s {
 			// the steer file's fleet rows are the node's; the node's own come first
 			if m[s[i].Path] == nil {

@@ -94,6 +94,13 @@ func minimal(schema []Field) map[string]string {
 // the fleet section, a file with the fleet's required keys and no services.
 func minimalFor(schema []Field, path string) map[string]string {
 	values := minimal(schema)
+	if path == "services[].backend_port" {
+		values["services[].forwarding"] = string(NAT) // refused with any other
+	}
+	if under(path, "kubernetes") {
+		// the section has no required key: its kubeconfig stands for it
+		values["kubernetes.kubeconfig"] = fields["kubernetes.kubeconfig"].Example
+	}
 	if !under(path, "fleet") {
 		return values
 	}
@@ -122,6 +129,8 @@ func parse(schema []Field, values map[string]string) (any, error) {
 		return ParseBackend("t.yaml", data)
 	case &SteerSchema[0]:
 		return ParseSteer("t.yaml", data)
+	case &LinkSchema[0]:
+		return ParseLink("t.yaml", data)
 	}
 	return Parse("t.yaml", data)
 }
@@ -154,7 +163,7 @@ func with(values map[string]string, more ...string) map[string]string {
 	return out
 }
 
-var schemas = map[string][]Field{"node": NodeSchema, "backend": BackendSchema, "steer": SteerSchema}
+var schemas = map[string][]Field{"node": NodeSchema, "backend": BackendSchema, "steer": SteerSchema, "link": LinkSchema}
 
 func TestMinimalFilesParse(t *testing.T) {
 	for name, schema := range schemas {
@@ -183,6 +192,10 @@ func TestDefaultsAreTheSchemas(t *testing.T) {
 	// keys a default depends on
 	context := map[string][]string{
 		"services[].health.path": {"services[].health.kind", "http", "services[].health.port", "80"},
+		// the bfd mapping's defaults fill only a bfd mapping that is there
+		"bgp.peers[].bfd.min_rx":     {"bgp.peers[].bfd.min_tx", "300ms"},
+		"bgp.peers[].bfd.min_tx":     {"bgp.peers[].bfd.min_rx", "300ms"},
+		"bgp.peers[].bfd.multiplier": {"bgp.peers[].bfd.min_rx", "300ms"},
 	}
 	defaults := 0
 	for _, schema := range schemas {

@@ -40,6 +40,11 @@ const (
 	MaxSteerInterval  = time.Minute
 	MinSteerLease     = 2 * time.Second // etcd's leases are whole seconds
 	MaxSteerLease     = time.Minute
+	// BFD intervals: below 10 ms a Go timer on a loaded host flaps the session;
+	// GoBGP carries them in microseconds.
+	MinBFDInterval = 10 * time.Millisecond
+	MaxBFDInterval = 10 * time.Second
+	MaxPrepend     = 10
 )
 
 // require reports a required field that is absent, at the line of its enclosing
@@ -79,7 +84,51 @@ func (p *parser) validateConfig(c *Config) {
 			p.errorAt("services", "a node with a fleet section takes its services from the fleet store, not from this file: seed the store with `manifold fleet import --config FILE`, then remove them here")
 		}
 	}
+	if c.Tunnels != nil && p.usable("tunnels") {
+		p.validateTunnels(c.Tunnels)
+	}
 	p.validateServices(c)
+}
+
+func (p *parser) validateTunnels(t *Tunnels) {
+	if p.usable("tunnels.listen") {
+		if problem := apiProblem(t.Listen); problem != "" {
+			p.errorAt("tunnels.listen", "%s", strings.Replace(problem, "127.0.0.1:9100", DefaultTunnelListen, 1))
+		}
+	}
+	for f, v := range map[string]string{"tunnels.cert_file": t.CertFile, "tunnels.key_file": t.KeyFile, "tunnels.tokens_file": t.TokensFile} {
+		if p.require(f) && p.usable(f) && v == "" {
+			p.errorAt(f, "must not be empty")
+		}
+	}
+	if (t.RelayTokenFile == "") != (t.CAFile == "") && p.usable("tunnels.relay_token_file") && p.usable("tunnels.ca_file") {
+		missing, given := "tunnels.ca_file", "tunnels.relay_token_file"
+		if t.RelayTokenFile == "" {
+			missing, given = given, missing
+		}
+		p.errorAt(missing, "required with %s: a relay sends its token only to edges whose certificate it checked", given)
+	}
+}
+
+// validateTunnelService checks what a service of forwarding tunnel cannot have: the
+// edge joins TCP connections on one port to connectors, so there are no backends to
+// hash, check or steer.
+func (p *parser) validateTunnelService(c *Config, s *Service, sp string) {
+	f := func(field string) string { return sp + "." + field }
+	if c.Tunnels == nil && c.Fleet == nil {
+		p.errorAt(f("forwarding"), "a tunnel service needs the node's tunnels section (the edge that serves it)")
+	}
+	if p.usable(f("protocol")) && s.Protocol != TCP {
+		p.errorAt(f("protocol"), "a tunnel service carries tcp only, not %s", s.Protocol)
+	}
+	if p.usable(f("port")) && s.Port == 0 {
+		p.errorAt(f("port"), "a tunnel service needs a port (the edge listens on vip:port)")
+	}
+	for _, field := range []string{"backends", "origins", "health"} {
+		if p.given(f(field)) {
+			p.errorAt(f(field), "a tunnel service has no %s: its connectors serve it (manifold connect)", field)
+		}
+	}
 }
 
 func (p *parser) validateNode(n *Node) {
@@ -273,6 +322,16 @@ func (p *parser) validateBGP(b *BGP) {
 		if pw := pp + ".password"; p.given(pw) && len(peer.Password) > MaxPasswordLen {
 			p.errorAt(pw, "too long: %d bytes (TCP MD5 keys are at most %d bytes)", len(peer.Password), MaxPasswordLen)
 		}
+		if peer.BFD != nil && p.usable(pp+".bfd") {
+			for _, d := range []struct {
+				key string
+				v   time.Duration
+			}{{"min_rx", peer.BFD.MinRx}, {"min_tx", peer.BFD.MinTx}} {
+				if dp := pp + ".bfd." + d.key; p.given(dp) && (d.v < MinBFDInterval || d.v > MaxBFDInterval) {
+					p.errorAt(dp, "%s is out of range (accepted: %s..%s)", d.v, MinBFDInterval, MaxBFDInterval)
+				}
+			}
+		}
 	}
 }
 
@@ -284,6 +343,12 @@ func (p *parser) validateServices(c *Config) {
 	}
 	names := map[string]string{}
 	keys := map[key]string{}
+	// the XDP program passes a tunnel VIP's packets to the stack only when no service
+	// of its own has the VIP
+	vipTunnel := map[netip.Addr]struct {
+		tunnel bool
+		path   string
+	}{}
 	for i := range c.Services {
 		s := &c.Services[i]
 		sp := index("services", i)
@@ -340,9 +405,27 @@ func (p *parser) validateServices(c *Config) {
 			}
 		}
 
+		if p.given(f("backend_port")) && p.usable(f("forwarding")) && s.Forwarding != NAT {
+			p.errorAt(f("backend_port"), "only with forwarding: nat (encapsulated packets keep the client's port)")
+		}
+
+		if s.Forwarding == Tunnel {
+			p.validateTunnelService(c, s, sp)
+		}
 		p.validateOrigins(s, sp)
 		p.validateHealth(s, sp)
 
+		if vipOK && p.usable(f("forwarding")) {
+			tunnel := s.Forwarding == Tunnel
+			if other, seen := vipTunnel[s.VIP]; seen && other.tunnel != tunnel {
+				p.errorAt(f("forwarding"), "vip %s is also the vip of %s, and a tunnel service's vip is the edge's alone: tunnel and other services do not share a vip", s.VIP, other.path)
+			} else if !seen {
+				vipTunnel[s.VIP] = struct {
+					tunnel bool
+					path   string
+				}{tunnel, sp}
+			}
+		}
 		if vipOK && p.usable(f("port")) && p.usable(f("protocol")) {
 			k := key{s.VIP, s.Port, s.Protocol}
 			if other, dup := keys[k]; dup {
@@ -446,11 +529,15 @@ func (p *parser) validateBackend(a *BackendAgent) {
 	if p.require("backend.interface") && p.usable("backend.interface") && !validIfname(a.Interface) {
 		p.errorAt("backend.interface", "%s is not a valid interface name (%s)", quote(a.Interface), ifnameRule)
 	}
-	if !p.require("backend.vips") || !p.usable("backend.vips") {
+	if np := "kubernetes.node_name"; a.Kubernetes != nil && p.usable("kubernetes") && p.usable(np) && a.Kubernetes.NodeName == "" {
+		p.errorAt(np, "must not be empty (the host has no name to default to)")
+	}
+	// with a kubernetes section the VIPs may all come from the cluster
+	if (a.Kubernetes == nil && !p.require("backend.vips")) || !p.usable("backend.vips") {
 		return
 	}
-	if len(a.VIPs) == 0 {
-		p.errorAt("backend.vips", "must list at least one VIP")
+	if len(a.VIPs) == 0 && a.Kubernetes == nil {
+		p.errorAt("backend.vips", "must list at least one VIP (or take them from a kubernetes section)")
 	}
 	first := map[netip.Addr]string{}
 	for i, vip := range a.VIPs {

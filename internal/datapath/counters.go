@@ -59,6 +59,7 @@ var dropReasonNames = map[lbLbDropReason]string{
 	lbLbDropReasonLB_DROP_TOO_BIG:    "too_big",
 	lbLbDropReasonLB_DROP_NO_TX_PORT: "no_tx_port",
 	lbLbDropReasonLB_DROP_ENCAP:      "encap",
+	lbLbDropReasonLB_DROP_NAT_PORTS:  "nat_ports",
 }
 
 func dropReasonName(r lbLbDropReason) string {
@@ -92,6 +93,8 @@ var eventNames = map[lbLbEvent]string{
 	lbLbEventLB_EV_ICMP_ECHO_REPLY:   "icmp_echo_reply",
 	lbLbEventLB_EV_ICMP_TO_BACKEND:   "icmp_to_backend",
 	lbLbEventLB_EV_ICMP_TOO_BIG_SENT: "icmp_too_big_sent",
+	lbLbEventLB_EV_TRANSIT_FORWARDED: "transit_forwarded",
+	lbLbEventLB_EV_NAT_REPLY:         "nat_reply",
 }
 
 func eventName(e lbLbEvent) string {
@@ -103,7 +106,8 @@ func eventName(e lbLbEvent) string {
 
 // Events returns the event counters by name, every event present: new flows forwarded
 // but not remembered (node.new_flow_rate), echo replies, ICMP errors sent to backends,
-// and "fragmentation needed" / "packet too big" sent to clients.
+// "fragmentation needed" / "packet too big" sent to clients, and transit packets routed
+// in XDP (node.forward_transit).
 func (lb *LB) Events() (map[string]uint64, error) {
 	out := map[string]uint64{}
 	for e := lbLbEvent(0); e < lbLbEventLB_EV_MAX; e++ {

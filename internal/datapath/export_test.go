@@ -37,3 +37,43 @@ func (lb *LB) FlowBackend(f Flow) (uint32, error) {
 func (lb *LB) PutFlow(f Flow, id, serviceID uint32) error {
 	return lb.objs.LbFlows.Put(f.key(), lbLbFlow{BackendId: id, ServiceId: serviceID, Hash: FlowHash(f, false)})
 }
+
+// NATEntry is the state of the NAT entry a backend's replies to node port nport
+// carry: its lb_nat_state, whether the backend answered, and whether it exists.
+func (lb *LB) NATEntry(backend netip.Addr, bport, nport uint16, proto uint8) (state uint8, replied, ok bool, err error) {
+	var v lbLbNat
+	if err := lb.objs.LbNats.Lookup(natKey(backend, bport, nport, proto), &v); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return 0, false, false, nil
+		}
+		return 0, false, false, err
+	}
+	return uint8(v.State), v.Replied != 0, true, nil
+}
+
+// ExpireNAT ages that entry past its timeout, as if its flow had been idle that long.
+func (lb *LB) ExpireNAT(backend netip.Addr, bport, nport uint16, proto uint8) error {
+	k := natKey(backend, bport, nport, proto)
+	var v lbLbNat
+	if err := lb.objs.LbNats.Lookup(k, &v); err != nil {
+		return err
+	}
+	v.Expires = 0
+	return lb.objs.LbNats.Put(k, v)
+}
+
+func natKey(backend netip.Addr, bport, nport uint16, proto uint8) lbLbNatKey {
+	return lbLbNatKey{Backend: addrWords(backend), BackendPort: be16(bport), NodePort: be16(nport), Proto: proto, Family: uint8(familyOf(backend))}
+}
+
+// NAT states (enum lb_nat_state).
+const (
+	NATUDP         = uint8(lbLbNatStateLB_NAT_UDP)
+	NATOpening     = uint8(lbLbNatStateLB_NAT_TCP_OPENING)
+	NATEstablished = uint8(lbLbNatStateLB_NAT_TCP_ESTABLISHED)
+	NATClosing     = uint8(lbLbNatStateLB_NAT_TCP_CLOSING)
+	NATClosed      = uint8(lbLbNatStateLB_NAT_TCP_CLOSED)
+)
+
+// ForgetNATFlow deletes f's entry of lb_nat_flows, as the LRU would under pressure.
+func (lb *LB) ForgetNATFlow(f Flow) error { return lb.objs.LbNatFlows.Delete(f.key()) }

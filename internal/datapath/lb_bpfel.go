@@ -41,6 +41,8 @@ type lbLbBackend struct {
 	Family    lbLbFamily
 	Encap     lbLbEncap
 	GuePort   uint16
+	NatPort   uint16
+	Pad       [2]uint8
 }
 
 type lbLbBackendState uint32
@@ -73,7 +75,8 @@ const (
 	lbLbDropReasonLB_DROP_TOO_BIG    lbLbDropReason = 8
 	lbLbDropReasonLB_DROP_NO_TX_PORT lbLbDropReason = 9
 	lbLbDropReasonLB_DROP_ENCAP      lbLbDropReason = 10
-	lbLbDropReasonLB_DROP_MAX        lbLbDropReason = 11
+	lbLbDropReasonLB_DROP_NAT_PORTS  lbLbDropReason = 11
+	lbLbDropReasonLB_DROP_MAX        lbLbDropReason = 12
 )
 
 type lbLbEncap uint8
@@ -81,6 +84,7 @@ type lbLbEncap uint8
 const (
 	lbLbEncapLB_ENCAP_IPIP lbLbEncap = 0
 	lbLbEncapLB_ENCAP_GUE  lbLbEncap = 1
+	lbLbEncapLB_ENCAP_NAT  lbLbEncap = 2
 )
 
 type lbLbEvent uint32
@@ -90,7 +94,9 @@ const (
 	lbLbEventLB_EV_ICMP_ECHO_REPLY   lbLbEvent = 1
 	lbLbEventLB_EV_ICMP_TO_BACKEND   lbLbEvent = 2
 	lbLbEventLB_EV_ICMP_TOO_BIG_SENT lbLbEvent = 3
-	lbLbEventLB_EV_MAX               lbLbEvent = 4
+	lbLbEventLB_EV_TRANSIT_FORWARDED lbLbEvent = 4
+	lbLbEventLB_EV_NAT_REPLY         lbLbEvent = 5
+	lbLbEventLB_EV_MAX               lbLbEvent = 6
 )
 
 type lbLbFamily uint8
@@ -124,6 +130,46 @@ type lbLbFlowRate struct {
 	Inserted uint64
 }
 
+type lbLbNat struct {
+	_          structs.HostLayout
+	Client     [4]uint32
+	Vip        [4]uint32
+	ClientPort uint16
+	VipPort    uint16
+	BackendId  uint32
+	Expires    uint64
+	State      lbLbNatState
+	Replied    uint8
+	Pad        [6]uint8
+}
+
+type lbLbNatFlow struct {
+	_         structs.HostLayout
+	BackendId uint32
+	NodePort  uint16
+	Pad       [2]uint8
+}
+
+type lbLbNatKey struct {
+	_           structs.HostLayout
+	Backend     [4]uint32
+	BackendPort uint16
+	NodePort    uint16
+	Proto       uint8
+	Family      uint8
+	Pad         [2]uint8
+}
+
+type lbLbNatState uint8
+
+const (
+	lbLbNatStateLB_NAT_UDP             lbLbNatState = 0
+	lbLbNatStateLB_NAT_TCP_OPENING     lbLbNatState = 1
+	lbLbNatStateLB_NAT_TCP_ESTABLISHED lbLbNatState = 2
+	lbLbNatStateLB_NAT_TCP_CLOSING     lbLbNatState = 3
+	lbLbNatStateLB_NAT_TCP_CLOSED      lbLbNatState = 4
+)
+
 type lbLbNexthop struct {
 	_       structs.HostLayout
 	Expires uint64
@@ -140,6 +186,7 @@ type lbLbSettings struct {
 	Entropy4       uint32
 	Entropy6       [2]uint32
 	NewFlowsPerCpu uint32
+	ForwardTransit uint32
 }
 
 type lbLbShared uint32
@@ -188,6 +235,8 @@ const (
 	lbMapLbFibCache     = "lb_fib_cache"
 	lbMapLbFlows        = "lb_flows"
 	lbMapLbMaglev       = "lb_maglev"
+	lbMapLbNatFlows     = "lb_nat_flows"
+	lbMapLbNats         = "lb_nats"
 	lbMapLbNewFlows     = "lb_new_flows"
 	lbMapLbServiceStats = "lb_service_stats"
 	lbMapLbTxPorts      = "lb_tx_ports"
@@ -259,6 +308,8 @@ type lbMapSpecs struct {
 	LbFibCache     *ebpf.MapSpec `ebpf:"lb_fib_cache"`
 	LbFlows        *ebpf.MapSpec `ebpf:"lb_flows"`
 	LbMaglev       *ebpf.MapSpec `ebpf:"lb_maglev"`
+	LbNatFlows     *ebpf.MapSpec `ebpf:"lb_nat_flows"`
+	LbNats         *ebpf.MapSpec `ebpf:"lb_nats"`
 	LbNewFlows     *ebpf.MapSpec `ebpf:"lb_new_flows"`
 	LbServiceStats *ebpf.MapSpec `ebpf:"lb_service_stats"`
 	LbTxPorts      *ebpf.MapSpec `ebpf:"lb_tx_ports"`
@@ -306,6 +357,8 @@ type lbMaps struct {
 	LbFibCache     *ebpf.Map `ebpf:"lb_fib_cache"`
 	LbFlows        *ebpf.Map `ebpf:"lb_flows"`
 	LbMaglev       *ebpf.Map `ebpf:"lb_maglev"`
+	LbNatFlows     *ebpf.Map `ebpf:"lb_nat_flows"`
+	LbNats         *ebpf.Map `ebpf:"lb_nats"`
 	LbNewFlows     *ebpf.Map `ebpf:"lb_new_flows"`
 	LbServiceStats *ebpf.Map `ebpf:"lb_service_stats"`
 	LbTxPorts      *ebpf.Map `ebpf:"lb_tx_ports"`
@@ -325,6 +378,8 @@ func (m *lbMaps) Close() error {
 		m.LbFibCache,
 		m.LbFlows,
 		m.LbMaglev,
+		m.LbNatFlows,
+		m.LbNats,
 		m.LbNewFlows,
 		m.LbServiceStats,
 		m.LbTxPorts,

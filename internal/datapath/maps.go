@@ -65,6 +65,8 @@ type Backend struct {
 	State     BackendState
 	GUE       bool   // GUE instead of IPIP
 	GUEPort   uint16 // UDP destination port of GUE packets
+	NAT       bool   // full NAT instead of encapsulation (bpf/lib/nat.h)
+	NATPort   uint16 // NAT: the backend's port; 0 keeps the client's destination port
 }
 
 func vipKey(k ServiceKey) lbLbVipKey {
@@ -188,9 +190,15 @@ func (lb *LB) DeleteRing(serviceID uint32) error {
 // PutBackend writes backend slot id.
 func (lb *LB) PutBackend(id uint32, b Backend) error {
 	v := lbLbBackend{Addr: addrWords(b.Addr), ServiceId: b.ServiceID, State: lbLbBackendState(b.State), Family: familyOf(b.Addr), Encap: lbLbEncapLB_ENCAP_IPIP}
-	if b.GUE {
+	switch {
+	case b.GUE && b.NAT:
+		return fmt.Errorf("lb_backends put %d (%s): GUE and NAT at once", id, b.Addr)
+	case b.GUE:
 		v.Encap = lbLbEncapLB_ENCAP_GUE
 		v.GuePort = be16(b.GUEPort)
+	case b.NAT:
+		v.Encap = lbLbEncapLB_ENCAP_NAT
+		v.NatPort = be16(b.NATPort)
 	}
 	if err := lb.objs.LbBackends.Put(id, v); err != nil {
 		return fmt.Errorf("lb_backends put %d (%s): %w", id, b.Addr, err)

@@ -19,6 +19,10 @@ type Settings struct {
 	// NewFlowRate bounds the new flows the node inserts into the flow table per
 	// second; 0: unbounded.
 	NewFlowRate uint32
+	// ForwardTransit routes packets for neither a VIP nor the node in XDP when the
+	// kernel's FIB knows the next hop (bpf/lib/transit.h); otherwise they pass to the
+	// kernel.
+	ForwardTransit bool
 }
 
 // Prefix lengths of the entropy prefixes: the program fills the remaining bits.
@@ -49,6 +53,9 @@ func (lb *LB) PutSettings(s Settings) error {
 	if s.NewFlowRate > 0 {
 		cpus := uint32(ebpf.MustPossibleCPU())
 		v.NewFlowsPerCpu = (s.NewFlowRate + cpus - 1) / cpus
+	}
+	if s.ForwardTransit {
+		v.ForwardTransit = 1
 	}
 	if err := lb.objs.NodeSettings.Set(v); err != nil {
 		return fmt.Errorf("node_settings: %w", err)

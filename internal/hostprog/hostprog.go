@@ -25,8 +25,11 @@ type Program struct {
 	// path is absolute for a Debian program: it is where the package installs it, so
 	// that PATH (a pyenv shim, a locally built copy) cannot substitute another.
 	path string
-	// pkg is the Debian package that installs path; "" for Go and for Built.
-	pkg   string
+	// pkg is the Debian package that installs path; "" for Go, Built and crates.
+	pkg string
+	// crate is the crates.io package that installs path (a benchmark's reference that
+	// Debian does not package); "" for the others.
+	crate string
 	built bool // a binary this repository builds (bin/manifold)
 }
 
@@ -48,17 +51,27 @@ func debian(name, path, pkg string) Program {
 
 // The table. Paths are those of Debian 12 with the merged /usr it installs by default.
 var (
+	Bash      = debian("bash", "/bin/bash", "bash") // the completion test sources the script
 	Bird      = debian("bird", "/usr/sbin/bird", "bird2")
 	Birdc     = debian("birdc", "/usr/sbin/birdc", "bird2")
 	BGPd      = debian("bgpd", "/usr/lib/frr/bgpd", "frr")
+	BFDd      = debian("bfdd", "/usr/lib/frr/bfdd", "frr")                     // FRR's BFD, beside bgpd in the lab
+	Buildah   = debian("buildah", "/usr/bin/buildah", "buildah")               // `make image` and its test: the container image, offline
+	ExaBGP    = debian("exabgp", "/usr/sbin/python3-exabgp", "python3-exabgp") // the lab's plain peer (the speaker of the dissertation's topology)
+	GoBGPd    = debian("gobgpd", "/usr/bin/gobgpd", "gobgpd")                  // the lab's route reflector (add-path)
+	GoBGP     = debian("gobgp", "/usr/bin/gobgp", "gobgpd")                    // gobgpd's CLI
 	Bpftool   = debian("bpftool", "/usr/sbin/bpftool", "bpftool")
-	Clang     = debian("clang", "/usr/bin/clang", "clang") // run by bpf2go in `make generate`
+	Clang     = debian("clang", "/usr/bin/clang", "clang")          // run by bpf2go in `make generate`
+	Chromium  = debian("chromium", "/usr/bin/chromium", "chromium") // the status page's test renders it headless
 	Curl      = debian("curl", "/usr/bin/curl", "curl")
 	Dpkg      = debian("dpkg", "/usr/bin/dpkg", "dpkg")
-	Etcd      = debian("etcd", "/usr/bin/etcd", "etcd-server") // the fleet store's members in tests and the lab; the store of the Kubernetes tests' API server
+	DpkgDeb   = debian("dpkg-deb", "/usr/bin/dpkg-deb", "dpkg")  // make deb
+	Lintian   = debian("lintian", "/usr/bin/lintian", "lintian") // the package test
+	Etcd      = debian("etcd", "/usr/bin/etcd", "etcd-server")   // the fleet store's members in tests and the lab; the store of the Kubernetes tests' API server
 	Ethtool   = debian("ethtool", "/usr/sbin/ethtool", "ethtool")
 	HAProxy   = debian("haproxy", "/usr/sbin/haproxy", "haproxy")
 	IP        = debian("ip", "/usr/sbin/ip", "iproute2")
+	Iperf3    = debian("iperf3", "/usr/bin/iperf3", "iperf3")       // the benchmarks of the site-to-site link and the tunnels
 	LLVMStrip = debian("llvm-strip", "/usr/bin/llvm-strip", "llvm") // run by bpf2go in `make generate`
 	Nft       = debian("nft", "/usr/sbin/nft", "nftables")
 	Nginx     = debian("nginx", "/usr/sbin/nginx", "nginx")
@@ -66,6 +79,7 @@ var (
 	Promtool  = debian("promtool", "/usr/bin/promtool", "prometheus")
 	Python3   = debian("python3", "/usr/bin/python3", "python3-minimal") // also `make bench`'s plots
 	Sh        = debian("sh", "/bin/sh", "dash")
+	Systemd   = debian("systemd-analyze", "/usr/bin/systemd-analyze", "systemd") // the units' test: systemd-analyze verify
 	TC        = debian("tc", "/usr/sbin/tc", "iproute2")
 	Tcpdump   = debian("tcpdump", "/usr/bin/tcpdump", "tcpdump")
 	Unshare   = debian("unshare", "/usr/bin/unshare", "util-linux")
@@ -73,6 +87,35 @@ var (
 	Wrk       = debian("wrk", "/usr/bin/wrk", "wrk")
 	Zebra     = debian("zebra", "/usr/lib/frr/zebra", "frr")
 )
+
+// crateRoot is where `make bench-deps` installs the crates (cargo install --root).
+const crateRoot = "/usr/local"
+
+var crates []Program
+
+func crate(name, pkg string) Program {
+	p := Program{name: name, path: filepath.Join(crateRoot, "bin", name), crate: pkg}
+	crates = append(crates, p)
+	return p
+}
+
+// Benchmarks' references that Debian does not package, from crates.io; only `make
+// bench` needs them, and `make bench-deps` installs them (cargo builds each from
+// source, which takes minutes).
+var (
+	Rathole = crate("rathole", "rathole")
+	Bore    = crate("bore", "bore-cli")
+)
+
+// Crates returns the crates.io packages of the table, the list `make bench-deps`
+// installs.
+func Crates() []string {
+	var out []string
+	for _, p := range crates {
+		out = append(out, p.crate)
+	}
+	return out
+}
 
 // Go is found on PATH: it is installed by hand, in the version go.mod names, because
 // Debian's golang package is older.
@@ -109,6 +152,10 @@ func (p Program) Path() (string, error) {
 	case p.built:
 		if _, err := os.Stat(p.path); err != nil {
 			return "", fmt.Errorf("%s is missing: run `make build` first", p.path)
+		}
+	case p.crate != "":
+		if _, err := os.Stat(p.path); err != nil {
+			return "", fmt.Errorf("%s is not installed (%s is missing): `make bench-deps` installs it (cargo install --root %s %s, from crates.io)", p.name, p.path, crateRoot, p.crate)
 		}
 	default:
 		if _, err := os.Stat(p.path); err != nil {

@@ -38,7 +38,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	c := apiServer(t)
-	ns, err := c.cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{
+	ns, err := c.CS.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "kube-test-"},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -57,11 +57,11 @@ func (e *env) pool(name string, spec map[string]any) {
 		"apiVersion": "manifold.io/v1alpha1", "kind": "IPPool",
 		"metadata": map[string]any{"name": name}, "spec": spec,
 	}}
-	if _, err := e.c.dyn.Resource(PoolResource).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+	if _, err := e.c.Dyn.Resource(PoolResource).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() {
-		_ = e.c.dyn.Resource(PoolResource).Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = e.c.Dyn.Resource(PoolResource).Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 }
 
@@ -82,15 +82,15 @@ func (e *env) service(name string, port int32, edit func(*corev1.Service)) {
 	if edit != nil {
 		edit(svc)
 	}
-	if _, err := e.c.cs.CoreV1().Services(e.ns).Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
+	if _, err := e.c.CS.CoreV1().Services(e.ns).Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(func() { _ = e.c.cs.CoreV1().Services(e.ns).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	e.t.Cleanup(func() { _ = e.c.CS.CoreV1().Services(e.ns).Delete(context.Background(), name, metav1.DeleteOptions{}) })
 }
 
 func (e *env) get(name string) *corev1.Service {
 	e.t.Helper()
-	svc, err := e.c.cs.CoreV1().Services(e.ns).Get(context.Background(), name, metav1.GetOptions{})
+	svc, err := e.c.CS.CoreV1().Services(e.ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func waitFor[T runtime.Object](t *testing.T, within time.Duration, what string, 
 // waitService waits until the Service satisfies cond.
 func (e *env) waitService(name string, within time.Duration, what string, cond func(*corev1.Service) bool) *corev1.Service {
 	e.t.Helper()
-	svcs := e.c.cs.CoreV1().Services(e.ns)
+	svcs := e.c.CS.CoreV1().Services(e.ns)
 	var first *corev1.Service
 	return waitFor(e.t, within, name+": "+what,
 		func(ctx context.Context) (string, error) {
@@ -162,7 +162,7 @@ func (e *env) waitEvent(name, reason string, within time.Duration) *corev1.Event
 // waitEventIn waits for an Event in namespace ns ("default" for a cluster-scoped object).
 func (e *env) waitEventIn(ns, name, reason string, within time.Duration) *corev1.Event {
 	e.t.Helper()
-	events := e.c.cs.CoreV1().Events(ns)
+	events := e.c.CS.CoreV1().Events(ns)
 	selector := fields.Set{"involvedObject.name": name, "reason": reason}.String()
 	var found []*corev1.Event
 	return waitFor(e.t, within, fmt.Sprintf("event %s on %s", reason, name),
@@ -262,7 +262,7 @@ func TestPoolExhaustedThenFreed(t *testing.T) {
 		t.Errorf("event %s is %s, want Warning", ev.Reason, ev.Type)
 	}
 	e.noAddress("second")
-	if err := e.c.cs.CoreV1().Services(e.ns).Delete(context.Background(), "first", metav1.DeleteOptions{}); err != nil {
+	if err := e.c.CS.CoreV1().Services(e.ns).Delete(context.Background(), "first", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitEvent("first", ReasonReleased, assignWithin)
@@ -349,7 +349,7 @@ func TestTypeChangeFreesTheAddress(t *testing.T) {
 	for i := range svc.Spec.Ports {
 		svc.Spec.Ports[i].NodePort = 0
 	}
-	if _, err := e.c.cs.CoreV1().Services(e.ns).Update(context.Background(), svc, metav1.UpdateOptions{}); err != nil {
+	if _, err := e.c.CS.CoreV1().Services(e.ns).Update(context.Background(), svc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitService("lb", assignWithin, "no address once a ClusterIP", func(s *corev1.Service) bool { return !hasAddr(s) })
@@ -407,7 +407,7 @@ func TestRestartAndStandby(t *testing.T) {
 // waitLease waits until identity holds the controller's Lease.
 func (e *env) waitLease(identity string) {
 	e.t.Helper()
-	leases := e.c.cs.CoordinationV1().Leases("manifold-system")
+	leases := e.c.CS.CoordinationV1().Leases("manifold-system")
 	var first *coordinationv1.Lease
 	waitFor(e.t, 10*time.Second, "lease held by "+identity,
 		func(ctx context.Context) (string, error) {

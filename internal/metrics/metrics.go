@@ -28,6 +28,8 @@ type Snapshot struct {
 	APIRequests  map[APIRequest]uint64
 	// Steering is the global steering shares the node read, nil without a fleet.
 	Steering *api.SteeringStatus
+	// Tunnels is the node's tunnel edge, nil without a tunnels section.
+	Tunnels *api.TunnelsStatus
 }
 
 // HealthCheck is one health-check target: a backend address and a check (a target
@@ -67,7 +69,7 @@ var (
 	dropsDesc = desc("manifold_drops_total",
 		"Packets for a VIP dropped by the data plane, by reason.", "reason")
 	eventsDesc = desc("manifold_events_total",
-		"Data-plane events that are not drops: flow_not_inserted (new-flow bound), icmp_echo_reply, icmp_to_backend, icmp_too_big_sent.", "event")
+		"Data-plane events that are not drops: flow_not_inserted (new-flow bound), icmp_echo_reply, icmp_to_backend, icmp_too_big_sent, transit_forwarded (router mode).", "event")
 	upDesc = desc("manifold_backend_up",
 		"1 when the backend takes new flows of the service (healthy, weight > 0), else 0.", "service", "backend")
 	weightDesc = desc("manifold_backend_weight",
@@ -110,6 +112,30 @@ var (
 		"Fraction of a site's new flows that global steering sends to an origin (a node reports its own site's, the leading controller every site's).", "service", "site", "origin")
 	steeringTargetDesc = desc("manifold_steering_target",
 		"The share global steering moves toward (the capacity-bound closest-first assignment).", "service", "site", "origin")
+	tunnelConnectorsDesc = desc("manifold_tunnel_service_connectors",
+		"Connectors' tunnels attached to this edge that serve the tunnel service and are not draining.", "service")
+	tunnelCapacityDesc = desc("manifold_tunnel_service_capacity_streams",
+		"Concurrent streams the service's attached connectors take, added up.", "service")
+	tunnelServiceOpenDesc = desc("manifold_tunnel_service_streams_open",
+		"Streams of the service open now over this edge's tunnels.", "service")
+	tunnelOpenDesc = desc("manifold_tunnel_streams_open",
+		"Streams open now over a connector's tunnel.", "connector", "tunnel")
+	tunnelStreamsDesc = desc("manifold_tunnel_streams_total",
+		"Client connections joined to a stream over a connector's tunnel.", "connector", "tunnel")
+	tunnelBytesDesc = desc("manifold_tunnel_bytes_total",
+		"Bytes of client connections carried over a connector's tunnel, by direction (to_origin, from_origin).", "connector", "tunnel", "direction")
+	tunnelRTTDesc = desc("manifold_tunnel_rtt_seconds",
+		"QUIC's smoothed round-trip time of a connector's tunnel.", "connector", "tunnel")
+	tunnelsAttachedDesc = desc("manifold_tunnels_attached_total",
+		"Connectors' tunnels this edge accepted.")
+	tunnelsGoneDesc = desc("manifold_tunnels_gone_total",
+		"Tunnels dropped because their connector stopped answering pings.")
+	tunnelsRefusedDesc = desc("manifold_tunnels_refused_total",
+		"Connectors refused, by reason: unknown_token, out_of_scope, tunnel_limit, tls, protocol.", "reason")
+	tunnelRetriesDesc = desc("manifold_tunnel_stream_retries_total",
+		"Streams that failed before carrying a byte and were retried on another connector.")
+	tunnelClientsRefusedDesc = desc("manifold_tunnel_clients_refused_total",
+		"Client connections closed because no connector of their service had free capacity in time.")
 	apiDesc = desc("manifold_api_requests_total",
 		"REST API requests answered, by method and status code.", "method", "code")
 )
@@ -120,7 +146,9 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{xdpDesc, packetsDesc, bytesDesc, newFlowsDesc, dropsDesc, eventsDesc, upDesc, weightDesc, announcedDesc,
 		flowsDesc, flowSizeDesc, checksDesc, checkFailuresDesc, checkUpDesc, checkLatencyDesc, peerUpDesc,
 		updatesSentDesc, updatesReceivedDesc, reloadsDesc, reloadFailuresDesc, apiDesc,
-		fleetRevisionDesc, fleetReachableDesc, fleetStaleDesc, fleetLagDesc, fleetConflictsDesc, steeringShareDesc, steeringTargetDesc} {
+		fleetRevisionDesc, fleetReachableDesc, fleetStaleDesc, fleetLagDesc, fleetConflictsDesc, steeringShareDesc, steeringTargetDesc,
+		tunnelConnectorsDesc, tunnelCapacityDesc, tunnelServiceOpenDesc, tunnelOpenDesc, tunnelStreamsDesc, tunnelBytesDesc, tunnelRTTDesc,
+		tunnelsAttachedDesc, tunnelsGoneDesc, tunnelsRefusedDesc, tunnelRetriesDesc, tunnelClientsRefusedDesc} {
 		ch <- d
 	}
 }
@@ -191,6 +219,29 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 				}
 			}
 		}
+	}
+	if t := s.Tunnels; t != nil {
+		for _, sv := range t.Services {
+			gauge(tunnelConnectorsDesc, float64(sv.Connectors), sv.Name)
+			gauge(tunnelCapacityDesc, float64(sv.Capacity), sv.Name)
+			gauge(tunnelServiceOpenDesc, float64(sv.Open), sv.Name)
+		}
+		for _, tn := range t.Tunnels {
+			id := strconv.FormatUint(tn.ID, 10)
+			gauge(tunnelOpenDesc, float64(tn.StreamsOpen), tn.Connector, id)
+			counter(tunnelStreamsDesc, tn.Streams, tn.Connector, id)
+			counter(tunnelBytesDesc, uint64(tn.BytesToOrigin), tn.Connector, id, "to_origin")
+			counter(tunnelBytesDesc, uint64(tn.BytesFromOrigin), tn.Connector, id, "from_origin")
+			gauge(tunnelRTTDesc, tn.RTT.Seconds(), tn.Connector, id)
+		}
+		c := &t.Counters
+		counter(tunnelsAttachedDesc, c.Attached)
+		counter(tunnelsGoneDesc, c.Gone)
+		for reason, n := range c.Refused {
+			counter(tunnelsRefusedDesc, n, reason)
+		}
+		counter(tunnelRetriesDesc, c.StreamRetries)
+		counter(tunnelClientsRefusedDesc, c.ClientsRefused)
 	}
 	counter(reloadsDesc, st.Reloads)
 	counter(reloadFailuresDesc, st.ReloadFailures)

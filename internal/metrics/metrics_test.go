@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/steer"
+	"github.com/manifoldlb/manifold/internal/tunnel"
 )
 
 type fixed Snapshot
@@ -82,6 +84,12 @@ var full = fixed{
 		{Site: "sjc", Shares: []steer.ShareDecision{{Origin: "us", Share: 0.75, Target: 0.5}, {Origin: "eu", Share: 0.25, Target: 0.5}}},
 		{Site: "ams", Shares: []steer.ShareDecision{{Origin: "eu", Share: 1, Target: 1}}},
 	}}}}},
+	Tunnels: &api.TunnelsStatus{
+		Services: []api.TunnelService{{Name: "home", Connectors: 2, Capacity: 300, Open: 5}},
+		Tunnels: []tunnel.TunnelStatus{{ID: 7, Connector: "nas", StreamsOpen: 4, Streams: 90, BytesToOrigin: 1000, BytesFromOrigin: 50000,
+			RTT: 2500 * time.Microsecond}},
+		Counters: tunnel.EdgeCounters{Attached: 3, Gone: 1, Refused: map[string]uint64{tunnel.RefusedOutOfScope: 2}, StreamRetries: 1, ClientsRefused: 6},
+	},
 }
 
 func TestMetricsReportTheSnapshot(t *testing.T) {
@@ -122,6 +130,18 @@ func TestMetricsReportTheSnapshot(t *testing.T) {
 		"manifold_api_requests_total,code=409,method=POST":                                1,
 		"manifold_steering_share,origin=us,service=web,site=sjc":                          0.75,
 		"manifold_steering_target,origin=eu,service=web,site=sjc":                         0.5,
+		"manifold_tunnel_service_connectors,service=home":                                 2,
+		"manifold_tunnel_service_capacity_streams,service=home":                           300,
+		"manifold_tunnel_service_streams_open,service=home":                               5,
+		"manifold_tunnel_streams_open,connector=nas,tunnel=7":                             4,
+		"manifold_tunnel_streams_total,connector=nas,tunnel=7":                            90,
+		"manifold_tunnel_bytes_total,connector=nas,direction=from_origin,tunnel=7":        50000,
+		"manifold_tunnel_rtt_seconds,connector=nas,tunnel=7":                              0.0025,
+		"manifold_tunnels_attached_total":                                                 3,
+		"manifold_tunnels_gone_total":                                                     1,
+		"manifold_tunnels_refused_total,reason=out_of_scope":                              2,
+		"manifold_tunnel_stream_retries_total":                                            1,
+		"manifold_tunnel_clients_refused_total":                                           6,
 	}
 	if _, ok := v["manifold_steering_share,origin=eu,service=web,site=ams"]; ok {
 		t.Error("another site's share is reported: the node applies its own site's only")

@@ -33,6 +33,9 @@ func (n *Node) serveAPI() (func(), error) {
 	}
 
 	n.api = &api.Server{Node: n, Store: n.file.Store(), Token: token, OpenReads: loopback, Log: n.log}
+	if n.edge != nil {
+		n.api.Tunnels = n.tunnelsStatus
+	}
 	n.api.Metrics = metrics.Handler(n)
 	if n.fleet != nil {
 		n.api.Steering = func() api.SteeringStatus {
@@ -49,6 +52,15 @@ func (n *Node) serveAPI() (func(), error) {
 		n.rates.run(n.ctrl.View, n.lb, clock.Real(), stopRates)
 	}()
 
+	// the status page's plots; like the rate meter, it reads the maps, so it is waited
+	// for before they are closed
+	historyCtx, stopHistory := context.WithCancel(context.Background())
+	historyDone := make(chan struct{})
+	go func() {
+		defer close(historyDone)
+		n.api.RecordHistory(historyCtx)
+	}()
+
 	srv := &http.Server{Handler: n.api.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute}
 	// owned by Run: stopped by the returned func before Run returns
 	go func() {
@@ -63,6 +75,8 @@ func (n *Node) serveAPI() (func(), error) {
 		srv.Shutdown(ctx)
 		close(stopRates)
 		<-ratesDone
+		stopHistory()
+		<-historyDone
 	}, nil
 }
 

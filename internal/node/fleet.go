@@ -90,6 +90,7 @@ func (n *Node) record(rtt *rttSmoother) api.NodeRecord {
 		r.Services = append(r.Services, l)
 	}
 	*rtt = seen // a backend gone from the status takes its average with it
+	r.Tunnels = n.tunnelRecord()
 	return r
 }
 

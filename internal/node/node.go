@@ -3,6 +3,7 @@
 // (internal/reconcile) from one loop; the decisions are the controller's.
 //
 //	config file ─► store.Source ──(start, SIGHUP, API writes)─┐
+//	Kubernetes API ─► kubesource.Source ──(Services, slices)──┤
 //	health events ────────────────────────────────────────────┼─► run loop ─► reconcile.Controller
 //	neighbour refresh (every 5 s) ────────────────────────────┘      (maps, health targets,
 //	SIGTERM / SIGINT ─► Controller.Stop (withdraw, drain) ─► detach      neighbours, BGP)
@@ -30,6 +31,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/datapath"
 	"github.com/manifoldlb/manifold/internal/fleet"
 	"github.com/manifoldlb/manifold/internal/health"
+	"github.com/manifoldlb/manifold/internal/kubesource"
 	"github.com/manifoldlb/manifold/internal/reconcile"
 	"github.com/manifoldlb/manifold/internal/store"
 	"github.com/manifoldlb/manifold/internal/sysctl"
@@ -45,9 +47,9 @@ const bgpPort = 179
 // Node is a running LB node.
 type Node struct {
 	log *slog.Logger
-	// cfg is the config the node started with; its node and bgp sections hold for the
-	// node's life (a reload that changes them is refused). Services live in the
-	// controller.
+	// cfg is the config the node started with; its node section, and the bgp
+	// section's AS and router id, hold for the node's life (a reload that changes them
+	// is refused). Services and the rest of the bgp section live in the controller.
 	cfg     *config.Config
 	lb      *datapath.LB
 	ctrl    *reconcile.Controller
@@ -57,9 +59,12 @@ type Node struct {
 	file    *store.Source
 	// fleet is the fleet store (nil without a fleet section); etcd its client. With a
 	// fleet, the services and the API's writes are the fleet's.
-	fleet   *fleet.Source
-	etcd    *clientv3.Client
+	fleet *fleet.Source
+	etcd  *clientv3.Client
+	// kube is the cluster's Services as a source (nil without a kubernetes section).
+	kube    *kubesource.Source
 	speaker bgp.Speaker // nil without a bgp section
+	edge    *edge       // the tunnel edge; nil without a tunnels section
 	// modes is the XDP mode of each interface, written before the API serves.
 	modes map[string]string
 	rates *rateMeter
@@ -104,6 +109,15 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 		Health: n.checker, Neighbours: n.neigh, Clock: clock.Real(), Log: log,
 	})
 	n.file = store.NewSource(st, n, log)
+	if k := cfg.Kubernetes; k != nil {
+		// the client only: the cluster is read once the node runs (a node does not
+		// wait for the API server to serve its file's services)
+		cluster, err := kubesource.Connect(*k)
+		if err != nil {
+			return fmt.Errorf("kubernetes: %w", err)
+		}
+		n.kube = kubesource.NewSource(cluster, *k, cfg.Node, n, log)
+	}
 
 	// maps first, then attach: the first packet already finds every service
 	if err := n.ctrl.Submit(n.file.Initial()); err != nil {
@@ -126,6 +140,14 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 		log.Info("XDP attached", "interface", iface, "mode", mode)
 	}
 	n.ctrl.Attached()
+	if cfg.Tunnels != nil {
+		stopEdge, err := n.startEdge(ctx)
+		if err != nil {
+			return err
+		}
+		defer stopEdge()
+	}
+	n.syncTunnels()
 
 	stopAPI, err := n.serveAPI()
 	if err != nil {
@@ -149,6 +171,14 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 			}
 		})
 		wg.Go(func() { n.fleet.Publish(sources, n.recorder()) })
+	}
+	if n.kube != nil {
+		// owned by Run, as the file source
+		wg.Go(func() {
+			if err := n.kube.Run(sources); err != nil {
+				log.Error("kubernetes source stopped", "err", err)
+			}
+		})
 	}
 	defer wg.Wait()
 	defer stopSources()
@@ -191,7 +221,12 @@ func (n *Node) Submit(ctx context.Context, u reconcile.Update) error {
 	var err error
 	done := make(chan struct{})
 	select {
-	case n.requests <- func() { defer close(done); err = n.ctrl.Submit(u) }:
+	case n.requests <- func() {
+		defer close(done)
+		if err = n.ctrl.Submit(u); err == nil {
+			n.syncTunnels()
+		}
+	}:
 	case <-n.stopping:
 		return errStopping
 	case <-ctx.Done():

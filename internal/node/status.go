@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/api"
@@ -36,6 +38,15 @@ func (n *Node) Status() api.Status {
 	for _, s := range view.Services {
 		st.Services = append(st.Services, n.serviceStatus(s, view.Announce[s.Config.Name], checks))
 	}
+	// a tunnel service has no backends nor data-plane counters: its traffic is the
+	// tunnel edge's (GET /api/v1/tunnels)
+	for _, s := range view.Tunnels {
+		ann := view.Announce[s.Name]
+		st.Services = append(st.Services, api.ServiceStatus{Name: s.Name, VIP: s.VIP.String(), Port: s.Port,
+			Protocol: string(s.Protocol), Forwarding: string(s.Forwarding), Scheduler: string(s.Scheduler),
+			Announced: ann.Announced, Reason: ann.Reason, Backends: []api.BackendStatus{}, Spec: api.SpecOf(&s)})
+	}
+	slices.SortFunc(st.Services, func(a, b api.ServiceStatus) int { return strings.Compare(a.Name, b.Name) })
 	st.FlowTableEntries, _ = n.lb.FlowCount()
 	st.Drops, _ = n.lb.Drops()
 	if st.Drops == nil {
@@ -92,6 +103,11 @@ func (n *Node) Service(name string) (api.ServiceStatus, bool) {
 	return api.ServiceStatus{}, false
 }
 
+// ChangeOwn makes an API write of the node's own file (its bgp section).
+func (n *Node) ChangeOwn(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error {
+	return n.file.Change(ctx, edit)
+}
+
 // Change makes an API write through the source of the services: the fleet store on a
 // node of a fleet, else the config file.
 func (n *Node) Change(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error {
@@ -101,8 +117,8 @@ func (n *Node) Change(ctx context.Context, edit func(*store.Store) (*store.Chang
 	return n.file.Change(ctx, edit)
 }
 
-// bgpStatus is the speaker's part of the status (nil without bgp). The speaker and
-// the bgp section are fixed for the node's life.
+// bgpStatus is the speaker's part of the status (nil without bgp). The speaker, the
+// node's AS and its router id are fixed for the node's life.
 func (n *Node) bgpStatus() *api.BGPStatus {
 	if n.speaker == nil {
 		return nil
@@ -110,7 +126,7 @@ func (n *Node) bgpStatus() *api.BGPStatus {
 	st := &api.BGPStatus{ASN: n.cfg.BGP.ASN, RouterID: n.cfg.BGP.RouterID.String(), Peers: []api.PeerStatus{}}
 	for _, p := range n.speaker.Peers() {
 		ps := api.PeerStatus{Address: p.Address.String(), ASN: p.ASN, State: p.State, Up: p.Up(),
-			UpdatesSent: p.UpdatesSent, UpdatesReceived: p.UpdatesReceived}
+			UpdatesSent: p.UpdatesSent, UpdatesReceived: p.UpdatesReceived, BFD: p.BFD}
 		if !p.Since.IsZero() {
 			ps.UpSince = p.Since.UTC().Format(time.RFC3339)
 		}
@@ -155,6 +171,10 @@ func (n *Node) MetricsSnapshot() metrics.Snapshot {
 	if n.api.Steering != nil {
 		st := n.api.Steering()
 		out.Steering = &st
+	}
+	if n.api.Tunnels != nil {
+		t := n.api.Tunnels()
+		out.Tunnels = &t
 	}
 	return out
 }

@@ -3,6 +3,10 @@ package reconcile
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+
+	"github.com/manifoldlb/manifold/internal/bgp"
+	"github.com/manifoldlb/manifold/internal/config"
 )
 
 // Announcement is whether this node announces a service's VIP, and why.
@@ -17,13 +21,16 @@ const (
 	ReasonStopping    = "node stopping"
 	ReasonNotAttached = "data plane not attached"
 	ReasonNoBackend   = "no healthy backend"
+	ReasonNoConnector = "tunnel service: no connector attached to any edge"
+	reasonConnector   = "tunnel service: a connector is attached"
 	reasonRemoved     = "service removed from the config"
 )
 
 // wantedAnnouncements is the announce policy, for every service served: a VIP is
 // announced while the node has BGP, is not stopping, has its data plane attached, and
 // the service has at least one healthy backend (a draining one counts: its flows still
-// need the node).
+// need the node). A tunnel service has no backends: it is announced while a
+// connector of it is attached to an edge (TunnelsConnected).
 func (c *Controller) wantedAnnouncements() map[string]Announcement {
 	out := map[string]Announcement{}
 	for _, s := range c.served {
@@ -40,6 +47,10 @@ func (c *Controller) wantedAnnouncements() map[string]Announcement {
 			out[s.Name] = Announcement{Reason: ReasonStopping}
 		case !c.attached:
 			out[s.Name] = Announcement{Reason: ReasonNotAttached}
+		case isTunnel(s) && !c.connected[s.Name]:
+			out[s.Name] = Announcement{Reason: ReasonNoConnector}
+		case isTunnel(s):
+			out[s.Name] = Announcement{Announced: true, Reason: reasonConnector}
 		case healthy == 0:
 			out[s.Name] = Announcement{Reason: ReasonNoBackend}
 		default:
@@ -60,11 +71,18 @@ func (c *Controller) syncAnnouncements() {
 		return
 	}
 	vips := map[netip.Addr][]string{} // VIP → services that want it announced
+	attrs := map[netip.Addr]bgp.Attributes{}
 	reasons := map[netip.Addr]string{}
+	_, node := c.BGP()
 	for _, s := range c.served {
 		st := want[s.Name]
 		if st.Announced {
 			vips[s.VIP] = append(vips[s.VIP], s.Name)
+			a, ok := attrs[s.VIP]
+			if !ok {
+				a = bgp.Attributes{Communities: slices.Clone(node.Communities), LargeCommunities: slices.Clone(node.LargeCommunities)}
+			}
+			attrs[s.VIP] = withService(a, s.BGP)
 		} else if _, ok := reasons[s.VIP]; !ok {
 			reasons[s.VIP] = st.Reason
 		}
@@ -74,14 +92,14 @@ func (c *Controller) syncAnnouncements() {
 		announced[vip] = true
 	}
 	for vip, services := range vips {
-		if announced[vip] {
-			continue
-		}
-		if err := c.speaker.Announce(vip); err != nil {
+		// Announce is idempotent and replaces the route when the attributes changed
+		if err := c.speaker.Announce(vip, attrs[vip]); err != nil {
 			c.log.Error("announce failed", "vip", vip, "err", err)
 			continue
 		}
-		c.log.Info("VIP announced", "vip", vip, "services", services, "reason", want[services[0]].Reason)
+		if !announced[vip] {
+			c.log.Info("VIP announced", "vip", vip, "services", services, "reason", want[services[0]].Reason)
+		}
 	}
 	for vip := range announced {
 		if _, keep := vips[vip]; keep {
@@ -97,4 +115,17 @@ func (c *Controller) syncAnnouncements() {
 		}
 		c.log.Info("VIP withdrawn", "vip", vip, "reason", reason)
 	}
+}
+
+// withService adds a service's attributes to a VIP's: a VIP is one route, so it carries
+// the communities of every service that wants it, the highest MED and the longest
+// prepend (one service made a backup makes the VIP a backup).
+func withService(a bgp.Attributes, s config.ServiceBGP) bgp.Attributes {
+	a.Communities = append(a.Communities, s.Communities...)
+	a.LargeCommunities = append(a.LargeCommunities, s.LargeCommunities...)
+	if s.MED != nil && (a.MED == nil || *s.MED > *a.MED) {
+		a.MED = s.MED
+	}
+	a.Prepend = max(a.Prepend, s.Prepend)
+	return a
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -69,6 +70,9 @@ type Controller struct {
 	attached bool
 	stopping bool
 	announce map[string]Announcement // by service name
+	// connected holds the tunnel services that have a connector attached to an edge
+	// (this node's, or with a fleet any node's): the only tunnel services announced.
+	connected map[string]bool
 
 	mu   sync.Mutex // guards view
 	view View
@@ -77,7 +81,9 @@ type Controller struct {
 // View is what the controller last applied, for the status and metrics (read on other
 // goroutines than the run loop).
 type View struct {
-	Services []ServiceStatus         // sorted by name
+	Services []ServiceStatus // sorted by name; the tunnel services are not among them
+	// Tunnels are the tunnel services served (by this node's edge), sorted by name.
+	Tunnels  []config.Service
 	Announce map[string]Announcement // by service name
 	// Revisions is the last applied revision of each source.
 	Revisions map[string]string
@@ -136,15 +142,36 @@ func (c *Controller) Submit(u Update) error {
 	}
 	c.sources = next
 	c.setRevision(u.Source, u.Revision)
+	if u.BGP != nil {
+		c.setBGP(u.BGP)
+	}
 	c.settle()
 	return nil
+}
+
+// setBGP takes a changed bgp section (same ASN and router id: the source refuses
+// others): the speaker brings its peers in line, touching only the sessions whose
+// settings changed, and the next settle puts the node's communities on every VIP. The
+// source has committed the change; a speaker error is logged and the sessions it did
+// not reach keep their old settings until the next reload.
+func (c *Controller) setBGP(b *config.BGP) {
+	if c.speaker == nil || reflect.DeepEqual(b, c.bgp) {
+		return
+	}
+	if err := c.speaker.SetPeers(b.Peers); err != nil {
+		c.log.Error("BGP peers changed only in part", "err", err)
+	}
+	c.mu.Lock()
+	c.bgp = b
+	c.mu.Unlock()
+	c.log.Info("bgp section applied", "peers", len(b.Peers), "communities", len(b.Communities), "large_communities", len(b.LargeCommunities))
 }
 
 // apply writes served and the current health to the health checker and the maps. On a
 // kernel error the maps are restored by the Reconciler and the targets here.
 func (c *Controller) apply(served []*config.Service) error {
 	c.health.Set(targets(served))
-	cfg := &config.Config{Node: c.settings, Services: derefAll(served)}
+	cfg := &config.Config{Node: c.settings, Services: derefAll(inDataplane(served))}
 	if err := c.maps.Apply(cfg, c.healthy); err != nil {
 		c.health.Set(targets(c.served))
 		return err
@@ -155,7 +182,7 @@ func (c *Controller) apply(served []*config.Service) error {
 
 // HealthChanged re-applies the maps after a backend's health changed.
 func (c *Controller) HealthChanged() {
-	cfg := &config.Config{Node: c.settings, Services: derefAll(c.served)}
+	cfg := &config.Config{Node: c.settings, Services: derefAll(inDataplane(c.served))}
 	if err := c.maps.Apply(cfg, c.healthy); err != nil {
 		c.log.Error("applying a health change failed", "err", err)
 	}
@@ -165,6 +192,16 @@ func (c *Controller) HealthChanged() {
 // Attached says the data plane is attached: VIPs with a healthy backend may be announced.
 func (c *Controller) Attached() {
 	c.attached = true
+	c.settle()
+}
+
+// TunnelsConnected says which tunnel services have a connector attached (to this
+// node's edge or, in a fleet, any edge): those are announced.
+func (c *Controller) TunnelsConnected(services map[string]bool) {
+	if maps.Equal(services, c.connected) {
+		return
+	}
+	c.connected = maps.Clone(services)
 	c.settle()
 }
 
@@ -183,7 +220,7 @@ func (c *Controller) Stop(abort <-chan struct{}) {
 	if c.speaker == nil {
 		return
 	}
-	if d := c.bgp.DrainTime; d > 0 {
+	if d := c.DrainTime(); d > 0 {
 		c.log.Info("draining: VIPs withdrawn, still forwarding", "drain_time", d)
 		clock.Sleep(c.clock, d, abort)
 	}
@@ -220,6 +257,7 @@ func (c *Controller) publish() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.view.Services = services
+	c.view.Tunnels = derefAll(slices.DeleteFunc(slices.Clone(c.served), func(s *config.Service) bool { return !isTunnel(s) }))
 	c.view.Announce = maps.Clone(c.announce)
 }
 
@@ -230,16 +268,20 @@ func (c *Controller) View() View {
 	return c.view
 }
 
-// BGP is the speaker and its config, for the status (nil, nil without bgp). Both are
-// fixed for the controller's lifetime, so any goroutine may read them.
-func (c *Controller) BGP() (bgp.Speaker, *config.BGP) { return c.speaker, c.bgp }
+// BGP is the speaker and its config, for the status (nil, nil without bgp). The
+// speaker is fixed for the controller's lifetime; the config is the one applied last.
+func (c *Controller) BGP() (bgp.Speaker, *config.BGP) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.speaker, c.bgp
+}
 
 // DrainTime is how long Stop keeps forwarding after withdrawing (0 without bgp).
 func (c *Controller) DrainTime() time.Duration {
-	if c.bgp == nil {
-		return 0
+	if _, b := c.BGP(); b != nil {
+		return b.DrainTime
 	}
-	return c.bgp.DrainTime
+	return 0
 }
 
 // union merges the sources' services, sorted by name; two sources may not serve the
@@ -274,6 +316,14 @@ type serviceKeyOf struct {
 	port  uint16
 	proto config.Protocol
 }
+
+// inDataplane are the services of the XDP program: all but the tunnel services, whose
+// VIP the program then does not know, so that their packets pass to the stack.
+func inDataplane(ss []*config.Service) []*config.Service {
+	return slices.DeleteFunc(slices.Clone(ss), isTunnel)
+}
+
+func isTunnel(s *config.Service) bool { return s.Forwarding == config.Tunnel }
 
 func derefAll(ss []*config.Service) []config.Service {
 	out := make([]config.Service, len(ss))

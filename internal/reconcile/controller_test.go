@@ -3,8 +3,10 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -19,15 +21,16 @@ import (
 // fakeSpeaker is the BGP speaker as the routers would see it: the set of VIPs announced,
 // and the order of everything done to it.
 type fakeSpeaker struct {
-	announced map[netip.Addr]bool
-	log       []string // "announce 198.51.100.10", "withdraw …", "close"
+	announced map[netip.Addr]bgp.Attributes
+	peers     []config.Peer
+	log       []string // "announce 198.51.100.10", "reannounce …" (other attributes), "withdraw …", "close"
 	failNext  bool     // the next Announce fails
 	closed    bool
 }
 
-func newFakeSpeaker() *fakeSpeaker { return &fakeSpeaker{announced: map[netip.Addr]bool{}} }
+func newFakeSpeaker() *fakeSpeaker { return &fakeSpeaker{announced: map[netip.Addr]bgp.Attributes{}} }
 
-func (s *fakeSpeaker) Announce(vip netip.Addr) error {
+func (s *fakeSpeaker) Announce(vip netip.Addr, attrs bgp.Attributes) error {
 	if s.closed {
 		return errors.New("announce after close")
 	}
@@ -35,8 +38,20 @@ func (s *fakeSpeaker) Announce(vip netip.Addr) error {
 		s.failNext = false
 		return errors.New("injected announce error")
 	}
-	s.announced[vip] = true
-	s.log = append(s.log, "announce "+vip.String())
+	was, ok := s.announced[vip]
+	switch {
+	case !ok:
+		s.log = append(s.log, "announce "+vip.String())
+	case !reflect.DeepEqual(was, attrs):
+		s.log = append(s.log, "reannounce "+vip.String())
+	}
+	s.announced[vip] = attrs
+	return nil
+}
+
+func (s *fakeSpeaker) SetPeers(peers []config.Peer) error {
+	s.peers = slices.Clone(peers)
+	s.log = append(s.log, fmt.Sprintf("peers %d", len(peers)))
 	return nil
 }
 
@@ -69,7 +84,7 @@ func (s *fakeSpeaker) is(vips ...string) bool {
 		return false
 	}
 	for _, v := range vips {
-		if !s.announced[netip.MustParseAddr(v)] {
+		if _, ok := s.announced[netip.MustParseAddr(v)]; !ok {
 			return false
 		}
 	}
@@ -216,7 +231,7 @@ func TestRemovedServiceIsWithdrawnAndOnlyServedVIPsAreAnnounced(t *testing.T) {
 		t.Fatalf("after removing api: announced %v, want only %s", r.speaker.Announced(), vip1)
 	}
 	// a VIP announced by something else than the policy (a stale route) goes too
-	r.speaker.announced[netip.MustParseAddr("203.0.113.1")] = true
+	r.speaker.announced[netip.MustParseAddr("203.0.113.1")] = bgp.Attributes{}
 	r.c.Refresh()
 	r.c.HealthChanged()
 	if !r.speaker.is(vip1) {
@@ -432,4 +447,67 @@ func serviceNames(c *Controller) []string {
 		out = append(out, s.Config.Name)
 	}
 	return out
+}
+
+// A VIP's route carries the node's communities and those of every service that wants
+// it announced, the highest MED and the longest prepend; a changed bgp section in an
+// update reaches the peers and every route.
+func TestAnnouncementAttributes(t *testing.T) {
+	r := newRig(t, true, 0)
+	low, high := uint32(10), uint32(50)
+	web := withCheck(svc("web", vip1, 80, "10.0.1.1"))
+	web.BGP = config.ServiceBGP{Communities: []config.Community{65001<<16 | 1}, MED: &low, Prepend: 2}
+	tls := withCheck(svc("tls", vip1, 443, "10.0.1.2"))
+	tls.BGP = config.ServiceBGP{LargeCommunities: []config.LargeCommunity{{Global: 65001, Local1: 1, Local2: 2}}, MED: &high}
+	r.submit(web, tls)
+	r.c.Attached()
+	want := bgp.Attributes{Communities: []config.Community{65001<<16 | 1},
+		LargeCommunities: []config.LargeCommunity{{Global: 65001, Local1: 1, Local2: 2}}, MED: &high, Prepend: 2}
+	if got := r.speaker.announced[netip.MustParseAddr(vip1)]; !reflect.DeepEqual(got, want) {
+		t.Fatalf("route of %s carries %+v, want %+v", vip1, got, want)
+	}
+	// web's backend down: only tls wants the VIP now
+	r.health.down[netip.MustParseAddr("10.0.1.1")] = true
+	r.c.HealthChanged()
+	want = bgp.Attributes{LargeCommunities: tls.BGP.LargeCommunities, MED: &high}
+	if got := r.speaker.announced[netip.MustParseAddr(vip1)]; !reflect.DeepEqual(got, want) {
+		t.Fatalf("with web down the route carries %+v, want tls's alone %+v", got, want)
+	}
+	nodeBGP := &config.BGP{Communities: []config.Community{65001<<16 | 9}, Peers: []config.Peer{{Address: netip.MustParseAddr("10.0.0.1"), ASN: 65000}}}
+	if err := r.c.Submit(Update{Source: "file", Services: []config.Service{web, tls}, BGP: nodeBGP}); err != nil {
+		t.Fatal(err)
+	}
+	want.Communities = nodeBGP.Communities
+	if got := r.speaker.announced[netip.MustParseAddr(vip1)]; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the bgp section changed the route carries %+v, want %+v", got, want)
+	}
+	if w := []string{"announce " + vip1, "reannounce " + vip1, "peers 1", "reannounce " + vip1}; !slices.Equal(r.speaker.log, w) {
+		t.Errorf("speaker saw %v, want %v", r.speaker.log, w)
+	}
+}
+
+// A tunnel service is the edge's: the XDP program must not know its VIP (its packets
+// pass to the stack), and it is announced exactly while a connector is attached.
+func TestTunnelServiceStaysOutOfTheMapsAndIsAnnouncedWhileConnected(t *testing.T) {
+	r := newRig(t, true, 0)
+	tun := config.Service{Name: "home", VIP: netip.MustParseAddr(vip2), Port: 443, Protocol: config.TCP, Forwarding: config.Tunnel}
+	r.submit(svc("web", vip1, 80, "10.0.1.1"), tun)
+	r.c.Attached()
+	if _, known := r.dp.vipAddrs[netip.MustParseAddr(vip2)]; known || len(r.dp.services) != 1 {
+		t.Fatalf("the data plane has %v (vip addresses %v): only web belongs there", r.dp.services, r.dp.vipAddrs)
+	}
+	if v := r.c.View(); len(v.Tunnels) != 1 || v.Tunnels[0].Name != "home" || len(v.Services) != 1 {
+		t.Fatalf("view: tunnels %v, services %v", v.Tunnels, v.Services)
+	}
+	if a := r.announcement("home"); !r.speaker.is(vip1) || a.Announced || a.Reason != ReasonNoConnector {
+		t.Fatalf("no connector: announced %v, %+v", r.speaker.Announced(), a)
+	}
+	r.c.TunnelsConnected(map[string]bool{"home": true})
+	if a := r.announcement("home"); !r.speaker.is(vip1, vip2) || !a.Announced {
+		t.Fatalf("a connector attached: announced %v, %+v", r.speaker.Announced(), a)
+	}
+	r.c.TunnelsConnected(map[string]bool{})
+	if !r.speaker.is(vip1) {
+		t.Fatalf("the last connector left: announced %v", r.speaker.Announced())
+	}
 }

@@ -104,22 +104,26 @@ type backend struct {
 	encap encap // as last written
 }
 
-// encap is how a backend's packets are encapsulated: its service's forwarding.
+// encap is how a backend's packets are encapsulated (or translated): its service's
+// forwarding, and the port that goes with it.
 type encap struct {
-	gue  bool
-	port uint16
+	gue, nat bool
+	port     uint16 // GUE: the UDP port; NAT: the backends' port, 0 the service's
 }
 
 func encapOf(s *config.Service) encap {
-	if s.Forwarding == config.GUE {
+	switch s.Forwarding {
+	case config.GUE:
 		return encap{gue: true, port: s.GUEPort}
+	case config.NAT:
+		return encap{nat: true, port: s.BackendPort}
 	}
 	return encap{}
 }
 
 // SettingsOf is the part of the node's config the data plane reads on every packet.
 func SettingsOf(n *config.Node) datapath.Settings {
-	s := datapath.Settings{NewFlowRate: n.NewFlowRate}
+	s := datapath.Settings{NewFlowRate: n.NewFlowRate, ForwardTransit: n.ForwardTransit}
 	if n.EntropySource {
 		s.Entropy4, s.Entropy6 = n.EntropyPrefix4, n.EntropyPrefix6
 	}
@@ -390,7 +394,12 @@ func (r *Reconciler) finishService(p *pending) error {
 
 func (r *Reconciler) putBackend(s *service, b *backend, state datapath.BackendState) error {
 	enc := encapOf(&s.cfg)
-	v := datapath.Backend{Addr: b.cfg.Address, ServiceID: s.id, State: state, GUE: enc.gue, GUEPort: enc.port}
+	v := datapath.Backend{Addr: b.cfg.Address, ServiceID: s.id, State: state, GUE: enc.gue, NAT: enc.nat}
+	if enc.gue {
+		v.GUEPort = enc.port
+	} else {
+		v.NATPort = enc.port
+	}
 	if err := r.dp.PutBackend(b.id, v); err != nil {
 		return err
 	}

@@ -359,11 +359,11 @@ func TestForwardingAndSettings(t *testing.T) {
 	web := svc("web", "198.51.100.10", 80, "10.0.1.1", "10.0.1.2")
 	web.Backends[1].Weight = 0 // draining: must stay draining through the change
 	cfg := cfgOf(web)
-	cfg.Node = config.Node{EntropySource: true, EntropyPrefix4: netip.MustParsePrefix("172.16.0.0/16"), NewFlowRate: 1000}
+	cfg.Node = config.Node{EntropySource: true, EntropyPrefix4: netip.MustParsePrefix("172.16.0.0/16"), NewFlowRate: 1000, ForwardTransit: true}
 	if err := r.Apply(cfg, AlwaysUp); err != nil {
 		t.Fatal(err)
 	}
-	want := datapath.Settings{Entropy4: netip.MustParsePrefix("172.16.0.0/16"), NewFlowRate: 1000}
+	want := datapath.Settings{Entropy4: netip.MustParsePrefix("172.16.0.0/16"), NewFlowRate: 1000, ForwardTransit: true}
 	if f.settings != want {
 		t.Errorf("settings %+v, want %+v", f.settings, want)
 	}
@@ -390,6 +390,15 @@ func TestForwardingAndSettings(t *testing.T) {
 	}
 	if states[datapath.BackendUp] != 1 || states[datapath.BackendDraining] != 1 {
 		t.Errorf("backend states %v after the forwarding change, want one up, one draining", states)
+	}
+	cfg.Services[0].Forwarding, cfg.Services[0].BackendPort = config.NAT, 8080
+	if err := r.Apply(cfg, AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	for id, b := range f.backends {
+		if !b.NAT || b.GUE || b.NATPort != 8080 {
+			t.Errorf("backend %d: NAT %v to port %d, GUE %v; want NAT to 8080", id, b.NAT, b.NATPort, b.GUE)
+		}
 	}
 	// entropy off: the prefixes are not passed on even if the model holds them
 	cfg.Node.EntropySource = false

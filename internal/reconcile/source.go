@@ -15,6 +15,9 @@ type Update struct {
 	Source   string           // "file", …: the name of the source, stable for its lifetime
 	Services []config.Service // validated (config.Parse or the source's own check)
 	Revision string           // the source's name for this state, for logs
+	// BGP, when set, is the node's bgp section as the source has it now (the config
+	// file does): peers, drain time and communities take effect with the update.
+	BGP *config.BGP
 	// Commit, when set, makes the update durable before the data plane follows it (the
 	// file store writes and fsyncs the file); Revert undoes a committed update when
 	// the kernel refuses it. An update whose Commit fails changes nothing.

@@ -118,20 +118,25 @@ func (s *Source) Change(ctx context.Context, edit func(*Store) (*Change, error))
 
 func (s *Source) update(ch *Change) reconcile.Update {
 	return reconcile.Update{
-		Source: SourceName, Services: ch.Config.Services, Revision: ch.Revision(),
+		Source: SourceName, Services: ch.Config.Services, Revision: ch.Revision(), BGP: ch.Config.BGP,
 		Commit: func() error { return s.store.Commit(ch) },
 		Revert: func() error { return s.store.Revert(ch) },
 	}
 }
 
-// restartOnly refuses a reload that changes the node or bgp section: they take effect
-// only when the node starts.
+// restartOnly refuses a reload that changes what takes effect only when the node
+// starts: the node section, the fleet section, and of the bgp section its presence,
+// the node's AS and its router id (peers, communities and the drain time change live).
 func restartOnly(running *config.Config, ch *Change) error {
 	if !reflect.DeepEqual(ch.Config.Node, running.Node) {
 		return errors.New("node: the node section changed; it takes effect only on restart (services were not reloaded either)")
 	}
-	if !reflect.DeepEqual(ch.Config.BGP, running.BGP) {
-		return errors.New("bgp: the bgp section changed; it takes effect only on restart (services were not reloaded either)")
+	was, now := running.BGP, ch.Config.BGP
+	switch {
+	case (was == nil) != (now == nil):
+		return errors.New("bgp: the bgp section was added or removed; that takes effect only on restart (services were not reloaded either)")
+	case was != nil && (was.ASN != now.ASN || was.RouterID != now.RouterID):
+		return errors.New("bgp: asn or router_id changed; they take effect only on restart (services were not reloaded either)")
 	}
 	if !reflect.DeepEqual(ch.Config.Fleet, running.Fleet) {
 		return errors.New("fleet: the fleet section changed; it takes effect only on restart (services were not reloaded either)")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/manifoldlb/manifold/internal/reconcile"
 )
@@ -93,8 +94,9 @@ func TestSourceConflictIsAConflictError(t *testing.T) {
 	}
 }
 
-// A reload that changes the node or bgp section is refused whole, counted, and never
-// reaches the sink; a good one does.
+// A reload that changes the node section, or the bgp section's AS or router id, is
+// refused whole, counted, and never reaches the sink; a good one does, with the bgp
+// section.
 func TestSourceReloadRefusesRestartOnlySections(t *testing.T) {
 	src, sk, logs := newSource(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -105,7 +107,7 @@ func TestSourceReloadRefusesRestartOnlySections(t *testing.T) {
 		name, from, to, want string
 	}{
 		{"node section", "name: lb1", "name: lb9", "node: the node section changed"},
-		{"bgp section", "asn: 65001", "asn: 65002", "bgp: the bgp section changed"},
+		{"bgp asn", "asn: 65001", "asn: 65002", "bgp: asn or router_id changed"},
 		{"bad file", "port: 80", "port: eighty", "reload rejected"},
 	} {
 		if err := os.WriteFile(path, []byte(strings.Replace(orig, tc.from, tc.to, 1)), 0o600); err != nil {
@@ -131,5 +133,13 @@ func TestSourceReloadRefusesRestartOnlySections(t *testing.T) {
 	}
 	if asked, failed := src.Reloads(); asked != 4 || failed != 3 {
 		t.Errorf("reloads %d, failed %d; want 4 and 3", asked, failed)
+	}
+	// peers change live: the update carries the new bgp section
+	if err := os.WriteFile(path, []byte(strings.Replace(orig, "password: hunter2}", "password: hunter2, hold_time: 6s}", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src.rereadAndApply(ctx)
+	if len(sk.got) != 2 || sk.got[1].BGP == nil || sk.got[1].BGP.Peers[0].HoldTime != 6*time.Second {
+		t.Fatalf("a reload changing a peer: updates %+v", sk.got)
 	}
 }

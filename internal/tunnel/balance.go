@@ -50,19 +50,32 @@ func (e *Edge) join(ctx context.Context, service string, client net.Conn) {
 	defer client.Close()
 	stop := context.AfterFunc(ctx, func() { client.Close() })
 	defer stop()
+	t, slot, s := e.connect(ctx, service, client.RemoteAddr().String(), true)
+	if t == nil {
+		return
+	}
+	_ = proxy(client, s, byteCounters{&t.bytesToOrigin, &e.bytesToOrigin}, byteCounters{&t.bytesFromOrg, &e.bytesFromOrigin})
+	e.release(t, slot)
+}
+
+// connect opens a stream of service for a client over a tunnel with free capacity
+// (another edge's relay too when relays): it waits up to QueueTimeout for one, and
+// tries another when a stream fails before carrying a byte. The caller releases the
+// slot once the stream has ended; nil when none could be had.
+func (e *Edge) connect(ctx context.Context, service, client string, relays bool) (*edgeTunnel, *serviceSlot, *quic.Stream) {
 	tried := map[*edgeTunnel]bool{}
 	deadline := time.NewTimer(e.cfg.QueueTimeout)
 	defer deadline.Stop()
 	for {
-		t, slot := e.pick(ctx, service, tried, deadline.C)
+		t, slot := e.pick(ctx, service, tried, relays, deadline.C)
 		if t == nil {
 			e.clientsRefused.Add(1)
 			e.notify()
 			e.log.Warn("client refused: no connector with free capacity", "service", service,
-				"client", client.RemoteAddr(), "waited", e.cfg.QueueTimeout)
-			return
+				"client", client, "waited", e.cfg.QueueTimeout)
+			return nil, nil, nil
 		}
-		s, err := openStream(t.conn, streamHeader{Service: service, Client: client.RemoteAddr().String()})
+		s, err := openStream(t.conn, streamHeader{Service: service, Client: client})
 		if err != nil {
 			e.release(t, slot)
 			tried[t] = true
@@ -73,19 +86,17 @@ func (e *Edge) join(ctx context.Context, service string, client net.Conn) {
 		}
 		t.streams.Add(1)
 		e.streams.Add(1)
-		_ = proxy(client, s, byteCounters{&t.bytesToOrigin, &e.bytesToOrigin}, byteCounters{&t.bytesFromOrg, &e.bytesFromOrigin})
-		e.release(t, slot)
-		return
+		return t, slot, s
 	}
 }
 
 // pick waits for a tunnel of service with free capacity (not in tried) and takes one
 // stream of it; nil when ctx is done or timeout fires first.
-func (e *Edge) pick(ctx context.Context, service string, tried map[*edgeTunnel]bool, timeout <-chan time.Time) (*edgeTunnel, *serviceSlot) {
+func (e *Edge) pick(ctx context.Context, service string, tried map[*edgeTunnel]bool, relays bool, timeout <-chan time.Time) (*edgeTunnel, *serviceSlot) {
 	for {
 		changed := e.changed()
 		e.mu.Lock()
-		t, slot := e.pickLocked(service, tried)
+		t, slot := e.pickLocked(service, tried, relays)
 		e.mu.Unlock()
 		if t != nil {
 			e.notify()
@@ -104,13 +115,21 @@ func (e *Edge) pick(ctx context.Context, service string, tried map[*edgeTunnel]b
 // pickLocked spreads new streams over the tunnels in proportion to their free
 // capacity (smooth weighted round robin, weights = free streams now): a connector
 // with twice the free capacity gets twice the new streams, a full, draining or gone
-// one none, and the choice is deterministic for a given history.
-func (e *Edge) pickLocked(service string, tried map[*edgeTunnel]bool) (*edgeTunnel, *serviceSlot) {
+// one none, and the choice is deterministic for a given history. Another edge's relay
+// is picked only when no connector's own tunnel has room: a hop costs a round trip.
+func (e *Edge) pickLocked(service string, tried map[*edgeTunnel]bool, relays bool) (*edgeTunnel, *serviceSlot) {
+	if t, slot := e.pickAmong(service, tried, false); t != nil || !relays {
+		return t, slot
+	}
+	return e.pickAmong(service, tried, true)
+}
+
+func (e *Edge) pickAmong(service string, tried map[*edgeTunnel]bool, relays bool) (*edgeTunnel, *serviceSlot) {
 	var best *edgeTunnel
 	var bestSlot *serviceSlot
 	total := 0
 	for _, t := range e.byService[service] {
-		if t.draining || t.gone || tried[t] {
+		if t.relay != relays || t.draining || t.gone || tried[t] {
 			continue
 		}
 		slot := t.services[service]

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,12 @@ type Connector struct {
 	services map[string]ServiceConfig
 	quicConf *quic.Config
 	notifier // every tunnel up or down
+
+	// origin dials the origin of a stream; offers, when set, gives the services to
+	// announce and a channel closed when they change (an edge relaying, relay.go).
+	// NewConnector sets origin to dialling the service's to.
+	origin func(h streamHeader) (net.Conn, error)
+	offers func() ([]announcedService, <-chan struct{})
 
 	mu    sync.Mutex
 	links map[string]*edgeLink // by edge address
@@ -77,7 +84,30 @@ func NewConnector(cfg *ConnectorConfig, log *slog.Logger) *Connector {
 	for _, edge := range cfg.Edges {
 		c.links[edge] = &edgeLink{edge: edge}
 	}
+	c.origin = c.dialTo
 	return c
+}
+
+// dialTo dials the origin of the stream's service, the connector's to.
+func (c *Connector) dialTo(h streamHeader) (net.Conn, error) {
+	svc, ok := c.services[h.Service]
+	if !ok {
+		return nil, errors.New("this connector does not serve " + h.Service)
+	}
+	dialer := net.Dialer{Timeout: originDialTimeout}
+	return dialer.Dial("tcp", svc.To)
+}
+
+// announced is what the hello says this connector serves.
+func (c *Connector) announced() ([]announcedService, <-chan struct{}) {
+	if c.offers != nil {
+		return c.offers()
+	}
+	var out []announcedService
+	for _, svc := range c.cfg.Services {
+		out = append(out, announcedService{Name: svc.Name, Capacity: svc.Capacity})
+	}
+	return out, nil
 }
 
 // Run keeps a tunnel to every edge until ctx is done, then drains: it asks every
@@ -178,9 +208,7 @@ func (c *Connector) dial(ctx context.Context, edge string) (*quic.Conn, *control
 	}
 	control := &controlStream{s: s}
 	hello := message{Type: "hello", Version: protocolVersion, Token: c.cfg.Token, Name: c.cfg.Name}
-	for _, svc := range c.cfg.Services {
-		hello.Services = append(hello.Services, announcedService{Name: svc.Name, Capacity: svc.Capacity})
-	}
+	hello.Services, _ = c.announced()
 	if err := control.send(hello); err != nil {
 		return fail(err)
 	}
@@ -214,6 +242,7 @@ func (c *Connector) control(ctx context.Context, conn *quic.Conn, control *contr
 	}()
 	ping := time.NewTicker(pingInterval)
 	defer ping.Stop()
+	offered, offerChanged := c.announced()
 	var seq uint64
 	done := ctx.Done()
 	var drainTimeout <-chan time.Time
@@ -223,6 +252,14 @@ func (c *Connector) control(ctx context.Context, conn *quic.Conn, control *contr
 			seq++
 			if err := control.send(message{Type: "ping", Seq: seq}); err != nil {
 				return err
+			}
+		case <-offerChanged:
+			var now []announcedService
+			if now, offerChanged = c.announced(); !slices.Equal(now, offered) {
+				offered = now
+				if err := control.send(message{Type: "offer", Services: now}); err != nil {
+					return err
+				}
 			}
 		case m := <-received:
 			switch m.Type {
@@ -279,16 +316,10 @@ func (c *Connector) serveStream(s *quic.Stream, link *edgeLink) {
 		return
 	}
 	_ = s.SetReadDeadline(time.Time{})
-	svc, ok := c.services[h.Service]
-	if !ok {
-		refuseStream(s, "this connector does not serve "+h.Service)
-		return
-	}
-	dialer := net.Dialer{Timeout: originDialTimeout}
-	origin, err := dialer.Dial("tcp", svc.To)
+	origin, err := c.origin(h)
 	if err != nil {
 		c.originFailures.Add(1)
-		c.log.Warn("origin unreachable", "service", svc.Name, "to", svc.To, "client", h.Client, "error", err)
+		c.log.Warn("origin unreachable", "service", h.Service, "client", h.Client, "error", err)
 		refuseStream(s, err.Error())
 		return
 	}

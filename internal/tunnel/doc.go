@@ -46,6 +46,16 @@
 // direction closed on its own. Until the ack the edge has sent none of the client's
 // bytes, so it can try another connector when a stream fails.
 //
+// # Relays between edges
+//
+// An edge of a fleet with the fleet's relay token keeps a tunnel to every other edge,
+// dialled like a connector's, whose hello gives the relay token instead of a
+// connector's token; on it the edge offers the services of its own connectors (an
+// "offer" message at every change of them) and takes the streams the other edge
+// opens, joining each to one of its connectors (relay.go). An edge uses another's
+// relay only when no connector's own tunnel has room; a relayed stream is never
+// relayed again.
+//
 // # Security
 //
 // The connector checks the edge's certificate against its CA file; the edge

@@ -11,6 +11,7 @@ package tunnel
 
 import (
 	"context"
+	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -46,7 +47,11 @@ type EdgeConfig struct {
 	// QueueTimeout is how long a client connection waits for a connector of its
 	// service with free capacity before it is closed (0: DefaultQueueTimeout).
 	QueueTimeout time.Duration
-	Log          *slog.Logger
+	// RelayToken, when set, is the secret the edges of one fleet relay to each other
+	// with (relay.go): a tunnel whose hello gives it is another edge, offering the
+	// services of its own connectors. Empty: this edge takes no relay.
+	RelayToken string
+	Log        *slog.Logger
 }
 
 // Refusal reasons, the keys of EdgeCounters.Refused.
@@ -94,6 +99,10 @@ type edgeTunnel struct {
 	conn              *quic.Conn
 	control           *controlStream
 	since             time.Time
+
+	// relay: the tunnel is another edge's (relay.go), used only when no connector's
+	// own tunnel of the service has free capacity
+	relay bool
 
 	// balance
 	services map[string]*serviceSlot
@@ -254,36 +263,31 @@ func (e *Edge) attach(ctx context.Context, conn *quic.Conn) {
 // register checks a hello and, when it passes, makes the tunnel available to the
 // balancer. Otherwise it returns the refusal's reason and message (without the token).
 func (e *Edge) register(conn *quic.Conn, control *controlStream, remote string, hello message) (*edgeTunnel, string, string) {
-	token, ok := e.tokens.lookup(hello.Token)
 	fp := fingerprint(hello.Token)
-	if !ok {
+	relay := e.cfg.RelayToken != "" && subtle.ConstantTimeCompare([]byte(hello.Token), []byte(e.cfg.RelayToken)) == 1
+	token, ok := e.tokens.lookup(hello.Token)
+	if !ok && !relay {
 		return nil, RefusedUnknownToken, "unknown token " + fp
 	}
 	if len(hello.Name) > 63 {
 		return nil, RefusedProtocol, "a connector name of more than 63 bytes"
 	}
-	if len(hello.Services) == 0 {
+	if len(hello.Services) == 0 && !relay { // an edge may have no connector yet
 		return nil, RefusedProtocol, "the hello announces no service"
 	}
-	services := map[string]*serviceSlot{}
-	for _, s := range hello.Services {
-		if !slices.Contains(token.Services, s.Name) {
-			return nil, RefusedOutOfScope, fmt.Sprintf("token %s may not serve %q (its scope: %v)", fp, s.Name, token.Services)
-		}
-		if s.Capacity < 1 || services[s.Name] != nil {
-			return nil, RefusedProtocol, fmt.Sprintf("service %q announced twice or with capacity %d", s.Name, s.Capacity)
-		}
-		services[s.Name] = &serviceSlot{capacity: s.Capacity}
+	services, reason, msg := slots(hello.Services, token, fp, relay)
+	if services == nil {
+		return nil, reason, msg
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.perToken[fp] >= e.cfg.MaxTunnelsPerToken {
+	if !relay && e.perToken[fp] >= e.cfg.MaxTunnelsPerToken { // a fleet's edges may be many
 		return nil, RefusedTunnelLimit, fmt.Sprintf("token %s has %d tunnels attached already, the limit", fp, e.perToken[fp])
 	}
 	e.lastID++
 	t := &edgeTunnel{
 		id: e.lastID, connector: hello.Name, remote: remote, token: fp,
-		conn: conn, control: control, since: time.Now(), services: services,
+		conn: conn, control: control, since: time.Now(), services: services, relay: relay,
 	}
 	e.tunnels[t.id] = t
 	e.perToken[fp]++
@@ -293,6 +297,48 @@ func (e *Edge) register(conn *quic.Conn, control *controlStream, remote string, 
 	e.attached.Add(1)
 	e.notify()
 	return t, "", ""
+}
+
+// slots checks the services a hello or an offer announces against the token's scope
+// (another edge's relay may offer any) and makes their slots; nil, the refusal's
+// reason and message when one does not pass.
+func slots(announced []announcedService, token Token, fp string, relay bool) (map[string]*serviceSlot, string, string) {
+	services := map[string]*serviceSlot{}
+	for _, s := range announced {
+		if !relay && !slices.Contains(token.Services, s.Name) {
+			return nil, RefusedOutOfScope, fmt.Sprintf("token %s may not serve %q (its scope: %v)", fp, s.Name, token.Services)
+		}
+		if s.Capacity < 1 || services[s.Name] != nil {
+			return nil, RefusedProtocol, fmt.Sprintf("service %q announced twice or with capacity %d", s.Name, s.Capacity)
+		}
+		services[s.Name] = &serviceSlot{capacity: s.Capacity}
+	}
+	return services, "", ""
+}
+
+// offer replaces the services a relay tunnel offers (another edge's connectors came
+// or went); the streams open keep their slots until they end.
+func (e *Edge) offer(t *edgeTunnel, announced []announcedService) error {
+	services, _, msg := slots(announced, Token{}, t.token, true)
+	if services == nil {
+		return errors.New(msg)
+	}
+	e.mu.Lock()
+	for name, old := range t.services {
+		if now, ok := services[name]; ok {
+			now.open, now.current = old.open, old.current
+		} else if old.open > 0 {
+			services[name] = &serviceSlot{open: old.open} // capacity 0: no new stream
+		}
+	}
+	e.unlist(t)
+	t.services = services
+	for name := range services {
+		e.byService[name] = append(e.byService[name], t)
+	}
+	e.mu.Unlock()
+	e.notify()
+	return nil
 }
 
 // refuse counts and logs a refused peer and closes its connection (conn is nil when
@@ -326,6 +372,15 @@ func (e *Edge) serveControl(t *edgeTunnel) {
 			err = t.control.send(message{Type: "pong", Seq: m.Seq})
 		case "drain":
 			e.drain(t)
+		case "offer":
+			if !t.relay {
+				_ = t.conn.CloseWithError(codeBroken, "an offer from a connector: only edges relay")
+				return
+			}
+			if err = e.offer(t, m.Services); err != nil {
+				_ = t.conn.CloseWithError(codeBroken, err.Error())
+				return
+			}
 		default:
 			_ = t.conn.CloseWithError(codeBroken, "unexpected control message "+m.Type)
 			return
@@ -366,6 +421,16 @@ func (e *Edge) drain(t *edgeTunnel) {
 	}()
 }
 
+// unlist takes t out of byService; the caller holds e.mu.
+func (e *Edge) unlist(t *edgeTunnel) {
+	for name := range t.services {
+		e.byService[name] = slices.DeleteFunc(e.byService[name], func(o *edgeTunnel) bool { return o == t })
+		if len(e.byService[name]) == 0 {
+			delete(e.byService, name)
+		}
+	}
+}
+
 func (e *Edge) detach(t *edgeTunnel) {
 	e.mu.Lock()
 	t.gone = true
@@ -373,12 +438,7 @@ func (e *Edge) detach(t *edgeTunnel) {
 	if e.perToken[t.token]--; e.perToken[t.token] == 0 {
 		delete(e.perToken, t.token)
 	}
-	for name := range t.services {
-		e.byService[name] = slices.DeleteFunc(e.byService[name], func(o *edgeTunnel) bool { return o == t })
-		if len(e.byService[name]) == 0 {
-			delete(e.byService, name)
-		}
-	}
+	e.unlist(t)
 	e.mu.Unlock()
 	e.notify()
 	_ = t.conn.CloseWithError(codeDone, "")

@@ -9,11 +9,14 @@ import (
 
 // TunnelStatus is one connector's tunnel as an edge sees it (GET /api/v1/tunnels).
 type TunnelStatus struct {
-	ID        uint64          `json:"id"`
-	Connector string          `json:"connector"` // the name the connector gave
-	Remote    string          `json:"remote"`    // where the tunnel comes from (the origin's NAT)
-	Token     string          `json:"token"`     // the token's fingerprint
-	Services  []ServiceStatus `json:"services"`
+	ID        uint64 `json:"id"`
+	Connector string `json:"connector"` // the name the connector gave
+	Remote    string `json:"remote"`    // where the tunnel comes from (the origin's NAT)
+	Token     string `json:"token"`     // the token's fingerprint
+	// Relay says the tunnel is another edge's (relay.go), offering its connectors'
+	// services; Connector is then that edge's name.
+	Relay    bool            `json:"relay"`
+	Services []ServiceStatus `json:"services"`
 	// StreamsOpen is the streams open now; StreamLimit, the edge's MaxStreamsPerTunnel.
 	StreamsOpen int    `json:"streams_open"`
 	StreamLimit int    `json:"stream_limit"`
@@ -58,7 +61,7 @@ func (e *Edge) Tunnels() []TunnelStatus {
 	out := make([]TunnelStatus, 0, len(e.tunnels))
 	for _, t := range e.tunnels {
 		s := TunnelStatus{
-			ID: t.id, Connector: t.connector, Remote: t.remote, Token: t.token,
+			ID: t.id, Connector: t.connector, Remote: t.remote, Token: t.token, Relay: t.relay,
 			StreamsOpen: t.open, StreamLimit: e.cfg.MaxStreamsPerTunnel, Streams: t.streams.Load(),
 			BytesToOrigin: t.bytesToOrigin.Load(), BytesFromOrigin: t.bytesFromOrg.Load(),
 			RTT: t.conn.ConnectionStats().SmoothedRTT, Draining: t.draining, Since: t.since,
@@ -89,4 +92,24 @@ func (e *Edge) Counters() EdgeCounters {
 		c.Refused[reason] = n.Load()
 	}
 	return c
+}
+
+// Changed returns a channel closed at the edge's next change of state: a tunnel
+// attached, drained or gone, a stream taken or released, a refusal.
+func (e *Edge) Changed() <-chan struct{} { return e.changed() }
+
+// Connected returns the services that have at least one attached, not draining
+// tunnel: those this edge can serve now.
+func (e *Edge) Connected() map[string]bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string]bool{}
+	for name, ts := range e.byService {
+		for _, t := range ts {
+			if !t.draining && !t.gone && t.services[name].capacity > 0 {
+				out[name] = true
+			}
+		}
+	}
+	return out
 }

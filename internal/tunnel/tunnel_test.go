@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -440,4 +441,49 @@ func TestTheConnectorReconnectsToARestartedEdge(t *testing.T) {
 	if n := c.Counters().Dials; n < 2 {
 		t.Errorf("the connector dialled %d times, want at least 2", n)
 	}
+}
+
+// An edge with no connector of a service relays its clients to an edge that has one,
+// over the tunnel that edge keeps to it; a wrong relay token is refused like any.
+func TestAnEdgeWithoutAConnectorRelaysToOneWithIt(t *testing.T) {
+	p := newPKI(t)
+	const relayToken = "fleet-relay-token-0123456789"
+	near := startEdge(t, p, tokensFile, EdgeConfig{RelayToken: relayToken}) // the connector's
+	far := startEdge(t, p, tokensFile, EdgeConfig{RelayToken: relayToken})  // the client's
+	other := startEdge(t, p, tokensFile, EdgeConfig{RelayToken: "another-fleet-token-0123"})
+	o := startOrigin(t, "a")
+	a := startConnector(t, near.connectorFile(t, "a", tokenWeb, "  - {name: web, to: "+o.addr+", capacity: 7}\n"))
+	waitFor(t, &near.notifier, 5*time.Second, "connector a attached", func() bool { _, ok := near.tunnelOf("a"); return ok })
+
+	cas, err := LoadCAs(p.caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := NewRelay(near.Edge, RelayConfig{Name: "near", Token: relayToken, CAs: cas, Log: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); relay.Wait() }()
+	relay.SetPeers(ctx, []string{far.Addr().String(), other.Addr().String()})
+	waitFor(t, &far.notifier, 5*time.Second, "near's relay offers web to far", func() bool { return far.Connected()["web"] })
+	waitFor(t, &other.notifier, 5*time.Second, "other refuses a relay token of another fleet", func() bool {
+		return other.Counters().Refused[RefusedUnknownToken] > 0
+	})
+
+	client := newClient()
+	url := "http://" + far.serve(t, "web")
+	for range 3 {
+		if from, err := get(client, url+"/"); err != nil || from != "a" {
+			t.Fatalf("GET through far, relayed by near: origin %q, error %v", from, err)
+		}
+	}
+	waitFor(t, &near.notifier, 5*time.Second, "3 relayed streams ended on a's tunnel", func() bool {
+		s, _ := near.tunnelOf("a")
+		return s.Streams == 3 && s.StreamsOpen == 0 && s.BytesFromOrigin > 0
+	})
+	if s, ok := far.tunnelOf("near"); !ok || !s.Relay || len(s.Services) != 1 || s.Services[0].Capacity != 7 {
+		t.Errorf("far's view of near's relay: %+v (attached %v), want a relay offering web's capacity 7", s, ok)
+	}
+
+	// the connector leaves near: the offer goes with it, and far has nothing to serve
+	a.stop()
+	waitFor(t, &far.notifier, 5*time.Second, "near's offer withdrawn", func() bool { return !far.Connected()["web"] })
 }

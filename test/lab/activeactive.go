@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -42,11 +43,21 @@ type ActiveActiveSpec struct {
 	HoldTime    time.Duration // of every BGP session
 	DrainTime   time.Duration // of every node
 	Password    string        // TCP MD5 key of every session; "" for none
-	// Router is the routing suite of the router: "bird" (the default) or "frr".
+	// Router is the routing suite of the router: "bird" (the default), "frr", or
+	// "none" (the test starts the router's daemons itself).
 	Router string
 	// RefusingPeer adds to every node a second peer that refuses the session (the
 	// router's IPv6 address on a port nothing listens on).
 	RefusingPeer bool
+	// BFD, when set, runs BFD with these timers on both sides of the sessions of
+	// BFDNodes, or of every node when BFDNodes is empty.
+	BFD      *RouterBFD
+	BFDNodes []string
+}
+
+// bfdOn reports whether node role runs BFD.
+func (s *ActiveActiveSpec) bfdOn(role string) bool {
+	return s.BFD != nil && (len(s.BFDNodes) == 0 || slices.Contains(s.BFDNodes, role))
 }
 
 // ActiveActive is the running topology.
@@ -94,15 +105,16 @@ func NewActiveActive(spec ActiveActiveSpec) (a *ActiveActive, err error) {
 	}
 	var peers []RouterPeer
 	for i, n := range a.Nodes {
-		peers = append(peers, RouterPeer{Name: n.Role, Address: n.Addr4, ASN: NodeASN, Password: spec.Password})
+		peers = append(peers, RouterPeer{Name: n.Role, Address: n.Addr4, ASN: NodeASN, Password: spec.Password, BFD: spec.bfdOn(n.Role)})
 		a.Configs[n.Role] = a.nodeConfig(n, i)
 	}
-	ro := RouterOptions{HoldTime: spec.HoldTime}
+	ro := RouterOptions{HoldTime: spec.HoldTime, BFD: spec.BFD}
 	switch spec.Router {
 	case "", "bird":
 		a.Bird, err = l.StartBird(peers, ro)
 	case "frr":
 		a.FRR, err = l.StartFRR(peers, ro)
+	case "none":
 	default:
 		err = fmt.Errorf("lab: unknown router %q (bird or frr)", spec.Router)
 	}
@@ -119,8 +131,11 @@ func (a *ActiveActive) nodeConfig(n *Host, i int) NodeConfig {
 		ASN: NodeASN, RouterID: n.Addr4, DrainTime: a.Spec.DrainTime,
 		Peers: []BGPPeer{{Address: n.Gateway4, ASN: RouterASN, HoldTime: a.Spec.HoldTime, Password: a.Spec.Password}},
 	}}
+	if b := a.Spec.BFD; a.Spec.bfdOn(n.Role) {
+		c.BGP.Peers[0].BFD = &BFD{MinRx: b.Interval, MinTx: b.Interval, Multiplier: b.Multiplier}
+	}
 	if a.Spec.RefusingPeer {
-		c.BGP.Peers = append(c.BGP.Peers, BGPPeer{Address: n.Gateway6, ASN: RouterASN, Port: 1179, HoldTime: a.Spec.HoldTime})
+		c.BGP.Peers = append(c.BGP.Peers, a.RefusingPeer(n))
 	}
 	type svc struct {
 		name string
@@ -146,6 +161,12 @@ func (a *ActiveActive) nodeConfig(n *Host, i int) NodeConfig {
 		c.Services = append(c.Services, sv)
 	}
 	return c
+}
+
+// RefusingPeer is a peer of node n that refuses the session: the router's IPv6
+// address on a port nothing listens on.
+func (a *ActiveActive) RefusingPeer(n *Host) BGPPeer {
+	return BGPPeer{Address: n.Gateway6, ASN: RouterASN, Port: 1179, HoldTime: a.Spec.HoldTime}
 }
 
 // StartNode starts `manifold run` on an LB node; it returns once XDP is attached.

@@ -25,12 +25,22 @@ type RouterPeer struct {
 	Address  netip.Addr // the node's address
 	ASN      uint32
 	Password string // TCP MD5; "" for none
+	BFD      bool   // runs BFD with RouterOptions.BFD's timers
 }
 
 // RouterOptions shape the router's BGP.
 type RouterOptions struct {
 	// HoldTime of every session (BIRD's minimum is 3 s); 0 keeps BIRD's 240 s.
 	HoldTime time.Duration
+	// BFD, when set, runs BFD on every session with these timers.
+	BFD *RouterBFD
+}
+
+// RouterBFD are the router's BFD timers: the interval it sends at and accepts, and the
+// packets missed before a session is down.
+type RouterBFD struct {
+	Interval   time.Duration
+	Multiplier int
 }
 
 // Bird is BIRD running in a router's namespace.
@@ -46,6 +56,8 @@ func BirdConfig(peers []RouterPeer, o RouterOptions) string {
 	b.WriteString(`# manifold lab router: eBGP with every LB node, ECMP into the kernel
 log stderr all;
 router id 10.255.255.1;
+# since when each session is up, to the millisecond: tests tell a restarted session by it
+timeformat protocol iso long ms;
 
 protocol device { scan time 1; }
 
@@ -60,11 +72,19 @@ protocol kernel kernel6 {
 	merge paths on;
 }
 
+`)
+	if o.BFD != nil {
+		ms := o.BFD.Interval.Milliseconds()
+		fmt.Fprintf(&b, "\nprotocol bfd {\n\tinterface \"*\" {\n\t\tmin rx interval %d ms;\n\t\tmin tx interval %d ms;\n\t\tmultiplier %d;\n\t};\n}\n",
+			ms, ms, o.BFD.Multiplier)
+	}
+	b.WriteString(`
 template bgp lbnode {
 	local as ` + fmt.Sprint(RouterASN) + `;
 	connect retry time 1;
 	error wait time 1, 4;
 `)
+
 	if o.HoldTime > 0 {
 		fmt.Fprintf(&b, "\thold time %d;\n\tkeepalive time %d;\n", int(o.HoldTime/time.Second), max(1, int(o.HoldTime/time.Second)/3))
 	}
@@ -76,6 +96,9 @@ template bgp lbnode {
 		fmt.Fprintf(&b, "\nprotocol bgp %s from lbnode {\n\tneighbor %s as %d;\n", p.Name, p.Address, p.ASN)
 		if p.Password != "" {
 			fmt.Fprintf(&b, "\tpassword %q;\n", p.Password)
+		}
+		if p.BFD && o.BFD != nil {
+			b.WriteString("\tbfd on;\n")
 		}
 		b.WriteString("}\n")
 	}
@@ -107,12 +130,23 @@ func (l *Lab) startBird(router *Host, name string, peers []RouterPeer, o RouterO
 	}); err != nil {
 		return nil, err
 	}
-	conf := filepath.Join(l.Dir, name+".conf")
-	if err := writeFileAtomic(conf, []byte(BirdConfig(peers, o))); err != nil {
+	return l.startBirdConfig(router, name, BirdConfig(peers, o))
+}
+
+// StartBirdConfig runs BIRD in the router namespace with the configuration text conf.
+func (l *Lab) StartBirdConfig(conf string) (*Bird, error) {
+	return l.startBirdConfig(l.Router, "bird", conf)
+}
+
+// startBirdConfig runs BIRD on router with the configuration text conf; name names its
+// process and its files.
+func (l *Lab) startBirdConfig(router *Host, name, conf string) (*Bird, error) {
+	path := filepath.Join(l.Dir, name+".conf")
+	if err := writeFileAtomic(path, []byte(conf)); err != nil {
 		return nil, err
 	}
 	b := &Bird{Socket: filepath.Join(l.Dir, name+".ctl"), Router: router}
-	p, err := l.Start(router, name, hostprog.Bird, "-f", "-c", conf, "-s", b.Socket, "-P", filepath.Join(l.Dir, name+".pid"))
+	p, err := l.Start(router, name, hostprog.Bird, "-f", "-c", path, "-s", b.Socket, "-P", filepath.Join(l.Dir, name+".pid"))
 	if err != nil {
 		return nil, err
 	}
@@ -216,4 +250,20 @@ func waitNextHops(router *Host, vip netip.Addr, want []netip.Addr, timeout time.
 		return 0, err
 	}
 	return 0, fmt.Errorf("route to %s: next hops %v after %s, want %v", vip, got, timeout, want)
+}
+
+// ProtocolSince returns when BIRD's protocol name last changed state ("2026-11-23
+// 17:33:00.123"): a session that restarts gets a new one.
+func (b *Bird) ProtocolSince(name string) (string, error) {
+	out, err := b.Show("protocols", name)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 6 && f[0] == name {
+			return f[4] + " " + f[5], nil
+		}
+	}
+	return "", fmt.Errorf("birdc show protocols %s: no line of it:\n%s", name, out)
 }

@@ -47,6 +47,7 @@ func (l *Lab) WriteState(w io.Writer) {
 			{hostprog.IP, []string{"-6", "route"}},
 			{hostprog.IP, []string{"-d", "-s", "link"}},
 			{hostprog.IP, []string{"neigh"}},
+			{hostprog.IP, []string{"nexthop"}}, // a site-to-site link's groups
 		}
 		var links []string
 		if ls, err := h.nl.LinkList(); err == nil {

@@ -18,7 +18,7 @@ import (
 // CheckFRR returns what is missing of FRR: its programs, or the frr user its
 // package creates and its daemons run as.
 func CheckFRR() error {
-	if err := hostprog.Check(hostprog.Zebra, hostprog.BGPd, hostprog.Vtysh); err != nil {
+	if err := hostprog.Check(hostprog.Zebra, hostprog.BGPd, hostprog.BFDd, hostprog.Vtysh); err != nil {
 		return err
 	}
 	_, err := user.Lookup("frr")
@@ -45,19 +45,29 @@ func FRRConfig(peers []RouterPeer, o RouterOptions) string {
 	b.WriteString(" neighbor MANIFOLD timers connect 1\n")
 	for _, p := range peers {
 		fmt.Fprintf(&b, " neighbor %s peer-group MANIFOLD\n", p.Address)
+		if p.BFD && o.BFD != nil {
+			fmt.Fprintf(&b, " neighbor %s bfd profile manifold\n", p.Address)
+		}
 	}
 	b.WriteString(" address-family ipv4 unicast\n  maximum-paths 16\n exit-address-family\n")
 	b.WriteString(" address-family ipv6 unicast\n  neighbor MANIFOLD activate\n  maximum-paths 16\n exit-address-family\n!\n")
 	return b.String()
 }
 
+// BFDConfig renders bfdd's configuration: one profile with the options' timers.
+func BFDConfig(o RouterOptions) string {
+	ms := o.BFD.Interval.Milliseconds()
+	return fmt.Sprintf("hostname router\nlog stdout informational\n!\nbfd\n profile manifold\n  receive-interval %d\n  transmit-interval %d\n  detect-multiplier %d\n exit\nexit\n!\n",
+		ms, ms, o.BFD.Multiplier)
+}
+
 // frrDir holds the FRR files of the lab of prefix.
 func frrDir(prefix string) string { return filepath.Join(os.TempDir(), prefix+"-frr") }
 
-// FRR is zebra and bgpd running in the router namespace.
+// FRR is zebra, bgpd and (with BFD) bfdd running in the router namespace.
 type FRR struct {
-	Zebra, BGPd *Process
-	dir         string
+	Zebra, BGPd, BFDd *Process
+	dir               string
 }
 
 // StartFRR runs zebra and bgpd in the router namespace with L4 ECMP hashing, and
@@ -83,6 +93,9 @@ func (l *Lab) StartFRR(peers []RouterPeer, o RouterOptions) (*FRR, error) {
 		"zebra.conf": "hostname router\nlog stdout informational\n",
 		"bgpd.conf":  FRRConfig(peers, o),
 	}
+	if o.BFD != nil {
+		files["bfdd.conf"] = BFDConfig(o)
+	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o640); err != nil {
 			return nil, err
@@ -95,7 +108,11 @@ func (l *Lab) StartFRR(peers []RouterPeer, o RouterOptions) (*FRR, error) {
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	for _, p := range []string{dir, filepath.Join(dir, "zebra.conf"), filepath.Join(dir, "bgpd.conf")} {
+	chown := []string{dir}
+	for name := range files {
+		chown = append(chown, filepath.Join(dir, name))
+	}
+	for _, p := range chown {
 		if err := os.Chown(p, uid, gid); err != nil {
 			return nil, err
 		}
@@ -114,6 +131,16 @@ func (l *Lab) StartFRR(peers []RouterPeer, o RouterOptions) (*FRR, error) {
 		return err
 	}); err != nil {
 		return f, fmt.Errorf("zebra: %w", err)
+	}
+	if o.BFD != nil {
+		// before bgpd, so that its sessions find BFD there from the start
+		ctl := filepath.Join(dir, "bfdd.sock")
+		if f.BFDd, err = l.Start(l.Router, "bfdd", hostprog.BFDd, append(common("bfdd"), "--bfdctl", ctl)...); err != nil {
+			return f, err
+		}
+		if err := f.BFDd.WaitReady(10*time.Second, func() error { _, err := os.Stat(ctl); return err }); err != nil {
+			return f, fmt.Errorf("bfdd: %w", err)
+		}
 	}
 	if f.BGPd, err = l.Start(l.Router, "bgpd", hostprog.BGPd, append(common("bgpd"), "-p", "179")...); err != nil {
 		return f, err

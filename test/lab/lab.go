@@ -66,6 +66,8 @@ const (
 	// EdgeRouter is a site's router, a host of the router in the middle: the hosts
 	// whose HostSpec.Via names it hang off it, and it forwards.
 	EdgeRouter
+	Gateway  // a site's gateway: runs `manifold link`; its site's hosts sit behind it (AddSiteHost)
+	SiteHost // a host of a site, behind its gateway
 )
 
 func (k Kind) String() string {
@@ -80,6 +82,10 @@ func (k Kind) String() string {
 		return "backend"
 	case EdgeRouter:
 		return "edge-router"
+	case Gateway:
+		return "gateway"
+	case SiteHost:
+		return "site-host"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }

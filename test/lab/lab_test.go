@@ -110,6 +110,16 @@ func requireLab(t *testing.T) {
 	}
 }
 
+// requireManifold skips a test that cannot build a lab here, and fails one whose
+// manifold binary did not build.
+func requireManifold(t *testing.T) {
+	t.Helper()
+	requireLab(t)
+	if buildErr != nil {
+		t.Fatalf("cannot build manifold (make build shows the same): %v", buildErr)
+	}
+}
+
 // newLab builds client, router, the given LB nodes and be1..be3, torn down (and
 // dumped first, on failure) when the test ends.
 func newLab(t *testing.T, lbNodes ...string) *Lab {
@@ -175,10 +185,7 @@ func startLab(t *testing.T, lbNodes []string, health *Health) *testLab {
 // backend; the LB nodes are left to the caller.
 func startBackends(t *testing.T, lbNodes []string) *testLab {
 	t.Helper()
-	requireLab(t)
-	if buildErr != nil {
-		t.Fatalf("cannot build manifold (make build shows the same): %v", buildErr)
-	}
+	requireManifold(t)
 	tl := &testLab{Lab: newLab(t, lbNodes...), nginx: map[string]*Process{}, agents: map[string]*Process{}, nodes: map[string]*Node{}}
 	tl.client = tl.Host("client")
 	tl.backends = tl.HostsOf(Backend)

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -24,9 +25,21 @@ type NodeConfig struct {
 	Address, Address6 netip.Addr
 	API               string // 127.0.0.1:9100 unless set; each node has its own namespace
 	BGP               *BGP   // nil: no bgp section
+	ForwardTransit    bool   // node.forward_transit
 	// Fleet set, the node takes its services from etcd; its file lists none.
-	Fleet    *Fleet
-	Services []Service
+	Fleet *Fleet
+	// Kubeconfig set, the node also takes services from that cluster (a kubernetes
+	// section).
+	Kubeconfig string
+	Tunnels    *Tunnels // nil: no tunnels section
+	Services   []Service
+}
+
+// Tunnels is the tunnels section of a NodeConfig: the node is a tunnel edge.
+type Tunnels struct {
+	Listen                        string // "" keeps the default
+	CertFile, KeyFile, TokensFile string
+	RelayTokenFile, CAFile        string // "" for none
 }
 
 // Fleet is the fleet section of a NodeConfig.
@@ -40,6 +53,8 @@ type BGP struct {
 	RouterID  netip.Addr
 	DrainTime time.Duration // 0 keeps the default
 	Peers     []BGPPeer
+	// Communities and LargeCommunities of every VIP, as the file writes them.
+	Communities, LargeCommunities []string
 }
 
 type BGPPeer struct {
@@ -48,6 +63,20 @@ type BGPPeer struct {
 	Port     uint16        // 0 keeps the default (179)
 	HoldTime time.Duration // 0 keeps the default
 	Password string
+	BFD      *BFD // nil: no BFD
+}
+
+// BFD is a peer's bfd mapping.
+type BFD struct {
+	MinRx, MinTx time.Duration
+	Multiplier   int
+}
+
+// ServiceBGP is a service's bgp mapping.
+type ServiceBGP struct {
+	Communities, LargeCommunities []string
+	MED                           *uint32
+	Prepend                       int
 }
 
 // Service is one service of a NodeConfig.
@@ -58,6 +87,13 @@ type Service struct {
 	Backends  []netip.Addr // each with weight 1
 	Health    *Health      // nil: no health section
 	TableSize int          // 0 keeps the default
+	// Forwarding is the service's forwarding ("" keeps the default, ipip), and
+	// BackendPort its backend_port (forwarding nat; 0: absent).
+	Forwarding  string
+	BackendPort uint16
+	BGP         *ServiceBGP // nil: no bgp section
+	// Tunnel makes it a service of forwarding tunnel (no backends).
+	Tunnel bool
 }
 
 // Health is a service's health check.
@@ -81,11 +117,16 @@ func (c NodeConfig) YAML() []byte {
 		fmt.Fprintf(&b, "  address6: %s\n", c.Address6)
 	}
 	fmt.Fprintf(&b, "  api: %s\n", or(c.API, "127.0.0.1:9100"))
+	if c.ForwardTransit {
+		b.WriteString("  forward_transit: true\n")
+	}
 	if g := c.BGP; g != nil {
 		fmt.Fprintf(&b, "bgp:\n  asn: %d\n  router_id: %s\n", g.ASN, g.RouterID)
 		if g.DrainTime > 0 {
 			fmt.Fprintf(&b, "  drain_time: %s\n", g.DrainTime)
 		}
+		writeList(&b, "  communities", g.Communities)
+		writeList(&b, "  large_communities", g.LargeCommunities)
 		b.WriteString("  peers:\n")
 		for _, p := range g.Peers {
 			fmt.Fprintf(&b, "    - address: %s\n      asn: %d\n", p.Address, p.ASN)
@@ -98,6 +139,18 @@ func (c NodeConfig) YAML() []byte {
 			if p.Password != "" {
 				fmt.Fprintf(&b, "      password: %q\n", p.Password)
 			}
+			if f := p.BFD; f != nil {
+				fmt.Fprintf(&b, "      bfd: {min_rx: %s, min_tx: %s, multiplier: %d}\n", f.MinRx, f.MinTx, f.Multiplier)
+			}
+		}
+	}
+	if t := c.Tunnels; t != nil {
+		fmt.Fprintf(&b, "tunnels:\n  cert_file: %s\n  key_file: %s\n  tokens_file: %s\n", t.CertFile, t.KeyFile, t.TokensFile)
+		if t.Listen != "" {
+			fmt.Fprintf(&b, "  listen: %s\n", t.Listen)
+		}
+		if t.RelayTokenFile != "" {
+			fmt.Fprintf(&b, "  relay_token_file: %s\n  ca_file: %s\n", t.RelayTokenFile, t.CAFile)
 		}
 	}
 	if c.Fleet != nil {
@@ -106,11 +159,35 @@ func (c NodeConfig) YAML() []byte {
 			return []byte(b.String())
 		}
 	}
+	if c.Kubeconfig != "" {
+		fmt.Fprintf(&b, "kubernetes:\n  kubeconfig: %s\n", c.Kubeconfig)
+	}
 	b.WriteString("services:\n")
 	for _, s := range c.Services {
 		fmt.Fprintf(&b, "  - name: %s\n    vip: %s\n    port: %d\n    protocol: tcp\n", s.Name, s.VIP, s.Port)
 		if s.TableSize != 0 {
 			fmt.Fprintf(&b, "    table_size: %d\n", s.TableSize)
+		}
+		if s.Forwarding != "" {
+			fmt.Fprintf(&b, "    forwarding: %s\n", s.Forwarding)
+		}
+		if s.BackendPort != 0 {
+			fmt.Fprintf(&b, "    backend_port: %d\n", s.BackendPort)
+		}
+		if g := s.BGP; g != nil {
+			b.WriteString("    bgp:\n")
+			writeList(&b, "      communities", g.Communities)
+			writeList(&b, "      large_communities", g.LargeCommunities)
+			if g.MED != nil {
+				fmt.Fprintf(&b, "      med: %d\n", *g.MED)
+			}
+			if g.Prepend != 0 {
+				fmt.Fprintf(&b, "      prepend: %d\n", g.Prepend)
+			}
+		}
+		if s.Tunnel {
+			b.WriteString("    forwarding: tunnel\n")
+			continue
 		}
 		b.WriteString("    backends:\n")
 		for _, be := range s.Backends {
@@ -126,6 +203,18 @@ func (c NodeConfig) YAML() []byte {
 		}
 	}
 	return []byte(b.String())
+}
+
+// writeList writes "key: [a, b]" with each item quoted; nothing for no items.
+func writeList(b *strings.Builder, key string, items []string) {
+	if len(items) == 0 {
+		return
+	}
+	quoted := make([]string, len(items))
+	for i, it := range items {
+		quoted[i] = strconv.Quote(it)
+	}
+	fmt.Fprintf(b, "%s: [%s]\n", key, strings.Join(quoted, ", "))
 }
 
 // FleetImport runs `manifold fleet import` on h: the store named by the fleet section of

@@ -318,6 +318,7 @@ func TestSteering(t *testing.T) {
 	}
 	checkSteerMetrics(t, controllerHost[dead], dead, true, st)
 	checkSteerMetrics(t, controllerHost[standby], standby, false, nil)
+	checkDashboard(t, controllerHost[dead], l.Host("lb-sjc1"))
 	killed := time.Now()
 	if err := controllers[dead].Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -525,4 +526,29 @@ func shares(want map[string]map[string]float64) func(*api.Steering) error {
 		}
 		return nil
 	}
+}
+
+// checkDashboard: every metric the shipped Grafana dashboard queries is in the live
+// scrapes of a fleet node with BGP, health checks and steering, and of the leading
+// steering controller.
+func checkDashboard(t *testing.T, controller, node *Host) {
+	t.Helper()
+	want, err := DashboardMetrics(DashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, fromController, err := Scrape(controller, SteerMetrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, fromNode, err := Scrape(node, "127.0.0.1:9100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range want {
+		if fromController[m] == nil && fromNode[m] == nil {
+			t.Errorf("the dashboard queries %s, which neither a live node nor the controller serves", m)
+		}
+	}
+	t.Logf("  the dashboard's %d metrics are all served", len(want))
 }

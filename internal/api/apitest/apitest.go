@@ -30,6 +30,12 @@ type Checker struct {
 	seen map[string]bool // "GET /api/v1/services/{name} 404"
 }
 
+// The status page (GET /) is text/html: its body is checked as a string, as the
+// metrics' text is.
+func init() {
+	openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.RegisteredBodyDecoder("text/plain"))
+}
+
 // New loads and validates the document.
 func New() (*Checker, error) {
 	loader := openapi3.NewLoader()

@@ -37,6 +37,37 @@ func NeighMAC(i int) net.HardwareAddr { return net.HardwareAddr{0x02, 0xbe, 0, 0
 
 const maxBenchBackends = 50
 
+// Transit prefixes the bench's routing table holds (node.forward_transit): TransitTX4/6
+// via backend 1 on port 0 (the FIB answers port 0: XDP_TX), TransitRedirect4 via
+// Remote4(1) on port 1, TransitNoNeigh4/6 via a gateway on port 0 that has no neighbour
+// entry.
+var (
+	TransitTX4       = netip.MustParsePrefix("100.64.0.0/16")
+	TransitRedirect4 = netip.MustParsePrefix("100.65.0.0/16")
+	TransitNoNeigh4  = netip.MustParsePrefix("100.66.0.0/16")
+	TransitTX6       = netip.MustParsePrefix("2001:db8:64::/48")
+	TransitNoNeigh6  = netip.MustParsePrefix("2001:db8:66::/48")
+)
+
+// Link-local destinations that the bench's FIB would forward, so that a test can tell
+// a router that refuses them from one that never got an answer: 169.254.0.0/16 routed
+// via backend 1, and LinkLocal6, a neighbour on port 0 with NeighMAC(1).
+var (
+	LinkLocal4 = netip.MustParsePrefix("169.254.0.0/16")
+	LinkLocal6 = netip.MustParseAddr("fe80::21")
+)
+
+// ClientRouter is the index of the neighbour (Backend4/Backend6 and NeighMAC of it) the
+// bench routes the clients' networks through, for packets the program sends to clients
+// after a FIB lookup (NAT replies).
+const ClientRouter = 50
+
+// Gateways without a neighbour entry, on port 0's link.
+var (
+	unresolved4 = netip.MustParseAddr("10.0.0.99")
+	unresolved6 = netip.MustParseAddr("fd00::99")
+)
+
 // Net is a private network namespace with two veth pairs.
 type Net struct {
 	ns     netns.NsHandle
@@ -128,6 +159,25 @@ func (n *Net) setup() error {
 			if err != nil {
 				return fmt.Errorf("neighbour %s: %w", nb.ip, err)
 			}
+		}
+	}
+	if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: n.Port0.Index, State: netlink.NUD_PERMANENT,
+		IP: LinkLocal6.AsSlice(), HardwareAddr: NeighMAC(1)}); err != nil {
+		return fmt.Errorf("neighbour %s: %w", LinkLocal6, err)
+	}
+	for _, r := range []struct {
+		dst netip.Prefix
+		gw  netip.Addr
+		dev *net.Interface
+	}{
+		{TransitTX4, Backend4(1), n.Port0}, {TransitRedirect4, Remote4(1), n.Port1}, {TransitNoNeigh4, unresolved4, n.Port0},
+		{TransitTX6, Backend6(1), n.Port0}, {TransitNoNeigh6, unresolved6, n.Port0}, {LinkLocal4, Backend4(1), n.Port0},
+		{netip.PrefixFrom(Client4, 24).Masked(), Backend4(ClientRouter), n.Port0},
+		{netip.PrefixFrom(Client6, 48).Masked(), Backend6(ClientRouter), n.Port0},
+	} {
+		dst := &net.IPNet{IP: r.dst.Addr().AsSlice(), Mask: net.CIDRMask(r.dst.Bits(), r.dst.Addr().BitLen())}
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: r.dev.Index, Dst: dst, Gw: r.gw.AsSlice()}); err != nil {
+			return fmt.Errorf("route %s via %s: %w", r.dst, r.gw, err)
 		}
 	}
 	// bpf_fib_lookup answers only for interfaces that forward

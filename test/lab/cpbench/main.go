@@ -47,8 +47,14 @@ const (
 
 var health = &lab.Health{Kind: "http", Port: 80, Path: "/", Interval: 500 * time.Millisecond, Timeout: 300 * time.Millisecond, Rise: 2, Fall: 2}
 
+// bfdTimers are BFD's on the sessions of bfdSubject: the 100 ms × 3.
+var bfdTimers = &lab.RouterBFD{Interval: 100 * time.Millisecond, Multiplier: 3}
+
 const (
 	subject = "lb3" // the node started and stopped; lb1 and lb2 keep the VIPs routed
+	// bfdSubject runs all along with BFD on its session; it is frozen once a round, to
+	// set BFD's detection beside the hold timer's.
+	bfdSubject = "lb4"
 	// pollEvery is the resolution of every time: finer would only load the machine
 	// whose timing is measured (each poll runs ip or curl in a namespace).
 	pollEvery = 10 * time.Millisecond
@@ -84,7 +90,7 @@ type bench struct {
 	ctx context.Context
 	a   *lab.ActiveActive
 
-	start, announce, update, sigterm, sigkill, frozen, backendDown *metric
+	start, announce, update, sigterm, sigkill, frozen, frozenBFD, backendDown *metric
 }
 
 func run(ctx context.Context, manifold, jsonPath string, rounds int) (err error) {
@@ -101,8 +107,9 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int) (err error)
 	began := time.Now()
 	a, err := lab.NewActiveActive(lab.ActiveActiveSpec{
 		Prefix: prefix, Dir: dir, Manifold: manifold,
-		Nodes: 3, Backends: 2, Health: health,
+		Nodes: 4, Backends: 2, Health: health,
 		HoldTime: holdTime, DrainTime: drainTime, Password: "mfcpb-md5-key",
+		BFD: bfdTimers, BFDNodes: []string{bfdSubject},
 	})
 	if err != nil {
 		os.RemoveAll(dir)
@@ -134,20 +141,23 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int) (err error)
 		sigkill:  &metric{name: "sigkill_to_next_hop_gone", label: "SIGKILL → next hop gone", target: holdTime},
 		// the router's hold timer runs from the last keepalive it got, and its FIB
 		// update and this poll come on top: the lab test's bound, hold time + 1 s
-		frozen:      &metric{name: "frozen_to_next_hop_gone", label: "SIGSTOP (frozen) → next hop gone", target: holdTime + time.Second},
+		frozen: &metric{name: "frozen_to_next_hop_gone", label: "SIGSTOP (frozen) → next hop gone", target: holdTime + time.Second},
+		// BFD's detection time, multiplier × interval, and 100 ms for the router's FIB
+		frozenBFD: &metric{name: "frozen_bfd_to_next_hop_gone", label: "SIGSTOP (frozen, BFD 100 ms × 3) → next hop gone",
+			target: time.Duration(bfdTimers.Multiplier)*bfdTimers.Interval + 100*time.Millisecond},
 		backendDown: &metric{name: "backend_failure_to_down", label: "backend failure → down on every node", target: removalBound},
 	}
 	fmt.Printf("control-plane benchmark: %d rounds on %d nodes (%s under test), %d backends; hold time %s, drain %s, "+
 		"health %s every %s, fall %d, rise %d\n",
 		rounds, len(a.Nodes), subject, len(a.Backends), holdTime, drainTime, health.Kind, health.Interval, health.Fall, health.Rise)
 
-	for _, role := range []string{"lb1", "lb2"} {
+	for _, role := range []string{"lb1", "lb2", bfdSubject} {
 		if err := a.StartNode(role); err != nil {
 			return err
 		}
 	}
 	for _, vip := range webVIPs {
-		if _, err := a.WaitNextHops(vip, a.NodeAddrs(vip, "lb1", "lb2"), 10*time.Second); err != nil {
+		if _, err := a.WaitNextHops(vip, a.NodeAddrs(vip, "lb1", "lb2", bfdSubject), 10*time.Second); err != nil {
 			return err
 		}
 	}
@@ -158,7 +168,7 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int) (err error)
 	}
 
 	fmt.Println()
-	metrics := []*metric{b.start, b.announce, b.update, b.sigterm, b.sigkill, b.frozen, b.backendDown}
+	metrics := []*metric{b.start, b.announce, b.update, b.sigterm, b.sigkill, b.frozen, b.frozenBFD, b.backendDown}
 	if err := printTable(os.Stdout, metrics); err != nil {
 		return err
 	}
@@ -193,12 +203,19 @@ func (b *bench) round(i, rounds int) error {
 	fmt.Printf(" start %s (from the announce %s, once the session is up too %s)",
 		st.route.Round(time.Millisecond), st.announced.Round(time.Millisecond), st.updated.Round(time.Millisecond))
 
-	frozen, resumed, err := b.freeze()
+	frozen, resumed, err := b.freeze(subject, holdTime+2*time.Second)
 	if err != nil {
 		return err
 	}
 	b.frozen.add(frozen)
 	fmt.Printf(", frozen %s (back %s after SIGCONT)", frozen.Round(time.Millisecond), resumed.Round(time.Millisecond))
+
+	frozen, resumed, err = b.freeze(bfdSubject, holdTime+2*time.Second)
+	if err != nil {
+		return err
+	}
+	b.frozenBFD.add(frozen)
+	fmt.Printf(", frozen with BFD %s (back %s after SIGCONT)", frozen.Round(time.Millisecond), resumed.Round(time.Millisecond))
 
 	down, err := b.failBackend("be1")
 	if err != nil {
@@ -282,31 +299,31 @@ func (b *bench) stop(sig syscall.Signal) (time.Duration, error) {
 	return latest(gone).Sub(t0), nil
 }
 
-// freeze stops lb3 with SIGSTOP: its sessions stay open but silent, so only the
-// router's hold timer removes it. It returns how long that took, then resumes the node
+// freeze stops a node with SIGSTOP: its sessions stay open but silent, so only the
+// router's hold timer (or BFD, on bfdSubject's session) removes it. It returns how long that took, then resumes the node
 // and returns how long it took to be a next hop again. A round freezes the node as
 // soon as it is routed: its last message is then the UPDATE just sent rather than a
 // keepalive up to a second old, and the hold timer runs its whole length, the worst
 // case the target bounds.
-func (b *bench) freeze() (gone, back time.Duration, err error) {
-	n := b.a.Running[subject]
+func (b *bench) freeze(role string, bound time.Duration) (gone, back time.Duration, err error) {
+	n := b.a.Running[role]
 	t0 := time.Now()
 	if err := n.Signal(syscall.SIGSTOP); err != nil {
 		return 0, 0, err
 	}
 	defer n.Signal(syscall.SIGCONT) // on every path: a stopped node would stall the teardown
-	times, err := b.waitHop(false, holdTime+2*time.Second)
+	times, err := b.waitHopOf(role, false, bound)
 	if err != nil {
-		return 0, 0, fmt.Errorf("frozen %s: %w", subject, err)
+		return 0, 0, fmt.Errorf("frozen %s: %w", role, err)
 	}
 	gone = latest(times).Sub(t0)
 	t1 := time.Now()
 	if err := n.Signal(syscall.SIGCONT); err != nil {
 		return 0, 0, err
 	}
-	times, err = b.waitHop(true, resumeBound)
+	times, err = b.waitHopOf(role, true, resumeBound)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%s resumed: %w", subject, err)
+		return 0, 0, fmt.Errorf("%s resumed: %w", role, err)
 	}
 	return gone, latest(times).Sub(t1), nil
 }
@@ -336,9 +353,14 @@ func (b *bench) failBackend(role string) (time.Duration, error) {
 // waitHop waits until lb3 is (present) or is not a next hop of each web VIP, and
 // returns when each was first seen so.
 func (b *bench) waitHop(present bool, timeout time.Duration) ([]time.Time, error) {
+	return b.waitHopOf(subject, present, timeout)
+}
+
+// waitHopOf is waitHop of node role.
+func (b *bench) waitHopOf(role string, present bool, timeout time.Duration) ([]time.Time, error) {
 	var conds []func() error
 	for _, vip := range webVIPs {
-		addr := b.a.NodeAddrs(vip, subject)[0]
+		addr := b.a.NodeAddrs(vip, role)[0]
 		conds = append(conds, func() error {
 			hops, err := b.a.NextHops(vip)
 			if err != nil {

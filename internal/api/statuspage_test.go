@@ -1,0 +1,98 @@
+package api
+
+import (
+	"html/template"
+	"log/slog"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pageNode is a node with one service whose second backend failed its check.
+type pageNode struct {
+	Node // the methods the page does not call panic
+	st   Status
+}
+
+func (n pageNode) Status() Status { return n.st }
+
+func pageStatus(pps float64) Status {
+	return Status{
+		Node: "lb1", FlowTableSize: 1024, Drops: map[string]uint64{"fragment": 7, "truncated": 0},
+		BGP: &BGPStatus{ASN: 65001, RouterID: "10.0.0.11", Peers: []PeerStatus{{Address: "10.0.0.1", ASN: 65000, State: "established", Up: true}}},
+		Services: []ServiceStatus{{
+			Name: "web", VIP: "198.51.100.10", Port: 80, Protocol: "tcp", Forwarding: "ipip", Scheduler: "maglev", Announced: true,
+			Backends: []BackendStatus{
+				{Address: "10.0.1.1", Weight: 1, State: BackendUp, PacketsPerSecond: pps, Health: BackendHealth{Check: "tcp://10.0.1.1:80", Up: true}},
+				{Address: "10.0.1.2", Weight: 1, State: BackendDown, Health: BackendHealth{Check: "tcp://10.0.1.2:80", LastError: "connection <refused>"}},
+			},
+		}},
+	}
+}
+
+// TestStatusPage renders the page and reads it the way a person would without
+// JavaScript: a row per backend with its state, the failing check's reason (escaped),
+// the drops, the peers, and a plot drawn from the recorded history.
+func TestStatusPage(t *testing.T) {
+	s := &Server{Node: pageNode{st: pageStatus(0)}, OpenReads: true, Log: slog.New(slog.DiscardHandler)}
+	t0 := time.Unix(1_800_000_000, 0)
+	for i, pps := range []float64{100, 400, 200} {
+		s.history.record(t0.Add(time.Duration(i)*HistoryInterval), pageStatus(pps))
+	}
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if rec.Code != 200 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /: %d %s", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	page := rec.Body.String()
+	row := func(addr string) string {
+		m := regexp.MustCompile(`(?s)<tr class="([a-z]+)" data-backend="` + regexp.QuoteMeta(addr) + `">(.*?)</tr>`).FindStringSubmatch(page)
+		if m == nil {
+			t.Fatalf("no row for backend %s:\n%s", addr, page)
+		}
+		return m[1] + " " + m[2]
+	}
+	if r := row("10.0.1.1"); !strings.HasPrefix(r, "up ") || !strings.Contains(r, `<td class="state">up</td>`) || !strings.Contains(r, "passing") {
+		t.Errorf("healthy backend's row: %s", r)
+	}
+	r := row("10.0.1.2")
+	if !strings.HasPrefix(r, "down ") || !strings.Contains(r, `<td class="state">down</td>`) || !strings.Contains(r, "failing</span>: connection &lt;refused&gt;") {
+		t.Errorf("failed backend's row: %s", r)
+	}
+	// the plot of the history: three samples, peak 400/s, the last point at 200 (half height)
+	if r := row("10.0.1.1"); !strings.Contains(r, "peak 400/s") || !strings.Contains(r, `points="0.0,20.0 80.0,2.0 160.0,14.0"`) {
+		t.Errorf("plot of 100, 400, 200/s: %s", r)
+	}
+	for _, want := range []string{"<td>fragment</td><td class=\"num\">7</td>", "10.0.0.1", "established", "announced", "198.51.100.10:80/tcp"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if regexp.MustCompile(`(?i)(src|href)="https?:`).MatchString(page) {
+		t.Error("the page fetches something from elsewhere")
+	}
+}
+
+// TestHistoryWindow keeps HistoryLength of samples and no more; a backend that came
+// later plots zero before it.
+func TestHistoryWindow(t *testing.T) {
+	var h history
+	t0 := time.Unix(1_800_000_000, 0)
+	n := int(HistoryLength/HistoryInterval) + 10
+	for i := 0; i < n; i++ {
+		h.record(t0.Add(time.Duration(i)*HistoryInterval), pageStatus(float64(i)))
+	}
+	got := h.series(backendKey("web", "10.0.1.1"))
+	if len(got) != int(HistoryLength/HistoryInterval)+1 || got[len(got)-1] != float64(n-1) {
+		t.Errorf("kept %d samples ending %v, want %d ending %d", len(got), got[len(got)-1], int(HistoryLength/HistoryInterval)+1, n-1)
+	}
+	if s := h.series(backendKey("web", "10.9.9.9")); len(s) != len(got) || s[0] != 0 {
+		t.Errorf("unknown backend's series: %v", s)
+	}
+	if p := plotSVG(nil); !strings.Contains(string(p), "collecting samples") {
+		t.Errorf("plot of nothing: %s", p)
+	}
+	var _ template.HTML = plotSVG([]float64{0, 0})
+}

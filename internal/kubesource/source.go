@@ -1,0 +1,170 @@
+package kubesource
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/reconcile"
+)
+
+// SourceName is the name the cluster's updates carry.
+const SourceName = "kubernetes"
+
+// probeEvery is how often Run asks whether the API server answers, to say so in the
+// log and the State: the informers retry on their own.
+const probeEvery = time.Second
+
+// Source is a cluster as a source of desired state (reconcile.Source) of an LB node.
+type Source struct {
+	cluster      *Cluster
+	defaultClass bool
+	node         config.Node // the node's addresses: a VIP of a family it has none of is skipped
+	sink         reconcile.Sink
+	log          *slog.Logger
+
+	mu    sync.Mutex // guards state and changed
+	state State
+	// changed is closed and replaced each time the State changes.
+	changed chan struct{}
+}
+
+// State is what a Source did last.
+type State struct {
+	Synced    bool // the caches have been filled once: the services below are the cluster's
+	Reachable bool // the last probe of the API server was answered
+	Services  []config.Service
+	Skipped   []string // what the last Plan left out, and why
+	// Submitted counts the updates the node took; Refused those it did not (the
+	// error is logged; the next change tries again).
+	Submitted, Refused uint64
+}
+
+// NewSource makes the source of an LB node whose services come from cluster.
+func NewSource(cluster *Cluster, k config.Kubernetes, node config.Node, sink reconcile.Sink, log *slog.Logger) *Source {
+	return &Source{cluster: cluster, defaultClass: k.DefaultClass, node: node, sink: sink, log: log, changed: make(chan struct{})}
+}
+
+// State returns the source's state and a channel closed at its next change.
+func (s *Source) State() (State, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state, s.changed
+}
+
+func (s *Source) update(f func(*State)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(&s.state)
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Run follows the cluster until ctx ends: once the caches are filled, every change of
+// the cluster's objects is planned and, when the services differ, submitted.
+func (s *Source) Run(ctx context.Context) error {
+	defer s.cluster.Stop()
+	go s.probe(ctx) // owned by Run: ends with ctx
+	if err := s.cluster.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	s.update(func(st *State) { st.Synced = true })
+	s.log.Info("kubernetes: caches synced, serving the cluster's LoadBalancer Services")
+	var last []config.Service
+	current := false // last is what the node runs: nothing to submit while the plan is the same
+	var skipped []string
+	for revision := 1; ; revision++ {
+		p := s.cluster.Plan(s.defaultClass)
+		p = s.servable(p)
+		if !slices.Equal(p.Skipped, skipped) {
+			for _, why := range p.Skipped {
+				s.log.Warn("kubernetes: not served", "why", why)
+			}
+			skipped = p.Skipped
+		}
+		if !current || !reflect.DeepEqual(p.Services, last) {
+			err := s.sink.Submit(ctx, reconcile.Update{Source: SourceName, Services: p.Services, Revision: strconv.Itoa(revision)})
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err != nil {
+				s.log.Error("kubernetes: the node refused the cluster's services; the next change tries again", "services", len(p.Services), "err", err)
+			} else {
+				s.log.Info("kubernetes: services applied", "services", len(p.Services), "revision", revision)
+			}
+			last, current = p.Services, err == nil
+			s.update(func(st *State) {
+				st.Services, st.Skipped = p.Services, p.Skipped
+				if err != nil {
+					st.Refused++
+				} else {
+					st.Submitted++
+				}
+			})
+		} else {
+			s.update(func(st *State) { st.Skipped = p.Skipped })
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.cluster.Changed():
+		}
+	}
+}
+
+// servable moves to Skipped the services of a family the node has no address of.
+func (s *Source) servable(p Plan) Plan {
+	kept := p.Services[:0:0]
+	for _, svc := range p.Services {
+		if !s.node.SourceFor(svc.VIP.Is6()).IsValid() {
+			p.Skipped = append(p.Skipped, "service "+svc.Name+": the node has no address of "+family(svc.VIP)+" (node.address6)")
+			continue
+		}
+		kept = append(kept, svc)
+	}
+	p.Services = kept
+	return p
+}
+
+func family(a netip.Addr) string {
+	if a.Is6() {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+// probe asks the API server every second whether it answers, and says when that
+// changes: while it does not, the node keeps every service as last planned.
+func (s *Source) probe(ctx context.Context) {
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	for first := true; ; first = false {
+		err := s.cluster.Reachable(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if st, _ := s.State(); first || st.Reachable != (err == nil) {
+			switch {
+			case err != nil:
+				s.log.Warn("kubernetes: the API server does not answer; the node keeps serving what it has", "err", err)
+			case !first:
+				s.log.Info("kubernetes: the API server answers again")
+			}
+			s.update(func(st *State) { st.Reachable = err == nil })
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,300 @@
+package node
+
+// The node as an edge of reverse tunnels: the tunnel edge takes connectors on
+// tunnels.listen; each tunnel service's VIP is put on lo (the XDP program does not know
+// it, so its packets pass to the stack, which then takes them as its own), and the
+// edge accepts clients on VIP:port.
+//
+//	controller's view (tunnel services) ─► syncTunnels (run loop): VIP on lo, listener, Edge.Serve
+//	Edge state changes ─► watchTunnels ─► run loop: Controller.TunnelsConnected (announce)
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/tunnel"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// edge is the node's tunnel edge and the services it listens for.
+type edge struct {
+	*tunnel.Edge
+	ctx       context.Context // the services' listeners live until it is done
+	relay     *tunnel.Relay   // nil: the edge does not relay
+	listeners map[string]*tunnelListener
+	onLo      map[netip.Addr]*netlink.Addr // VIPs the node put on lo, to remove
+	wg        sync.WaitGroup               // the listeners' Serve goroutines
+}
+
+type tunnelListener struct {
+	at     netip.AddrPort
+	cancel context.CancelFunc
+}
+
+// startEdge listens for connectors (and, on a node of a fleet with a relay token,
+// relays to the fleet's other edges); the returned func stops the edge, every
+// listener and relay, and removes the VIPs it put on lo.
+func (n *Node) startEdge(ctx context.Context) (func(), error) {
+	t := n.cfg.Tunnels
+	ec := tunnel.EdgeConfig{Listen: t.Listen, CertFile: t.CertFile, KeyFile: t.KeyFile, TokensFile: t.TokensFile, Log: n.log}
+	var rc tunnel.RelayConfig
+	if t.RelayTokenFile != "" && n.fleet == nil {
+		n.log.Warn("tunnels.relay_token_file unused: edges relay to the edges of their fleet, and this node has no fleet section")
+	}
+	if t.RelayTokenFile != "" && n.fleet != nil {
+		token, err := tunnel.LoadRelayToken(t.RelayTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("tunnels.relay_token_file: %w", err)
+		}
+		cas, err := tunnel.LoadCAs(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tunnels.ca_file: %w", err)
+		}
+		ec.RelayToken = token
+		rc = tunnel.RelayConfig{Name: n.cfg.Node.Name, Token: token, CAs: cas, Log: n.log}
+	}
+	e, err := tunnel.NewEdge(ec)
+	if err != nil {
+		return nil, fmt.Errorf("tunnels: %w", err)
+	}
+	// not Run's context: the edge serves on while the node drains (withdrawn, routers
+	// moving away), and stops with Run
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	n.edge = &edge{Edge: e, ctx: ctx, listeners: map[string]*tunnelListener{}, onLo: map[netip.Addr]*netlink.Addr{}}
+	var wg sync.WaitGroup
+	// owned by Run: stopped and waited for by the returned func
+	wg.Go(func() {
+		if err := e.Run(ctx); err != nil {
+			n.log.Error("tunnel edge stopped", "err", err)
+		}
+	})
+	wg.Go(func() { n.watchTunnels(ctx) })
+	if ec.RelayToken != "" {
+		n.edge.relay = tunnel.NewRelay(e, rc)
+		wg.Go(func() { n.findRelayPeers(ctx) })
+	}
+	n.log.Info("tunnel edge listening", "address", e.Addr().String(), "relay", ec.RelayToken != "")
+	return func() {
+		cancel()
+		n.edge.wg.Wait()
+		if n.edge.relay != nil {
+			n.edge.relay.Wait()
+		}
+		wg.Wait()
+		n.edge.removeVIPs(n)
+	}, nil
+}
+
+// relayPeersEvery is how often an edge reads the fleet's records for the other
+// edges to relay to. A new edge is relayed to within it; a connector's arrival
+// reaches every relayed-to edge at once, over the relay tunnels.
+const relayPeersEvery = time.Second
+
+// findRelayPeers keeps a relay tunnel to every other live edge of the fleet.
+func (n *Node) findRelayPeers(ctx context.Context) {
+	tick := time.NewTicker(relayPeersEvery)
+	defer tick.Stop()
+	for {
+		if f, err := n.fleet.Fleet(ctx); err == nil {
+			var peers []string
+			for _, node := range f.Nodes {
+				if node.Alive && node.Name != n.cfg.Node.Name && node.Tunnels != nil && node.Tunnels.Relay != "" {
+					peers = append(peers, node.Tunnels.Relay)
+				}
+			}
+			n.edge.relay.SetPeers(ctx, peers)
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// tunnelRecord is the node's tunnel edge in its fleet record.
+func (n *Node) tunnelRecord() *api.TunnelEdgeRecord {
+	if n.edge == nil {
+		return nil
+	}
+	r := &api.TunnelEdgeRecord{Services: []string{}}
+	if n.edge.relay != nil {
+		_, port, _ := net.SplitHostPort(n.edge.Addr().String())
+		r.Relay = net.JoinHostPort(n.cfg.Node.Address.String(), port)
+	}
+	for _, t := range n.edge.Tunnels() {
+		if t.Relay || t.Draining {
+			continue
+		}
+		for _, s := range t.Services {
+			if !slices.Contains(r.Services, s.Name) {
+				r.Services = append(r.Services, s.Name)
+			}
+		}
+	}
+	slices.Sort(r.Services)
+	return r
+}
+
+// watchTunnels tells the controller which tunnel services have a connector, at every
+// change of the edge's state.
+func (n *Node) watchTunnels(ctx context.Context) {
+	var last map[string]bool
+	for {
+		changed := n.edge.Changed()
+		now := n.edge.Connected()
+		if last == nil || !maps.Equal(now, last) {
+			select {
+			case n.requests <- func() { n.ctrl.TunnelsConnected(now) }:
+				last = now
+			case <-n.stopping:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// syncTunnels listens on the VIP:port of every tunnel service served and stops the
+// listeners of those gone or moved. Called on the run loop after every change.
+func (n *Node) syncTunnels() {
+	services := n.ctrl.View().Tunnels
+	if n.edge == nil {
+		if len(services) > 0 {
+			n.log.Warn("tunnel services are not served: the node has no tunnels section", "services", len(services))
+		}
+		return
+	}
+	e := n.edge
+	want := map[string]netip.AddrPort{}
+	for _, s := range services {
+		want[s.Name] = netip.AddrPortFrom(s.VIP, s.Port)
+	}
+	for name, l := range e.listeners {
+		if at, ok := want[name]; !ok || at != l.at {
+			l.cancel()
+			delete(e.listeners, name)
+			n.log.Info("tunnel service no longer served", "service", name, "at", l.at)
+		}
+	}
+	for _, s := range services {
+		if _, ok := e.listeners[s.Name]; ok {
+			continue
+		}
+		if err := n.serveTunnel(&s); err != nil {
+			n.log.Error("tunnel service not served", "service", s.Name, "err", err)
+		}
+	}
+	e.pruneVIPs(n, services)
+}
+
+func (n *Node) serveTunnel(s *config.Service) error {
+	e := n.edge
+	at := netip.AddrPortFrom(s.VIP, s.Port)
+	if err := e.addVIP(s.VIP); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", at.String())
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", at, err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	e.listeners[s.Name] = &tunnelListener{at: at, cancel: cancel}
+	name := s.Name
+	// owned by the edge: ends with the listener's context, waited for by startEdge's stopper
+	e.wg.Go(func() {
+		if err := e.Serve(ctx, name, ln); err != nil {
+			n.log.Error("tunnel service stopped", "service", name, "err", err)
+		}
+	})
+	n.log.Info("tunnel service served", "service", s.Name, "at", at)
+	return nil
+}
+
+// addVIP makes the VIP an address of the node, so that the kernel takes the packets
+// the XDP program passes; one already there is left as found.
+func (e *edge) addVIP(vip netip.Addr) error {
+	if _, ok := e.onLo[vip]; ok {
+		return nil
+	}
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	addr, err := netlink.ParseAddr(netip.PrefixFrom(vip, vip.BitLen()).String())
+	if err != nil {
+		return err
+	}
+	if err := netlink.AddrAdd(lo, addr); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil
+		}
+		return fmt.Errorf("add %s to lo: %w", vip, err)
+	}
+	e.onLo[vip] = addr
+	return nil
+}
+
+// pruneVIPs removes from lo the VIPs of services no longer served.
+func (e *edge) pruneVIPs(n *Node, services []config.Service) {
+	keep := map[netip.Addr]bool{}
+	for _, s := range services {
+		keep[s.VIP] = true
+	}
+	for vip := range e.onLo {
+		if !keep[vip] {
+			e.removeVIP(n, vip)
+		}
+	}
+}
+
+func (e *edge) removeVIPs(n *Node) {
+	for vip := range e.onLo {
+		e.removeVIP(n, vip)
+	}
+}
+
+func (e *edge) removeVIP(n *Node, vip netip.Addr) {
+	if lo, err := netlink.LinkByName("lo"); err == nil {
+		if err := netlink.AddrDel(lo, e.onLo[vip]); err != nil {
+			n.log.Error("remove tunnel VIP from lo", "vip", vip, "err", err)
+		}
+	}
+	delete(e.onLo, vip)
+}
+
+// tunnelsStatus is GET /api/v1/tunnels.
+func (n *Node) tunnelsStatus() api.TunnelsStatus {
+	view := n.ctrl.View()
+	st := api.TunnelsStatus{Listen: n.edge.Addr().String(), Services: []api.TunnelService{}, Tunnels: n.edge.Tunnels(), Counters: n.edge.Counters()}
+	for _, s := range view.Tunnels {
+		ts := api.TunnelService{Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Announced: view.Announce[s.Name].Announced}
+		for _, t := range st.Tunnels {
+			for _, share := range t.Services {
+				if share.Name == s.Name && !t.Draining {
+					ts.Connectors++
+					ts.Capacity += share.Capacity
+					ts.Open += share.Open
+				}
+			}
+		}
+		st.Services = append(st.Services, ts)
+	}
+	return st
+}

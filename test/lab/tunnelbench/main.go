@@ -1,0 +1,436 @@
+// Command tunnelbench measures reverse tunnels on loopback: manifold's (an edge and
+// `manifold connect`), rathole's and bore's, side by side in the same rounds (as
+// root or not, after `make build` and `make bench-deps`):
+//
+//	go run ./test/lab/tunnelbench -manifold bin/manifold -json bench/results/parts/tunnel.json
+//
+// Each tool carries two services from its public port to an origin on loopback: an
+// iperf3 server (one TCP stream's throughput) and a small HTTP server (latency at a
+// fixed, open-loop offered rate of 1000 and 4000 requests/s: see openLoop). Every
+// round measures every tool once; figures are min/median/max over the rounds, and
+// manifold's are compared with rathole's run by run. Targets are printed, never
+// asserted.
+//
+// The tools as configured: manifold, QUIC with TLS 1.3 (its only transport); rathole,
+// its default TCP transport without encryption (as in its own published benchmark);
+// bore, plain TCP (it has no encryption).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/manifoldlb/manifold/bench"
+	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/tunnel"
+	"github.com/manifoldlb/manifold/test/lab"
+)
+
+const section = "tunnel"
+
+// Loopback ports: the origins', and each tool's public ports for them.
+const (
+	originHTTP  = 18000
+	originIperf = 15201
+	token       = "tunnelbench-token-0123456789abcdef"
+)
+
+type tool struct {
+	name      string
+	http      int // public port of the HTTP service
+	iperf     int // public port of the iperf3 service
+	processes []*exec.Cmd
+	// broken says why the tool stopped serving; it is not measured after that
+	broken string
+}
+
+var rates = []int{1000, 4000}
+
+// edgeEnv makes this binary the manifold edge of the benchmark (a process of its own,
+// as rathole's and bore's servers are); its value is the edge's config, JSON.
+const edgeEnv = "TUNNELBENCH_EDGE"
+
+type edgeConfig struct {
+	Listen, Cert, Key, Tokens string
+	Services                  map[string]string // name → public listen address
+}
+
+func main() {
+	if cfg := os.Getenv(edgeEnv); cfg != "" {
+		if err := runEdge(cfg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	manifold := flag.String("manifold", "bin/manifold", "the manifold binary (make build)")
+	jsonPath := flag.String("json", "", "also write the results to this file (a bench.Part)")
+	rounds := flag.Int("rounds", 3, "rounds; each measures every tool once")
+	duration := flag.Duration("duration", 5*time.Second, "length of one measurement, whole seconds")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *manifold, *jsonPath, *rounds, *duration); err != nil {
+		fmt.Fprintf(os.Stderr, "\ntunnelbench failed: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, manifold, jsonPath string, rounds int, d time.Duration) error {
+	if d < time.Second || d%time.Second != 0 || rounds < 1 {
+		return fmt.Errorf("-duration %s -rounds %d: whole seconds, at least one round", d, rounds)
+	}
+	abs, err := filepath.Abs(manifold)
+	if err != nil {
+		return err
+	}
+	if err := hostprog.Check(hostprog.Built(abs), hostprog.Iperf3, hostprog.Rathole, hostprog.Bore); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "tunnelbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	origin, err := startOrigins(dir)
+	if err != nil {
+		return err
+	}
+	defer origin()
+	tools := []*tool{{name: "manifold", http: 21080, iperf: 21201}, {name: "rathole", http: 22080, iperf: 22201}, {name: "bore", http: 23080, iperf: 23201}}
+	starts := map[string]func(string, *tool) error{"manifold": startManifold(abs), "rathole": startRathole, "bore": startBore}
+	defer func() {
+		for _, t := range tools {
+			for _, p := range t.processes {
+				_ = p.Process.Signal(syscall.SIGTERM)
+				_ = p.Wait()
+			}
+		}
+	}()
+	for _, t := range tools {
+		if err := starts[t.name](dir, t); err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
+		}
+		if err := waitServing(t, 20*time.Second); err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
+		}
+	}
+	fmt.Printf("Tunnels benchmark on loopback: iperf3 1 stream for %s; HTTP open-loop at %v req/s for %s each; %d rounds\n", d, rates, d, rounds)
+
+	loadBefore := loadAverage()
+	results := map[string]map[string][]float64{} // tool → metric → runs
+	notes := map[string][]string{}
+	for round := 1; round <= rounds; round++ {
+		for _, t := range tools {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if results[t.name] == nil {
+				results[t.name] = map[string][]float64{}
+			}
+			if t.broken != "" {
+				continue
+			}
+			gbps, err := iperf(ctx, t.iperf, d)
+			if err != nil {
+				t.broken = fmt.Sprintf("round %d: %v: not measured from then on", round, err)
+				notes[t.name] = append(notes[t.name], t.broken)
+				fmt.Printf("round %d %-8s broken: %v\n", round, t.name, err)
+				continue
+			}
+			results[t.name][metricGbps] = append(results[t.name][metricGbps], gbps)
+			line := fmt.Sprintf("round %d %-8s %6.2f Gbit/s", round, t.name, gbps)
+			for _, rate := range rates {
+				url := "http://127.0.0.1:" + strconv.Itoa(t.http) + "/"
+				openLoop(ctx, url, rate, time.Second) // warm-up: connections open, unrecorded
+				r := openLoop(ctx, url, rate, d)
+				results[t.name][p50(rate)] = append(results[t.name][p50(rate)], r.P50Ms)
+				results[t.name][p99(rate)] = append(results[t.name][p99(rate)], r.P99Ms)
+				if r.Failed > 0 {
+					notes[t.name] = append(notes[t.name], fmt.Sprintf("round %d at %d req/s: %d of %d requests failed", round, rate, r.Failed, r.Sent))
+				}
+				line += fmt.Sprintf("  %d/s p50 %.2f p99 %.2f ms (%d failed)", rate, r.P50Ms, r.P99Ms, r.Failed)
+			}
+			fmt.Println(line)
+		}
+	}
+	part := bench.Part{Name: "tunnel", Method: fmt.Sprintf("Loopback, one machine, every tool in the same %d rounds: iperf3 -c 127.0.0.1 -t %d "+
+		"through each tunnel (one TCP stream); HTTP GET of a 13-byte answer at a fixed open-loop rate (latency counted from each request's "+
+		"due time, a failed request counted as the client's 5 s timeout; keep-alive connections, 1 s unrecorded warm-up). manifold: QUIC + TLS 1.3; rathole: TCP, no encryption; bore: TCP.",
+		rounds, int(d.Seconds())) + fmt.Sprintf(" Machine load average (1 min) %s before, %s after: the cores are shared.", loadBefore, loadAverage()),
+		Figures: figures(tools, results, notes)}
+	printTable(part)
+	if jsonPath != "" {
+		return bench.WritePart(jsonPath, part)
+	}
+	return nil
+}
+
+const metricGbps = "Gbit/s"
+
+func p50(rate int) string { return fmt.Sprintf("p50 ms at %d req/s", rate) }
+func p99(rate int) string { return fmt.Sprintf("p99 ms at %d req/s", rate) }
+
+func metrics() []string {
+	out := []string{metricGbps}
+	for _, r := range rates {
+		out = append(out, p50(r), p99(r))
+	}
+	return out
+}
+
+// figures are every tool's figures, compared with rathole's run by run; manifold's
+// throughput and p99 at the top rate carry the issue's targets.
+func figures(tools []*tool, results map[string]map[string][]float64, notes map[string][]string) []bench.Figure {
+	var figs []bench.Figure
+	for _, t := range tools {
+		for _, m := range metrics() {
+			f := bench.NewFigure(section, t.name, m, results[t.name][m])
+			f.Note = strings.Join(notes[t.name], "; ")
+			figs = append(figs, f)
+		}
+	}
+	all := bench.Part{Figures: append([]bench.Figure(nil), figs...)}
+	for i := range figs {
+		f := &figs[i]
+		if f.Name == "rathole" {
+			continue
+		}
+		ref, _ := all.Find(section, "rathole", f.Metric)
+		switch {
+		case f.Name == "manifold" && f.Metric == metricGbps:
+			f.Compare(ref, ">=", 1)
+		case f.Name == "manifold" && f.Metric == p99(rates[len(rates)-1]):
+			f.Compare(ref, "<=", 1)
+		default:
+			f.Compare(ref, "", 0)
+		}
+	}
+	return figs
+}
+
+func printTable(p bench.Part) {
+	fmt.Println()
+	for _, f := range p.Figures {
+		line := fmt.Sprintf("%-9s %-22s median %8.2f (min %.2f, max %.2f)", f.Name, f.Metric, f.Value.Median, f.Value.Min, f.Value.Max)
+		for _, c := range f.Compared {
+			line += fmt.Sprintf("  ×%.2f of %s %s", c.Ratio.Median, c.Reference, c.TargetText())
+		}
+		fmt.Println(line)
+	}
+}
+
+// startOrigins runs iperf3's server and the HTTP origin; the returned func stops them.
+func startOrigins(dir string) (func(), error) {
+	iperfd := hostprog.Command(hostprog.Iperf3, "-s", "-B", "127.0.0.1", "-p", strconv.Itoa(originIperf))
+	if err := startLogged(dir, "iperf3-server", iperfd); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(originHTTP))
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("hello, world\n"))
+	})}
+	go srv.Serve(ln)
+	return func() {
+		srv.Close()
+		_ = iperfd.Process.Signal(syscall.SIGTERM)
+		_ = iperfd.Wait()
+	}, nil
+}
+
+func startLogged(dir, name string, cmd *exec.Cmd) error {
+	log, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	return cmd.Start()
+}
+
+func startManifold(manifold string) func(string, *tool) error {
+	return func(dir string, t *tool) error {
+		ca, cert, key, err := lab.TunnelPKI(dir, netip.MustParseAddr("127.0.0.1"))
+		if err != nil {
+			return err
+		}
+		tokens := filepath.Join(dir, "tokens.yaml")
+		if err := os.WriteFile(tokens, []byte(fmt.Sprintf("- {token: %q, services: [web, iperf]}\n", token)), 0o600); err != nil {
+			return err
+		}
+		cfg, _ := json.Marshal(edgeConfig{Listen: "127.0.0.1:21443", Cert: cert, Key: key, Tokens: tokens,
+			Services: map[string]string{"web": loop(t.http), "iperf": loop(t.iperf)}})
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		edge := hostprog.Command(hostprog.Built(self))
+		edge.Env = append(os.Environ(), edgeEnv+"="+string(cfg))
+		if err := startLogged(dir, "manifold-edge", edge); err != nil {
+			return err
+		}
+		t.processes = append(t.processes, edge)
+		tokenFile := filepath.Join(dir, "token")
+		if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+			return err
+		}
+		connect := filepath.Join(dir, "connect.yaml")
+		err = os.WriteFile(connect, []byte(fmt.Sprintf("name: bench\nedges: [127.0.0.1:21443]\ntoken_file: %s\nca_file: %s\nservices:\n"+
+			"  - {name: web, to: %s, capacity: 10000}\n  - {name: iperf, to: %s, capacity: 100}\n", tokenFile, ca, loop(originHTTP), loop(originIperf))), 0o644)
+		if err != nil {
+			return err
+		}
+		c := hostprog.Command(hostprog.Built(manifold), "connect", "--config", connect)
+		if err := startLogged(dir, "manifold-connect", c); err != nil {
+			return err
+		}
+		t.processes = append(t.processes, c)
+		return nil
+	}
+}
+
+// runEdge is the manifold edge's process: tunnel.Edge as `manifold run` runs it, with
+// its services on loopback ports (a node's need XDP and a VIP, which the other tools'
+// servers do not).
+func runEdge(raw string) error {
+	var cfg edgeConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e, err := tunnel.NewEdge(tunnel.EdgeConfig{Listen: cfg.Listen, CertFile: cfg.Cert, KeyFile: cfg.Key, TokensFile: cfg.Tokens, Log: log})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	errs := make(chan error, len(cfg.Services)+1)
+	go func() { errs <- e.Run(ctx) }()
+	for name, addr := range cfg.Services {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		go func() { errs <- e.Serve(ctx, name, ln) }()
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errs:
+		return err
+	}
+}
+
+func startRathole(dir string, t *tool) error {
+	server := fmt.Sprintf("[server]\nbind_addr = %q\n[server.services.web]\ntoken = %q\nbind_addr = %q\n[server.services.iperf]\ntoken = %q\nbind_addr = %q\n",
+		loop(22333), token, loop(t.http), token, loop(t.iperf))
+	client := fmt.Sprintf("[client]\nremote_addr = %q\n[client.services.web]\ntoken = %q\nlocal_addr = %q\n[client.services.iperf]\ntoken = %q\nlocal_addr = %q\n",
+		loop(22333), token, loop(originHTTP), token, loop(originIperf))
+	for _, side := range []struct{ name, conf, flag string }{{"server", server, "--server"}, {"client", client, "--client"}} {
+		path := filepath.Join(dir, "rathole-"+side.name+".toml")
+		if err := os.WriteFile(path, []byte(side.conf), 0o600); err != nil {
+			return err
+		}
+		c := hostprog.Command(hostprog.Rathole, side.flag, path)
+		if err := startLogged(dir, "rathole-"+side.name, c); err != nil {
+			return err
+		}
+		t.processes = append(t.processes, c)
+	}
+	return nil
+}
+
+func startBore(dir string, t *tool) error {
+	server := hostprog.Command(hostprog.Bore, "server", "--bind-addr", "127.0.0.1", "--secret", token)
+	if err := startLogged(dir, "bore-server", server); err != nil {
+		return err
+	}
+	t.processes = append(t.processes, server)
+	if err := waitPort(7835, 10*time.Second); err != nil {
+		return err
+	}
+	for _, svc := range []struct {
+		name          string
+		local, remote int
+	}{{"web", originHTTP, t.http}, {"iperf", originIperf, t.iperf}} {
+		c := hostprog.Command(hostprog.Bore, "local", strconv.Itoa(svc.local), "--local-host", "127.0.0.1", "--to", "127.0.0.1",
+			"--port", strconv.Itoa(svc.remote), "--secret", token)
+		if err := startLogged(dir, "bore-"+svc.name, c); err != nil {
+			return err
+		}
+		t.processes = append(t.processes, c)
+	}
+	return nil
+}
+
+// waitServing waits until an HTTP GET through the tool's tunnel is answered.
+func waitServing(t *tool, timeout time.Duration) error {
+	client := &http.Client{Timeout: time.Second}
+	return lab.Eventually(timeout, 50*time.Millisecond, func() error {
+		resp, err := client.Get("http://" + loop(t.http) + "/")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return errors.New(resp.Status)
+		}
+		return nil
+	})
+}
+
+func waitPort(port int, timeout time.Duration) error {
+	return lab.Eventually(timeout, 20*time.Millisecond, func() error {
+		c, err := net.Dial("tcp", loop(port))
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+}
+
+// iperf runs one iperf3 stream through the port and returns the receiver's Gbit/s.
+func iperf(ctx context.Context, port int, d time.Duration) (float64, error) {
+	out, err := hostprog.CommandContext(ctx, hostprog.Iperf3, "-c", "127.0.0.1", "-p", strconv.Itoa(port), "-t", strconv.Itoa(int(d.Seconds())), "-J").Output()
+	var r struct {
+		End struct {
+			SumReceived struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+		} `json:"end"`
+		Error string `json:"error"`
+	}
+	if jerr := json.Unmarshal(out, &r); jerr != nil || r.Error != "" || err != nil {
+		return 0, fmt.Errorf("iperf3 through port %d: %v %s %v", port, err, r.Error, jerr)
+	}
+	return r.End.SumReceived.BitsPerSecond / 1e9, nil
+}
+
+func loop(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+
+// loadAverage is the machine's 1-minute load average, for the reader of the figures.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Fields(string(b))[0]
+}
