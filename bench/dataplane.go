@@ -101,7 +101,8 @@ const DataplaneMethod = "BPF_PROG_TEST_RUN on the XDP programs loaded into the k
 	"UDP and IPv6 with 10 backends on a 65537-entry Maglev table, IPIP unless named GUE or NAT " +
 	"(a NAT reply is a backend's answer to an established NAT flow, translated back to its client). The " +
 	"thread is pinned to one CPU, and the flow table (262144 entries, LRU lists per CPU) is filled " +
-	"with SYNs before the runs, so that every new flow evicts one as on a busy node."
+	"before the runs (by packets without SYN of flows never seen: a TCP flow is remembered from its " +
+	"first ACK, not its SYN), so that every new flow's first ACK evicts one as on a busy node."
 
 // Dataplane measures every case over `runs` runs of `calls` calls each, prints a table
 // to w and returns the figures (section "per_packet").
@@ -128,10 +129,15 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	client := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{203, 0, byte(i >> 8), byte(i)}) }
-	// every run opens new flows: SYNs from sources no earlier run used
+	// every run opens new flows, from sources no earlier run used: their SYNs, and the
+	// first ACKs, which open the flow entries
 	syns := make([][]byte, calls*runs)
+	acks := make([][]byte, calls*runs)
 	for i := range syns {
-		syns[i] = dptest.Packet{Src: client(i), Dst: benchVIP4, SPort: uint16(1024 + rng.IntN(60000)), DPort: 80, Flags: dptest.SYN}.Bytes()
+		p := dptest.Packet{Src: client(i), Dst: benchVIP4, SPort: uint16(1024 + rng.IntN(60000)), DPort: 80, Flags: dptest.SYN}
+		syns[i] = p.Bytes()
+		p.Flags = dptest.ACK
+		acks[i] = p.Bytes()
 	}
 	est4 := dptest.Packet{Src: dptest.Client4, Dst: benchVIP4, SPort: 40000, DPort: 80, Flags: dptest.ACK, Payload: make([]byte, 6)}.Bytes()
 	udp4 := dptest.Packet{Src: dptest.Client4, Dst: benchVIP4, SPort: 40000, DPort: 53, UDP: true, Payload: make([]byte, 18)}.Bytes()
@@ -150,6 +156,7 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 		{"xdp_tx reference (swap MACs)", ref.ReferenceTx, [][]byte{est4}, 0},
 		{"xdp_drop reference", ref.ReferenceDrop, [][]byte{est4}, 0},
 		{"TCP new flow (SYN), full table", lb.Program(), syns, 4.5},
+		{"TCP new flow's first ACK, full table", lb.Program(), acks, 0},
 		{"TCP established", lb.Program(), [][]byte{est4}, 2.3},
 		{"UDP established", lb.Program(), [][]byte{udp4}, 2.3},
 		{"IPv6 TCP established", lb.Program(), [][]byte{est6}, 2.3},
@@ -177,7 +184,7 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 		defer unpin()
 		// New flows are measured at the steady state of a busy node, where every insert
 		// evicts the least recently used flow: the table is filled first.
-		if _, err := dptest.FloodSYNs(lb.Program(), n.Port0.Index, benchVIP4, 80, config.DefaultFlowTableSize+config.DefaultFlowTableSize/4, 7); err != nil {
+		if _, err := dptest.FloodTCP(lb.Program(), n.Port0.Index, benchVIP4, 80, dptest.ACK, config.DefaultFlowTableSize+config.DefaultFlowTableSize/4, 7); err != nil {
 			return err
 		}
 		// warm the flow table (and the FIB cache) for the established cases, and open
@@ -242,7 +249,7 @@ func measureCases(section string, cases []dpCase, ifindex, calls, runs int) ([]F
 
 // dataplaneRun times `calls` calls of every case, interleaved in slices; a case with
 // many packets is walked from packet `first` on (so that each run of "new flow" sends
-// SYNs of flows not seen before).
+// packets of flows not seen before).
 func dataplaneRun(cases []dpCase, ifindex, calls, first int, verdicts []uint32) ([][]uint32, error) {
 	const slices = 20
 	times := make([][]uint32, len(cases))

@@ -13,41 +13,45 @@ import (
 )
 
 // FloodResult is the share of established flows that kept their backend through a
-// flood of spoofed SYNs.
+// flood of spoofed TCP packets: SYNs, or packets without SYN of flows never seen (which
+// the node remembers, up to the bound).
 type FloodResult struct {
 	Name        string  `json:"name"`
 	NewFlowRate uint32  `json:"new_flow_rate"` // 0: unbounded
 	TableSize   uint32  `json:"flow_table_size"`
 	Flows       int     `json:"established_flows"`
-	SYNs        int     `json:"syns"`
+	Kind        string  `json:"kind"` // SYN or ACK
+	Packets     int     `json:"packets"`
 	Seconds     float64 `json:"flood_seconds"` // how long the flood took here
 	Kept        float64 `json:"kept_share"`
 	NotInserted uint64  `json:"flows_not_inserted"`
 }
 
 // Flood measures, with the node's default flow table and new-flow rate, a looser rate,
-// and no bound, how many of `flows` established flows keep their backend while `syns` spoofed
-// SYNs go through the program. Before the flood every backend the flows are on is
+// and no bound, how many of `flows` established flows keep their backend while `packets`
+// spoofed SYNs, then as many spoofed ACKs, go through the program. Before the flood every backend the flows are on is
 // drained and as many new ones take the ring, so a flow that loses its flow-table entry
 // moves; the established flows send nothing during the flood (the worst case: an
 // active flow refreshes its LRU entry). Everything runs on one CPU, whose LRU list the
 // flood fills.
-func Flood(w io.Writer, flows, syns int) ([]FloodResult, error) {
+func Flood(w io.Writer, flows, packets int) ([]FloodResult, error) {
 	var out []FloodResult
-	for _, rate := range []uint32{config.DefaultNewFlowRate, 4 * config.DefaultNewFlowRate, 0} {
-		name := fmt.Sprintf("bound %d/s", rate)
-		if rate == 0 {
-			name = "unbounded"
+	for _, kind := range []string{"SYN", "ACK"} {
+		for _, rate := range []uint32{config.DefaultNewFlowRate, 4 * config.DefaultNewFlowRate, 0} {
+			name := fmt.Sprintf("bound %d/s", rate)
+			if rate == 0 {
+				name = "unbounded"
+			}
+			r, err := flood(name, kind, flows, packets, rate)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
 		}
-		r, err := flood(name, flows, syns, rate)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
 	}
-	fmt.Fprintf(w, "%-16s %8s %7s %8s %8s %8s %14s\n", "new flows", "table", "flows", "SYNs", "flood s", "kept", "not inserted")
+	fmt.Fprintf(w, "%-16s %8s %7s %5s %8s %8s %8s %14s\n", "new flows", "table", "flows", "flood", "packets", "flood s", "kept", "not inserted")
 	for _, r := range out {
-		fmt.Fprintf(w, "%-16s %8d %7d %8d %8.1f %7.1f%% %14d\n", r.Name, r.TableSize, r.Flows, r.SYNs, r.Seconds, 100*r.Kept, r.NotInserted)
+		fmt.Fprintf(w, "%-16s %8d %7d %5s %8d %8.1f %7.1f%% %14d\n", r.Name, r.TableSize, r.Flows, r.Kind, r.Packets, r.Seconds, 100*r.Kept, r.NotInserted)
 	}
 	return out, nil
 }
@@ -57,7 +61,7 @@ func Flood(w io.Writer, flows, syns int) ([]FloodResult, error) {
 func FloodFigures(results []FloodResult) []Figure {
 	var out []Figure
 	for _, r := range results {
-		f := NewFigure("flood", fmt.Sprintf("%s, %d SYNs into a %d-entry table", r.Name, r.SYNs, r.TableSize),
+		f := NewFigure("flood", fmt.Sprintf("%s, %d spoofed %ss into a %d-entry table", r.Name, r.Packets, r.Kind, r.TableSize),
 			"% established flows kept", []float64{100 * r.Kept})
 		f.Note = fmt.Sprintf("%d idle flows, %d new flows not inserted, flood took %.1f s", r.Flows, r.NotInserted, r.Seconds)
 		out = append(out, f)
@@ -65,8 +69,12 @@ func FloodFigures(results []FloodResult) []Figure {
 	return out
 }
 
-func flood(name string, flows, syns int, rate uint32) (FloodResult, error) {
-	res := FloodResult{Name: name, NewFlowRate: rate, TableSize: config.DefaultFlowTableSize, Flows: flows, SYNs: syns}
+func flood(name, kind string, flows, packets int, rate uint32) (FloodResult, error) {
+	res := FloodResult{Name: name, NewFlowRate: rate, TableSize: config.DefaultFlowTableSize, Flows: flows, Kind: kind, Packets: packets}
+	flags := dptest.SYN
+	if kind == "ACK" {
+		flags = dptest.ACK
+	}
 	n, err := dptest.NewNet()
 	if err != nil {
 		return res, fmt.Errorf("bench namespace (needs root): %w", err)
@@ -108,11 +116,14 @@ func flood(name string, flows, syns int, rate uint32) (FloodResult, error) {
 		for i := range est {
 			p := dptest.Packet{Src: netip.AddrFrom4([4]byte{192, 0, byte(2 + i>>16), byte(i >> 8)}), Dst: benchVIP4,
 				SPort: uint16(1024 + i%60000), DPort: 80, Flags: dptest.SYN}
-			if first[i], err = send(p.Bytes()); err != nil {
+			if _, err := send(p.Bytes()); err != nil {
 				return err
 			}
-			p.Flags = dptest.ACK
+			p.Flags = dptest.ACK // the handshake's ACK opens the flow entry
 			est[i] = p.Bytes()
+			if first[i], err = send(est[i]); err != nil {
+				return err
+			}
 		}
 		// drain every backend, ten new ones take the ring; then the bound applies
 		next := svc
@@ -129,7 +140,7 @@ func flood(name string, flows, syns int, rate uint32) (FloodResult, error) {
 			return err
 		}
 		start := time.Now()
-		if _, err := dptest.FloodSYNs(lb.Program(), n.Port0.Index, benchVIP4, 80, syns, 7); err != nil {
+		if _, err := dptest.FloodTCP(lb.Program(), n.Port0.Index, benchVIP4, 80, flags, packets, 7); err != nil {
 			return err
 		}
 		res.Seconds = time.Since(start).Seconds()

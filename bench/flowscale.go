@@ -20,7 +20,7 @@ import (
 
 // FlowScaleMethod says how the flow-scale figures are measured.
 const FlowScaleMethod = "Flow scale: for each flow-table size, a fresh data plane with node.flow_table_size " +
-	"set to it and the services above; the table is filled by running one SYN per flow through the " +
+	"set to it and the services above; the table is filled by running one ACK per flow (its entry-opening packet) through the " +
 	"program on each CPU in turn (each CPU's LRU list holds its share of the entries, so the " +
 	"table ends full with no entry evicted). Then ACKs of `calls` distinct flows drawn at random " +
 	"from the table are timed as above, interleaved with the trivial XDP_TX program; every ACK " +
@@ -133,15 +133,16 @@ func flowScale(n *dptest.Net, ref *ebpf.Program, size uint32, calls, runs int) (
 	return append(figures, perEntry), nil
 }
 
-// fillFlowTable opens flows 0..size-1 by one SYN each, each CPU its share: the LRU
-// lists are per CPU, each with its share of the entries.
+// fillFlowTable opens flows 0..size-1 by one ACK each (a TCP flow is remembered from
+// its first packet without SYN), each CPU its share: the LRU lists are per CPU, each
+// with its share of the entries.
 func fillFlowTable(prog *ebpf.Program, ifindex, size int) error {
 	cpus, err := ebpf.PossibleCPU()
 	if err != nil {
 		return err
 	}
 	src, _ := flowSource(0)
-	syn := dptest.Packet{Src: src, Dst: benchVIP4, SPort: 1, DPort: 80, Flags: dptest.SYN}.Bytes()
+	ack := dptest.Packet{Src: src, Dst: benchVIP4, SPort: 1, DPort: 80, Flags: dptest.ACK}.Bytes()
 	const srcOff, portOff = 14 + 12, 14 + 20 // checksums go stale: the program checks none
 	per := size / cpus
 	for cpu := range cpus {
@@ -151,11 +152,11 @@ func fillFlowTable(prog *ebpf.Program, ifindex, size int) error {
 		}
 		for i := cpu * per; i < (cpu+1)*per; i++ {
 			a, port := flowSource(i)
-			copy(syn[srcOff:], a.AsSlice())
-			binary.BigEndian.PutUint16(syn[portOff:], port)
-			if v, _, err := dptest.TimedXDP(prog, ifindex, syn, 1); err != nil || v != dptest.XDPTX {
+			copy(ack[srcOff:], a.AsSlice())
+			binary.BigEndian.PutUint16(ack[portOff:], port)
+			if v, _, err := dptest.TimedXDP(prog, ifindex, ack, 1); err != nil || v != dptest.XDPTX {
 				unpin()
-				return fmt.Errorf("SYN of flow %d: verdict %d (%v)", i, v, err)
+				return fmt.Errorf("first ACK of flow %d: verdict %d (%v)", i, v, err)
 			}
 		}
 		unpin()

@@ -28,20 +28,32 @@ static __always_inline const struct lb_vip *vip_lookup(const struct lb_packet *p
 	return bpf_map_lookup_elem(&lb_vips, &key);
 }
 
+/* Whether a packet that found no flow entry opens one. A TCP flow is remembered from
+ * its first packet without SYN (the client's ACK of the handshake), not from its SYN:
+ * the ACK hashes to the backend the SYN went to (unless the ring changed in between),
+ * and a SYN, spoofed or retransmitted, costs no insert and evicts no established flow.
+ * A RST ends the flow: remembering it would only evict a live one. Any other miss
+ * (UDP, and flows that ECMP moved here from another node) opens an entry, so the flow
+ * then survives ring changes on this node too. */
+static __always_inline int opens_flow(const struct lb_packet *pkt)
+{
+	return !(pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_RST));
+}
+
 /* Returns an XDP action, or a negative enum lb_drop_reason. */
 static __always_inline int balance(struct xdp_md *ctx, struct lb_packet *pkt)
 {
 	struct lb_choice c = {};
 
-	/* A SYN opens a flow: the table cannot know it (a retransmitted SYN hashes to the
-	 * same backend unless the ring changed in between), so skip the lookup, a likely
+	/* A SYN opens a connection: the table cannot know it (a retransmitted SYN hashes to
+	 * the same backend unless the ring changed in between), so skip the lookup, a likely
 	 * cache miss in a large table. */
 	if ((pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN || !flow_lookup(pkt, &c)) {
 		const struct lb_vip *vip = vip_lookup(pkt);
 
 		if (!vip)
 			return XDP_PASS; /* a VIP address, but no service on this port/protocol */
-		if (!maglev_select(pkt, vip, &c, 1))
+		if (!maglev_select(pkt, vip, &c, opens_flow(pkt)))
 			return -LB_DROP_NO_BACKEND;
 	}
 	if (!c.backend)

@@ -15,7 +15,7 @@ struct lb_choice {
 	__u32 backend_id;
 	__u32 service_id;
 	__u32 hash; /* flow hash: Maglev slot, and the outer flow label, GUE port, entropy source */
-	__u32 new_flow; /* 1 when the ring chose the backend (no flow entry): counted as a new flow */
+	__u32 new_flow; /* 1 when the packet opens a flow entry (or would, above the bound): counted once per flow */
 };
 
 static __always_inline struct lb_backend *backend_of(__u32 id, __u32 service_id, __u8 family)
@@ -53,10 +53,10 @@ static __always_inline int flow_lookup(const struct lb_packet *pkt, struct lb_ch
 }
 
 /* Whether one more new flow may go into the table this second (node.new_flow_rate).
- * Above the bound a flood of new flows (spoofed SYNs, random UDP) cannot push the
- * established flows out of the LRU table; the flows it leaves out are still forwarded,
- * by Maglev, to the backend every node picks, only not remembered (Katran's
- * max_conn_rate). Counted per CPU, like the LRU lists it protects. */
+ * Above the bound a flood of new flows (spoofed packets without SYN, random UDP;
+ * spoofed SYNs insert nothing) cannot push the established flows out of the LRU table;
+ * the flows it leaves out are still forwarded, by Maglev, to the backend every node
+ * picks, only not remembered (Katran's max_conn_rate). Counted per CPU, like the LRU lists it protects. */
 static __always_inline int flow_insert_allowed(void)
 {
 	__u32 limit = node_settings.new_flows_per_cpu, zero = 0;
@@ -82,10 +82,10 @@ static __always_inline int flow_insert_allowed(void)
 }
 
 /* Picks a backend from the service's Maglev ring for a flow the table does not hold
- * (or whose backend went down) and, when `insert`, remembers it. Returns 0 when there
- * is none. */
+ * (or whose backend went down) and, when `remember`, inserts it and counts it as a new
+ * flow. Returns 0 when there is none. */
 static __always_inline int maglev_select(const struct lb_packet *pkt, const struct lb_vip *vip,
-					 struct lb_choice *c, int insert)
+					 struct lb_choice *c, int remember)
 {
 	struct lb_flow entry = {};
 	struct lb_backend *b;
@@ -97,10 +97,7 @@ static __always_inline int maglev_select(const struct lb_packet *pkt, const stru
 	if (!b || b->state != LB_BACKEND_UP)
 		return 0;
 
-	/* Any miss inserts (SYNs, new UDP flows, and flows that ECMP moved here from another
-	 * node), so the flow then survives ring changes on this node too. A RST ends the
-	 * flow: remembering it would only evict a live one. */
-	if (insert && !(pkt->tcp_flags & TCP_FLAG_RST) && flow_insert_allowed()) {
+	if (remember && flow_insert_allowed()) {
 		entry.backend_id = id;
 		entry.service_id = vip->service_id;
 		entry.hash = hash;
@@ -110,7 +107,7 @@ static __always_inline int maglev_select(const struct lb_packet *pkt, const stru
 	c->backend_id = id;
 	c->service_id = vip->service_id;
 	c->hash = hash;
-	c->new_flow = 1;
+	c->new_flow = remember;
 	return 1;
 }
 

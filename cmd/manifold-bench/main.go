@@ -66,7 +66,7 @@ func dataplane(args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("manifold-bench dataplane", flag.ContinueOnError)
 	calls := fs.Int("calls", 100000, "program runs per case and run (each with repeat = 1)")
 	runs := fs.Int("runs", 5, "runs; figures are min/median/max over them")
-	syns := fs.Int("flood", 1000000, "spoofed SYNs of the flood-resistance run (0: skip it)")
+	syns := fs.Int("flood", 1000000, "spoofed packets of each flood-resistance run, SYNs then ACKs (0: skip them)")
 	out := fs.String("json", "", "also write the figures as JSON to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -96,7 +96,7 @@ func dataplane(args []string, w io.Writer) error {
 		part.Method += " " + more.method
 	}
 	if *syns > 0 {
-		fmt.Fprintf(w, "\nEstablished flows (idle during the flood, their backends drained) that keep their backend through %d spoofed SYNs:\n\n", *syns)
+		fmt.Fprintf(w, "\nEstablished flows (idle during the flood, their backends drained) that keep their backend through %d spoofed SYNs, then as many spoofed ACKs of flows never seen:\n\n", *syns)
 		flood, err := bench.Flood(w, 10000, *syns)
 		if err != nil {
 			return err

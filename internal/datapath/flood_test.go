@@ -8,12 +8,12 @@ import (
 	"github.com/manifoldlb/manifold/internal/datapath/dptest"
 )
 
-// keptThroughFlood establishes `flows` flows on the five-backend service, moves the
-// whole ring to a newcomer (so only the flow table still knows where each flow goes),
-// floods `syns` spoofed SYNs under the given new-flow bound, and returns the share of
-// established flows that kept their backend. All of it on one CPU: the table's LRU
-// lists are per CPU.
-func keptThroughFlood(t *testing.T, flows, syns int, rate uint32) (float64, map[string]uint64) {
+// keptThroughFlood establishes `flows` flows (SYN, then the ACK that opens the entry)
+// on the five-backend service, moves the whole ring to a newcomer (so only the flow
+// table still knows where each flow goes), floods `n` spoofed TCP packets with the given
+// flags under the given new-flow bound, and returns the share of established flows that
+// kept their backend. All of it on one CPU: the table's LRU lists are per CPU.
+func keptThroughFlood(t *testing.T, flows int, flags dptest.TCPFlags, n int, rate uint32) (float64, map[string]uint64) {
 	t.Helper()
 	b := newBench(t) // a 4096-entry table
 	est := make([]dptest.Packet, flows)
@@ -36,6 +36,9 @@ func keptThroughFlood(t *testing.T, flows, syns int, rate uint32) (float64, map[
 			est[i] = dptest.Packet{Src: netip.AddrFrom4([4]byte{192, 0, 2, byte(i % 250)}), Dst: vipMany, SPort: uint16(20000 + i), DPort: 80, Flags: dptest.SYN}
 			first[i] = run(est[i])
 			est[i].Flags = dptest.ACK
+			if got := run(est[i]); got != first[i] {
+				t.Fatalf("flow %d: SYN went to %s, its ACK to %s", i, first[i], got)
+			}
 		}
 		if err := b.lb.PutBackend(20, datapath.Backend{Addr: dptest.Backend4(20), ServiceID: 7, State: datapath.BackendUp}); err != nil {
 			return err
@@ -47,8 +50,8 @@ func keptThroughFlood(t *testing.T, flows, syns int, rate uint32) (float64, map[
 		if err := b.lb.PutSettings(datapath.Settings{NewFlowRate: rate}); err != nil {
 			return err
 		}
-		if n, err := dptest.FloodSYNs(b.lb.Program(), b.net.Port0.Index, vipMany, 80, syns, 1); err != nil || n != syns {
-			t.Fatalf("flood: %d of %d SYNs forwarded (%v)", n, syns, err)
+		if fwd, err := dptest.FloodTCP(b.lb.Program(), b.net.Port0.Index, vipMany, 80, flags, n, 1); err != nil || fwd != n {
+			t.Fatalf("flood: %d of %d packets forwarded (%v)", fwd, n, err)
 		}
 		for i, p := range est {
 			if run(p) == first[i] {
@@ -63,21 +66,28 @@ func keptThroughFlood(t *testing.T, flows, syns int, rate uint32) (float64, map[
 	return float64(kept) / float64(flows), b.events(t)
 }
 
-// A million spoofed SYNs do not push established flows out of the flow table when new
-// flows are bounded; they are forwarded all the same (to the ring's backend), only not
+// A million spoofed SYNs do not push established flows out of the flow table, even
+// with no bound on new flows: a SYN opens no entry. Spoofed packets without SYN of
+// flows never seen (which the node remembers) do, unless new flows are bounded; above
+// the bound they are forwarded all the same (to the ring's backend), only not
 // remembered, and counted.
 func TestFloodKeepsEstablishedFlows(t *testing.T) {
 	requireRoot(t)
-	const flows, syns = 500, 1000000
-	share, events := keptThroughFlood(t, flows, syns, 128)
-	if share != 1 {
-		t.Errorf("%.1f%% of established flows kept their backend through %d SYNs, want all", 100*share, syns)
+	const flows, flood = 500, 1000000
+	share, events := keptThroughFlood(t, flows, dptest.SYN, flood, 0)
+	if share != 1 || events["flow_not_inserted"] != 0 {
+		t.Errorf("%.1f%% of established flows kept their backend through %d unbounded SYNs (flow_not_inserted %d), want all (and 0)",
+			100*share, flood, events["flow_not_inserted"])
 	}
-	if n := events["flow_not_inserted"]; n < syns*99/100 {
-		t.Errorf("flow_not_inserted = %d, want nearly all of the %d SYNs", n, syns)
+	share, events = keptThroughFlood(t, flows, dptest.ACK, flood, 128)
+	if share != 1 {
+		t.Errorf("%.1f%% of established flows kept their backend through %d ACKs of unknown flows, want all", 100*share, flood)
+	}
+	if n := events["flow_not_inserted"]; n < flood*99/100 {
+		t.Errorf("flow_not_inserted = %d, want nearly all of the %d ACKs", n, flood)
 	}
 	// the same kind of flood without the bound evicts them: the test can fail
-	share, events = keptThroughFlood(t, flows, 20000, 0)
+	share, events = keptThroughFlood(t, flows, dptest.ACK, 20000, 0)
 	if share > 0.5 || events["flow_not_inserted"] != 0 {
 		t.Errorf("without a bound %.1f%% of flows kept their backend through the flood (flow_not_inserted %d): the flood did not evict, the test proves nothing",
 			100*share, events["flow_not_inserted"])

@@ -81,8 +81,12 @@ func TestFlowTableBeforeMaglev(t *testing.T) {
 	if got := b.sendTo(t, est); got != dptest.Backend4(1) {
 		t.Fatalf("SYN went to %s", got)
 	}
+	est.Flags = dptest.ACK
+	if got := b.sendTo(t, est); got != dptest.Backend4(1) {
+		t.Fatalf("the handshake's ACK went to %s", got)
+	}
 	if id, err := b.lb.FlowBackend(flowOf(est)); err != nil || id != idWeb {
-		t.Fatalf("flow table holds backend %d (%v) after the SYN, want %d", id, err, idWeb)
+		t.Fatalf("flow table holds backend %d (%v) after the ACK, want %d", id, err, idWeb)
 	}
 	// a second backend takes over the whole ring
 	if err := b.lb.PutBackend(20, datapath.Backend{Addr: dptest.Backend4(20), ServiceID: 1, State: datapath.BackendUp}); err != nil {
@@ -91,7 +95,6 @@ func TestFlowTableBeforeMaglev(t *testing.T) {
 	if err := b.lb.PutRing(1, fill(ringSize, 20)); err != nil {
 		t.Fatal(err)
 	}
-	est.Flags = dptest.ACK
 	if got := b.sendTo(t, est); got != dptest.Backend4(1) {
 		t.Errorf("established flow moved to %s after a ring change, want it kept on %s", got, dptest.Backend4(1))
 	}
@@ -110,6 +113,59 @@ func TestFlowTableBeforeMaglev(t *testing.T) {
 	b.sendTo(t, rst)
 	if id, _ := b.lb.FlowBackend(flowOf(rst)); id != 0 {
 		t.Errorf("RST inserted a flow entry (backend %d)", id)
+	}
+}
+
+// A TCP flow is remembered from its first packet without SYN: the SYN (and its
+// retransmits) go to the ring's backend and leave no entry; the ACK goes to the same
+// backend and opens the entry; the flow counts as new once, at its entry.
+func TestTCPFlowRememberedFromFirstACK(t *testing.T) {
+	b := newBench(t)
+	table := manyTable(t)
+	syn := dptest.Packet{Src: dptest.Client4, Dst: vipMany, SPort: 41000, DPort: 80, Flags: dptest.SYN}
+	want := dptest.Backend4(10 + int(table[datapath.FlowHash(flowOf(syn), false)%65537]))
+	wantID := uint32(idManyFirst) + uint32(table[datapath.FlowHash(flowOf(syn), false)%65537])
+	for range 2 { // the SYN and a retransmit
+		if got := b.sendTo(t, syn); got != want {
+			t.Fatalf("SYN went to %s, the ring says %s", got, want)
+		}
+		if id, err := b.lb.FlowBackend(flowOf(syn)); err != nil || id != 0 {
+			t.Fatalf("a SYN left a flow entry (backend %d, %v)", id, err)
+		}
+	}
+	if c, _ := b.lb.ServiceCounters(7); c.NewFlows != 0 || c.Packets != 2 {
+		t.Errorf("after two SYNs the service counts %+v, want 2 packets and no new flow yet", c)
+	}
+	ack := syn
+	ack.Flags = dptest.ACK
+	for range 3 {
+		if got := b.sendTo(t, ack); got != want {
+			t.Fatalf("ACK went to %s, its SYN to %s", got, want)
+		}
+	}
+	if id, err := b.lb.FlowBackend(flowOf(ack)); err != nil || id != wantID {
+		t.Errorf("the ACK's flow entry holds backend %d (%v), want the SYN's %d", id, err, wantID)
+	}
+	svc, _ := b.lb.ServiceCounters(7)
+	backend, _ := b.lb.BackendCounters(wantID)
+	if svc.NewFlows != 1 || backend.NewFlows != 1 || svc.Packets != 5 {
+		t.Errorf("after SYN, SYN, ACK, ACK, ACK: service %+v, backend %+v; want 5 packets and 1 new flow", svc, backend)
+	}
+	// the one window: the ring changes between a SYN and its ACK, and the ACK follows
+	// the new ring (the SYN left nothing to keep it)
+	open := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 41001, DPort: 80, Flags: dptest.SYN}
+	if got := b.sendTo(t, open); got != dptest.Backend4(1) {
+		t.Fatalf("SYN went to %s", got)
+	}
+	if err := b.lb.PutBackend(20, datapath.Backend{Addr: dptest.Backend4(20), ServiceID: 1, State: datapath.BackendUp}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.lb.PutRing(1, fill(ringSize, 20)); err != nil {
+		t.Fatal(err)
+	}
+	open.Flags = dptest.ACK
+	if got := b.sendTo(t, open); got != dptest.Backend4(20) {
+		t.Errorf("ACK after a ring change went to %s, want the new ring's %s", got, dptest.Backend4(20))
 	}
 }
 
@@ -167,10 +223,13 @@ func TestFlowEntryOfAnotherService(t *testing.T) {
 func TestCounters(t *testing.T) {
 	b := newBench(t)
 	var bytes uint64
+	// seven handshakes: a SYN, then the ACK that opens the flow's entry
 	for i := 0; i < 7; i++ {
 		p := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: uint16(62000 + i), DPort: 80, Flags: dptest.SYN, Payload: make([]byte, i)}
 		b.sendTo(t, p)
-		bytes += uint64(40 + i)
+		p.Flags = dptest.ACK
+		b.sendTo(t, p)
+		bytes += 2 * uint64(40+i)
 	}
 	// three more packets of the first flow: the table answers, no new flow
 	for range 3 {
@@ -181,8 +240,8 @@ func TestCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Packets != 10 || got.Bytes != bytes || got.NewFlows != 7 {
-		t.Errorf("backend counters %+v, want 10 packets, %d bytes, 7 new flows", got, bytes)
+	if got.Packets != 17 || got.Bytes != bytes || got.NewFlows != 7 {
+		t.Errorf("backend counters %+v, want 17 packets, %d bytes, 7 new flows", got, bytes)
 	}
 	svc, _ := b.lb.ServiceCounters(1)
 	if svc != got {

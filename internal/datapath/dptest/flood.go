@@ -25,15 +25,17 @@ func PinCPU(cpu int) (func(), error) {
 	return func() { unix.SchedSetaffinity(0, &old) }, nil
 }
 
-// FloodSYNs runs n TCP SYNs to vip:port from random (spoofed) sources and ports
-// through prog, as received on ifindex, from the calling thread (which must be in the
-// bench's namespace). It returns how many were forwarded (XDP_TX or redirect).
-func FloodSYNs(prog *ebpf.Program, ifindex int, vip netip.Addr, port uint16, n int, seed uint64) (int, error) {
+// FloodTCP runs n TCP packets with the given flags (SYN: a SYN flood; ACK: packets
+// of flows the node has never seen, which it remembers) to vip:port from random
+// (spoofed) sources and ports through prog, as received on ifindex, from the calling
+// thread (which must be in the bench's namespace). It returns how many were forwarded
+// (XDP_TX or redirect).
+func FloodTCP(prog *ebpf.Program, ifindex int, vip netip.Addr, port uint16, flags TCPFlags, n int, seed uint64) (int, error) {
 	src := Client4
 	if vip.Is6() {
 		src = Client6
 	}
-	pkt := Packet{Src: src, Dst: vip, SPort: 1, DPort: port, Flags: SYN}.Bytes()
+	pkt := Packet{Src: src, Dst: vip, SPort: 1, DPort: port, Flags: flags}.Bytes()
 	// offsets of the source address and port in the frame
 	srcOff, srcLen, portOff := 14+12, 4, 14+20
 	if vip.Is6() {
