@@ -25,7 +25,7 @@ import (
 const usage = `manifold-bench — manifold's benchmarks (dataplane, pktrate and controlplane need root)
 
 Usage:
-  manifold-bench dataplane [--calls N] [--runs N] [--flood SYNS] [--json FILE]
+  manifold-bench dataplane [--calls N] [--runs N] [--flood N] [--json FILE]
   manifold-bench pktrate [--rounds N] [--seconds S] [--json FILE]
   manifold-bench transit [--rounds N] [--seconds S] [--json FILE]
   manifold-bench controlplane [--runs N] [--json FILE]
@@ -66,7 +66,7 @@ func dataplane(args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("manifold-bench dataplane", flag.ContinueOnError)
 	calls := fs.Int("calls", 100000, "program runs per case and run (each with repeat = 1)")
 	runs := fs.Int("runs", 5, "runs; figures are min/median/max over them")
-	syns := fs.Int("flood", 1000000, "spoofed packets of each flood-resistance run, SYNs then ACKs (0: skip them)")
+	flood := fs.Int("flood", 1000000, "spoofed packets of each flood-resistance run, SYNs then ACKs (0: skip them)")
 	out := fs.String("json", "", "also write the figures as JSON to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -95,9 +95,9 @@ func dataplane(args []string, w io.Writer) error {
 		part.Figures = append(part.Figures, figures...)
 		part.Method += " " + more.method
 	}
-	if *syns > 0 {
-		fmt.Fprintf(w, "\nEstablished flows (idle during the flood, their backends drained) that keep their backend through %d spoofed SYNs, then as many spoofed ACKs of flows never seen:\n\n", *syns)
-		flood, err := bench.Flood(w, 10000, *syns)
+	if *flood > 0 {
+		fmt.Fprintf(w, "\nEstablished flows (idle during the flood, their backends drained) that keep their backend through %d spoofed SYNs, then as many spoofed ACKs of flows never seen:\n\n", *flood)
+		flood, err := bench.Flood(w, 10000, *flood)
 		if err != nil {
 			return err
 		}

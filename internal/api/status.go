@@ -73,8 +73,9 @@ type ServiceStatus struct {
 	Reason    string `json:"announce_reason,omitempty"`
 	Packets   uint64 `json:"packets"`
 	Bytes     uint64 `json:"bytes"`
-	// NewFlows counts the flows whose backend this node chose from the ring (a flow
-	// moved here by the router counts on its first packet here).
+	// NewFlows counts the flows whose backend this node chose from the ring, once per
+	// flow, where its flow entry is opened: a TCP flow at its first packet without SYN
+	// (SYNs do not count), a flow moved here by the router at its first packet here.
 	NewFlows uint64 `json:"new_flows"`
 	// PacketsPerSecond, BytesPerSecond and NewFlowsPerSecond are over the last second.
 	PacketsPerSecond  float64         `json:"packets_per_second"`

@@ -65,7 +65,7 @@ var (
 	bytesDesc = desc("manifold_bytes_total",
 		"Bytes (of the clients' IP packets) forwarded to a backend of a service.", "service", "backend")
 	newFlowsDesc = desc("manifold_new_flows_total",
-		"Flows whose backend this node chose from the Maglev ring (no flow entry yet), by service and backend.", "service", "backend")
+		"Flows whose backend this node chose from the Maglev ring, counted once where the flow entry is opened (a TCP flow at its first packet without SYN), by service and backend.", "service", "backend")
 	dropsDesc = desc("manifold_drops_total",
 		"Packets for a VIP dropped by the data plane, by reason.", "reason")
 	eventsDesc = desc("manifold_events_total",
