@@ -28,16 +28,30 @@ static __always_inline const struct lb_vip *vip_lookup(const struct lb_packet *p
 	return bpf_map_lookup_elem(&lb_vips, &key);
 }
 
-/* Whether a packet that found no flow entry opens one. A TCP flow is remembered from
- * its first packet without SYN (the client's ACK of the handshake), not from its SYN:
- * the ACK hashes to the backend the SYN went to (unless the ring changed in between),
- * and a SYN, spoofed or retransmitted, costs no insert and evicts no established flow.
- * A RST ends the flow: remembering it would only evict a live one. Any other miss
- * (UDP, and flows that ECMP moved here from another node) opens an entry, so the flow
- * then survives ring changes on this node too. */
-static __always_inline int opens_flow(const struct lb_packet *pkt)
+/* Chooses the backend of a packet the flow table does not answer. A TCP flow is
+ * remembered from its first packet without SYN (the client's ACK of the handshake), not
+ * from its SYN: a SYN, spoofed or retransmitted, costs no insert into the flow table and
+ * evicts no established flow. Its backend is kept in the SYN memory instead (a store
+ * into a per-CPU array), and the ACK opens the entry with it, so a ring change between
+ * the two does not move the handshake. A RST ends the flow: remembering it would only
+ * evict a live one. Any other miss (UDP, and flows that ECMP moved here from another
+ * node) opens an entry, so the flow then survives ring changes on this node too. */
+static __always_inline int choose_new(const struct lb_packet *pkt, const struct lb_vip *vip,
+				      struct lb_choice *c)
 {
-	return !(pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_RST));
+	__u32 hash = flow_hash(&pkt->flow, vip->flags);
+
+	if (pkt->tcp_flags & TCP_FLAG_SYN) {
+		if (!maglev_select(pkt, vip, hash, c))
+			return 0;
+		syn_remember(pkt, vip, c);
+		return 1;
+	}
+	if (!syn_recall(pkt, vip, hash, c) && !maglev_select(pkt, vip, hash, c))
+		return 0;
+	if (!(pkt->tcp_flags & TCP_FLAG_RST))
+		flow_remember(pkt, c);
+	return 1;
 }
 
 /* Returns an XDP action, or a negative enum lb_drop_reason. */
@@ -53,7 +67,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct lb_packet *pkt)
 
 		if (!vip)
 			return XDP_PASS; /* a VIP address, but no service on this port/protocol */
-		if (!maglev_select(pkt, vip, &c, opens_flow(pkt)))
+		if (!choose_new(pkt, vip, &c))
 			return -LB_DROP_NO_BACKEND;
 	}
 	if (!c.backend)
@@ -81,7 +95,7 @@ static __always_inline int handle_icmp(struct xdp_md *ctx, struct lb_packet *pkt
 
 		if (!vip)
 			return XDP_PASS;
-		if (!maglev_select(pkt, vip, &c, 0))
+		if (!maglev_select(pkt, vip, flow_hash(&pkt->flow, vip->flags), &c))
 			return -LB_DROP_NO_BACKEND;
 	}
 	/* a NAT backend could not tell this packet from its own traffic to the client */

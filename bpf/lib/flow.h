@@ -32,24 +32,29 @@ static __always_inline struct lb_backend *backend_of(__u32 id, __u32 service_id,
 	return b;
 }
 
-/* The flow table's answer, if its backend may still take the flow: draining backends
- * keep their flows, down ones lose them. Looked up before the service itself, so an
- * established flow costs no service lookup at all. */
-static __always_inline int flow_lookup(const struct lb_packet *pkt, struct lb_choice *c)
+/* Takes a remembered choice (a flow entry, or a SYN's) if its backend may still take
+ * the flow: draining backends keep their flows, down ones lose them. */
+static __always_inline int take_choice(const struct lb_packet *pkt, const struct lb_flow *f,
+				       struct lb_choice *c)
 {
-	struct lb_flow *flow = bpf_map_lookup_elem(&lb_flows, &pkt->flow);
-	struct lb_backend *b;
+	struct lb_backend *b = backend_of(f->backend_id, f->service_id, pkt->family);
 
-	if (!flow)
-		return 0;
-	b = backend_of(flow->backend_id, flow->service_id, pkt->family);
 	if (!b || (b->state != LB_BACKEND_UP && b->state != LB_BACKEND_DRAINING))
 		return 0;
 	c->backend = b;
-	c->backend_id = flow->backend_id;
-	c->service_id = flow->service_id;
-	c->hash = flow->hash;
+	c->backend_id = f->backend_id;
+	c->service_id = f->service_id;
+	c->hash = f->hash;
 	return 1;
+}
+
+/* The flow table's answer. Looked up before the service itself, so an established
+ * flow costs no service lookup at all. */
+static __always_inline int flow_lookup(const struct lb_packet *pkt, struct lb_choice *c)
+{
+	struct lb_flow *flow = bpf_map_lookup_elem(&lb_flows, &pkt->flow);
+
+	return flow && take_choice(pkt, flow, c);
 }
 
 /* Whether one more new flow may go into the table this second (node.new_flow_rate).
@@ -81,34 +86,80 @@ static __always_inline int flow_insert_allowed(void)
 	return 1;
 }
 
-/* Picks a backend from the service's Maglev ring for a flow the table does not hold
- * (or whose backend went down) and, when `remember`, inserts it and counts it as a new
- * flow. Returns 0 when there is none. */
+/* Picks a backend from the service's Maglev ring (hash: the flow's flow_hash) for a flow
+ * the table does not hold, or whose backend went down. Returns 0 when there is none. */
 static __always_inline int maglev_select(const struct lb_packet *pkt, const struct lb_vip *vip,
-					 struct lb_choice *c, int remember)
+					 __u32 hash, struct lb_choice *c)
 {
-	struct lb_flow entry = {};
-	struct lb_backend *b;
-	__u32 hash, id;
+	__u32 id = maglev_lookup(vip, hash);
+	struct lb_backend *b = backend_of(id, vip->service_id, pkt->family);
 
-	hash = flow_hash(&pkt->flow, vip->flags);
-	id = maglev_lookup(vip, hash);
-	b = backend_of(id, vip->service_id, pkt->family);
 	if (!b || b->state != LB_BACKEND_UP)
 		return 0;
-
-	if (remember && flow_insert_allowed()) {
-		entry.backend_id = id;
-		entry.service_id = vip->service_id;
-		entry.hash = hash;
-		bpf_map_update_elem(&lb_flows, &pkt->flow, &entry, BPF_ANY);
-	}
 	c->backend = b;
 	c->backend_id = id;
 	c->service_id = vip->service_id;
 	c->hash = hash;
-	c->new_flow = remember;
 	return 1;
+}
+
+/* Opens the flow's entry (up to node.new_flow_rate) with the backend chosen for it, and
+ * counts it as a new flow: once per flow, here. */
+static __always_inline void flow_remember(const struct lb_packet *pkt, struct lb_choice *c)
+{
+	struct lb_flow entry = {
+		.backend_id = c->backend_id,
+		.service_id = c->service_id,
+		.hash = c->hash,
+	};
+
+	if (flow_insert_allowed())
+		bpf_map_update_elem(&lb_flows, &pkt->flow, &entry, BPF_ANY);
+	c->new_flow = 1;
+}
+
+/* The SYN memory's slot of a flow: by the hash of the whole 5-tuple, also for a service
+ * that hashes the client alone (whose flows would all share one slot). */
+static __always_inline struct lb_syn *syn_slot(const struct lb_packet *pkt, const struct lb_vip *vip,
+					       __u32 hash)
+{
+	__u32 slot = vip->flags & LB_VIP_F_SOURCE_HASH ? flow_hash(&pkt->flow, 0) : hash;
+
+	slot &= LB_SYN_SLOTS - 1;
+	return bpf_map_lookup_elem(&lb_syns, &slot);
+}
+
+/* Keeps a SYN's backend for its handshake's ACK, so that a ring change in between does
+ * not move the handshake. */
+static __always_inline void syn_remember(const struct lb_packet *pkt, const struct lb_vip *vip,
+					 const struct lb_choice *c)
+{
+	struct lb_syn *s = syn_slot(pkt, vip, c->hash);
+
+	if (!s)
+		return;
+	s->flow = pkt->flow;
+	s->choice.backend_id = c->backend_id;
+	s->choice.service_id = c->service_id;
+	s->choice.hash = c->hash;
+	s->at = lb_now();
+}
+
+/* The backend a recent SYN of this very flow went to, if it may still take the flow.
+ * On another CPU than its SYN (RSS hashes both alike, so rarely) or after a collision,
+ * the ACK follows the ring. */
+static __always_inline int syn_recall(const struct lb_packet *pkt, const struct lb_vip *vip,
+				      __u32 hash, struct lb_choice *c)
+{
+	struct lb_syn *s = syn_slot(pkt, vip, hash);
+	const __u64 *a = (const void *)&pkt->flow, *b;
+
+	if (!s || lb_now() - s->at > lb_ticks(LB_SYN_MEMORY_NS))
+		return 0;
+	b = (const void *)&s->flow;
+	if (a[0] != b[0] || a[1] != b[1] || a[2] != b[2] || a[3] != b[3] || a[4] != b[4])
+		return 0;
+	return take_choice(pkt, &s->choice, c);
 }
 
 #endif

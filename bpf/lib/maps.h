@@ -151,6 +151,16 @@ struct {
 	__type(value, __u64);
 } lb_events SEC(".maps");
 
+/* The SYN memory (flow.h): a direct-mapped array per CPU, written by a plain store where
+ * the flow table's insert would evict. A collision overwrites a slot: that handshake's
+ * ACK then follows the ring, as it would have anyway unless the ring changed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LB_SYN_SLOTS);
+	__type(key, __u32);
+	__type(value, struct lb_syn);
+} lb_syns SEC(".maps");
+
 /* Flow-table inserts of the current second, per CPU (node.new_flow_rate). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -106,6 +106,13 @@ struct lb_flow {
 	__u32 pad;
 };
 
+/* A SYN's backend, kept in lb_syns until its handshake's ACK opens the flow entry. */
+struct lb_syn {
+	struct lb_flow_key flow;
+	struct lb_flow choice;
+	__u64 at; /* lb_now() when the SYN passed */
+};
+
 /* lb_nats key: a NAT flow as its backend's replies carry it, the node's address of the
  * family implied (node_addr4 / node_addr6). */
 struct lb_nat_key {

@@ -8,8 +8,9 @@ import (
 	"github.com/manifoldlb/manifold/internal/datapath/dptest"
 )
 
-// keptThroughFlood establishes `flows` flows (SYN, then the ACK that opens the entry)
-// on the five-backend service, moves the whole ring to a newcomer (so only the flow
+// keptThroughFlood establishes `flows` flows on the five-backend service (each by a
+// packet without SYN, as a flow moved here by ECMP: only the flow table knows it, not
+// the SYN memory, as for any flow older than a few seconds), moves the whole ring to a newcomer (so only the flow
 // table still knows where each flow goes), floods `n` spoofed TCP packets with the given
 // flags under the given new-flow bound, and returns the share of established flows that
 // kept their backend. All of it on one CPU: the table's LRU lists are per CPU.
@@ -33,12 +34,8 @@ func keptThroughFlood(t *testing.T, flows int, flags dptest.TCPFlags, n int, rat
 			return outerDst(t, out)
 		}
 		for i := range est {
-			est[i] = dptest.Packet{Src: netip.AddrFrom4([4]byte{192, 0, 2, byte(i % 250)}), Dst: vipMany, SPort: uint16(20000 + i), DPort: 80, Flags: dptest.SYN}
+			est[i] = dptest.Packet{Src: netip.AddrFrom4([4]byte{192, 0, 2, byte(i % 250)}), Dst: vipMany, SPort: uint16(20000 + i), DPort: 80, Flags: dptest.ACK}
 			first[i] = run(est[i])
-			est[i].Flags = dptest.ACK
-			if got := run(est[i]); got != first[i] {
-				t.Fatalf("flow %d: SYN went to %s, its ACK to %s", i, first[i], got)
-			}
 		}
 		if err := b.lb.PutBackend(20, datapath.Backend{Addr: dptest.Backend4(20), ServiceID: 7, State: datapath.BackendUp}); err != nil {
 			return err

@@ -118,9 +118,17 @@ func TestFlowTableBeforeMaglev(t *testing.T) {
 
 // A TCP flow is remembered from its first packet without SYN: the SYN (and its
 // retransmits) go to the ring's backend and leave no entry; the ACK goes to the same
-// backend and opens the entry; the flow counts as new once, at its entry.
+// backend and opens the entry; the flow counts as new once, at its entry. A ring change
+// between SYN and ACK does not move the handshake (the SYN memory), unless the SYN's
+// backend went down.
 func TestTCPFlowRememberedFromFirstACK(t *testing.T) {
 	b := newBench(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	table := manyTable(t)
 	syn := dptest.Packet{Src: dptest.Client4, Dst: vipMany, SPort: 41000, DPort: 80, Flags: dptest.SYN}
 	want := dptest.Backend4(10 + int(table[datapath.FlowHash(flowOf(syn), false)%65537]))
@@ -151,21 +159,36 @@ func TestTCPFlowRememberedFromFirstACK(t *testing.T) {
 	if svc.NewFlows != 1 || backend.NewFlows != 1 || svc.Packets != 5 {
 		t.Errorf("after SYN, SYN, ACK, ACK, ACK: service %+v, backend %+v; want 5 packets and 1 new flow", svc, backend)
 	}
-	// the one window: the ring changes between a SYN and its ACK, and the ACK follows
-	// the new ring (the SYN left nothing to keep it)
-	open := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 41001, DPort: 80, Flags: dptest.SYN}
-	if got := b.sendTo(t, open); got != dptest.Backend4(1) {
+	// the ring moves to a newcomer between two SYNs and their ACKs: each ACK goes where
+	// its SYN went and opens the entry there, while a new SYN follows the new ring
+	kept := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 41001, DPort: 80, Flags: dptest.SYN}
+	gone := dptest.Packet{Src: dptest.Client4, Dst: vipDrain, SPort: 41002, DPort: 80, Flags: dptest.SYN}
+	if got := b.sendTo(t, kept); got != dptest.Backend4(1) {
 		t.Fatalf("SYN went to %s", got)
 	}
-	if err := b.lb.PutBackend(20, datapath.Backend{Addr: dptest.Backend4(20), ServiceID: 1, State: datapath.BackendUp}); err != nil {
-		t.Fatal(err)
+	if got := b.sendTo(t, gone); got != dptest.Backend4(5) {
+		t.Fatalf("SYN went to %s", got)
 	}
-	if err := b.lb.PutRing(1, fill(ringSize, 20)); err != nil {
-		t.Fatal(err)
+	must(b.lb.PutBackend(20, datapath.Backend{Addr: dptest.Backend4(20), ServiceID: 1, State: datapath.BackendUp}))
+	must(b.lb.PutRing(1, fill(ringSize, 20)))
+	fresh := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 41003, DPort: 80, Flags: dptest.SYN}
+	if got := b.sendTo(t, fresh); got != dptest.Backend4(20) {
+		t.Errorf("a SYN after the ring change went to %s, want the new ring's %s", got, dptest.Backend4(20))
 	}
-	open.Flags = dptest.ACK
-	if got := b.sendTo(t, open); got != dptest.Backend4(20) {
-		t.Errorf("ACK after a ring change went to %s, want the new ring's %s", got, dptest.Backend4(20))
+	kept.Flags = dptest.ACK
+	if got := b.sendTo(t, kept); got != dptest.Backend4(1) {
+		t.Errorf("ACK after a ring change went to %s, want its SYN's %s", got, dptest.Backend4(1))
+	}
+	if id, _ := b.lb.FlowBackend(flowOf(kept)); id != idWeb {
+		t.Errorf("the ACK opened an entry on backend %d, want its SYN's %d", id, idWeb)
+	}
+	// the SYN's backend is down by the time of the ACK: the ACK follows the ring
+	must(b.lb.PutBackend(idDrainUp, datapath.Backend{Addr: dptest.Backend4(5), ServiceID: 5, State: datapath.BackendDown}))
+	must(b.lb.PutRing(5, fill(ringSize, idDraining)))
+	must(b.lb.PutBackend(idDraining, datapath.Backend{Addr: dptest.Backend4(6), ServiceID: 5, State: datapath.BackendUp}))
+	gone.Flags = dptest.ACK
+	if got := b.sendTo(t, gone); got != dptest.Backend4(6) {
+		t.Errorf("ACK whose SYN's backend is down went to %s, want the ring's %s", got, dptest.Backend4(6))
 	}
 }
 

@@ -199,6 +199,13 @@ const (
 	lbLbSharedLB_ENTROPY4BITS lbLbShared = 16
 )
 
+type lbLbSyn struct {
+	_      structs.HostLayout
+	Flow   lbLbFlowKey
+	Choice lbLbFlow
+	At     uint64
+}
+
 type lbLbVip struct {
 	_         structs.HostLayout
 	ServiceId uint32
@@ -239,6 +246,7 @@ const (
 	lbMapLbNats         = "lb_nats"
 	lbMapLbNewFlows     = "lb_new_flows"
 	lbMapLbServiceStats = "lb_service_stats"
+	lbMapLbSyns         = "lb_syns"
 	lbMapLbTxPorts      = "lb_tx_ports"
 	lbMapLbVips         = "lb_vips"
 	lbProgManifoldLb    = "manifold_lb"
@@ -312,6 +320,7 @@ type lbMapSpecs struct {
 	LbNats         *ebpf.MapSpec `ebpf:"lb_nats"`
 	LbNewFlows     *ebpf.MapSpec `ebpf:"lb_new_flows"`
 	LbServiceStats *ebpf.MapSpec `ebpf:"lb_service_stats"`
+	LbSyns         *ebpf.MapSpec `ebpf:"lb_syns"`
 	LbTxPorts      *ebpf.MapSpec `ebpf:"lb_tx_ports"`
 	LbVips         *ebpf.MapSpec `ebpf:"lb_vips"`
 }
@@ -361,6 +370,7 @@ type lbMaps struct {
 	LbNats         *ebpf.Map `ebpf:"lb_nats"`
 	LbNewFlows     *ebpf.Map `ebpf:"lb_new_flows"`
 	LbServiceStats *ebpf.Map `ebpf:"lb_service_stats"`
+	LbSyns         *ebpf.Map `ebpf:"lb_syns"`
 	LbTxPorts      *ebpf.Map `ebpf:"lb_tx_ports"`
 	LbVips         *ebpf.Map `ebpf:"lb_vips"`
 }
@@ -382,6 +392,7 @@ func (m *lbMaps) Close() error {
 		m.LbNats,
 		m.LbNewFlows,
 		m.LbServiceStats,
+		m.LbSyns,
 		m.LbTxPorts,
 		m.LbVips,
 	)
