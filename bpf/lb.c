@@ -32,7 +32,7 @@ static __always_inline const struct lb_vip *vip_lookup(const struct lb_packet *p
  * remembered from its first packet without SYN (the client's ACK of the handshake), not
  * from its SYN: a SYN, spoofed or retransmitted, costs no insert into the flow table and
  * evicts no established flow. Its backend is kept in the SYN memory instead (a store
- * into a per-CPU array), and the ACK opens the entry with it, so a ring change between
+ * into an array), and the ACK opens the entry with it, so a ring change between
  * the two does not move the handshake. A RST ends the flow: remembering it would only
  * evict a live one. Any other miss (UDP, and flows that ECMP moved here from another
  * node) opens an entry, so the flow then survives ring changes on this node too. */
@@ -42,6 +42,10 @@ static __always_inline int choose_new(const struct lb_packet *pkt, const struct 
 	__u32 hash = flow_hash(&pkt->flow, vip->flags);
 
 	if (pkt->tcp_flags & TCP_FLAG_SYN) {
+		/* A new connection on the 5-tuple of an earlier one (a client reusing its
+		 * port): the earlier flow's entry must not take the new one's ACK. */
+		if (bpf_map_lookup_elem(&lb_flows, &pkt->flow))
+			bpf_map_delete_elem(&lb_flows, &pkt->flow);
 		if (!maglev_select(pkt, vip, hash, c))
 			return 0;
 		syn_remember(pkt, vip, c);
@@ -59,9 +63,9 @@ static __always_inline int balance(struct xdp_md *ctx, struct lb_packet *pkt)
 {
 	struct lb_choice c = {};
 
-	/* A SYN opens a connection: the table cannot know it (a retransmitted SYN hashes to
-	 * the same backend unless the ring changed in between), so skip the lookup, a likely
-	 * cache miss in a large table. */
+	/* A SYN opens a connection: it goes by the ring, never by a flow entry (a
+	 * retransmitted SYN hashes to the same backend unless the ring changed in between,
+	 * and then its ACK follows it through the SYN memory). */
 	if ((pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN || !flow_lookup(pkt, &c)) {
 		const struct lb_vip *vip = vip_lookup(pkt);
 

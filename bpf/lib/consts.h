@@ -69,11 +69,11 @@
 /* Length of the window in which node.new_flow_rate is counted, in ns. */
 #define LB_FLOW_RATE_WINDOW_NS 1000000000ULL
 
-/* Slots per CPU of the SYN memory (lb_syns), a power of two, 64 bytes each: far more
- * than the handshakes a CPU has in flight (SYN rate × round trip), small enough to stay
- * in its caches. How long a SYN's backend is kept for its ACK, in ns: a round trip and
- * a retransmitted SYN-ACK. */
-#define LB_SYN_SLOTS 4096
+/* Slots of the SYN memory (lb_syns), a power of two, 64 bytes each (1 MiB): ten times
+ * the handshakes a node has in flight at node.new_flow_rate's default and a 100 ms
+ * round trip. How long a SYN's backend is kept for its ACK, in ns: a round trip and a
+ * retransmitted SYN-ACK. */
+#define LB_SYN_SLOTS 16384
 #define LB_SYN_MEMORY_NS 5000000000ULL
 
 /* The numbers the daemon needs as well as the program. An enum, not macros, so that

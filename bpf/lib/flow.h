@@ -145,9 +145,10 @@ static __always_inline void syn_remember(const struct lb_packet *pkt, const stru
 	s->at = lb_now();
 }
 
-/* The backend a recent SYN of this very flow went to, if it may still take the flow.
- * On another CPU than its SYN (RSS hashes both alike, so rarely) or after a collision,
- * the ACK follows the ring. */
+/* The backend a recent SYN of this very flow went to, if it may still take the flow;
+ * after a collision the ACK follows the ring. Two CPUs storing SYNs into one slot at
+ * once may leave it torn: the service check keeps such a mix inside the flow's own
+ * service (a torn key does not match at all). */
 static __always_inline int syn_recall(const struct lb_packet *pkt, const struct lb_vip *vip,
 				      __u32 hash, struct lb_choice *c)
 {
@@ -157,7 +158,8 @@ static __always_inline int syn_recall(const struct lb_packet *pkt, const struct 
 	if (!s || lb_now() - s->at > lb_ticks(LB_SYN_MEMORY_NS))
 		return 0;
 	b = (const void *)&s->flow;
-	if (a[0] != b[0] || a[1] != b[1] || a[2] != b[2] || a[3] != b[3] || a[4] != b[4])
+	if (a[0] != b[0] || a[1] != b[1] || a[2] != b[2] || a[3] != b[3] || a[4] != b[4] ||
+	    s->choice.service_id != vip->service_id)
 		return 0;
 	return take_choice(pkt, &s->choice, c);
 }

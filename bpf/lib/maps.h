@@ -151,11 +151,13 @@ struct {
 	__type(value, __u64);
 } lb_events SEC(".maps");
 
-/* The SYN memory (flow.h): a direct-mapped array per CPU, written by a plain store where
- * the flow table's insert would evict. A collision overwrites a slot: that handshake's
- * ACK then follows the ring, as it would have anyway unless the ring changed. */
+/* The SYN memory (flow.h): a direct-mapped array, written by a plain store where the
+ * flow table's insert would evict. A collision overwrites a slot: that handshake's ACK
+ * then follows the ring, as it would have anyway unless the ring changed. Shared by the
+ * CPUs, because a SYN and its ACK need not come in on the same one (they do behind a
+ * NIC's RSS, not on a veth). */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, LB_SYN_SLOTS);
 	__type(key, __u32);
 	__type(value, struct lb_syn);

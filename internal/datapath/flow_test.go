@@ -182,6 +182,30 @@ func TestTCPFlowRememberedFromFirstACK(t *testing.T) {
 	if id, _ := b.lb.FlowBackend(flowOf(kept)); id != idWeb {
 		t.Errorf("the ACK opened an entry on backend %d, want its SYN's %d", id, idWeb)
 	}
+	// the SYN memory is the node's, not a CPU's: on a veth, unlike behind a NIC's RSS, a
+	// SYN and its ACK may come in on different CPUs
+	onCPU := func(cpu int, p dptest.Packet) netip.Addr {
+		var out []byte
+		must(b.net.Do(func() error {
+			unpin, err := dptest.PinCPU(cpu)
+			if err != nil {
+				return err
+			}
+			defer unpin()
+			_, out, err = dptest.RunXDP(b.lb.Program(), b.net.Port0.Index, p.Bytes())
+			return err
+		}))
+		return outerDst(t, out)
+	}
+	across := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 41004, DPort: 80, Flags: dptest.SYN}
+	if got := onCPU(0, across); got != dptest.Backend4(20) {
+		t.Fatalf("SYN went to %s", got)
+	}
+	must(b.lb.PutRing(1, fill(ringSize, idWeb)))
+	across.Flags = dptest.ACK
+	if got := onCPU(1, across); got != dptest.Backend4(20) {
+		t.Errorf("ACK on another CPU than its SYN went to %s, want its SYN's %s", got, dptest.Backend4(20))
+	}
 	// the SYN's backend is down by the time of the ACK: the ACK follows the ring
 	must(b.lb.PutBackend(idDrainUp, datapath.Backend{Addr: dptest.Backend4(5), ServiceID: 5, State: datapath.BackendDown}))
 	must(b.lb.PutRing(5, fill(ringSize, idDraining)))
@@ -189,6 +213,38 @@ func TestTCPFlowRememberedFromFirstACK(t *testing.T) {
 	gone.Flags = dptest.ACK
 	if got := b.sendTo(t, gone); got != dptest.Backend4(6) {
 		t.Errorf("ACK whose SYN's backend is down went to %s, want the ring's %s", got, dptest.Backend4(6))
+	}
+}
+
+// A client that reuses its port opens a new connection on the 5-tuple of an earlier
+// one: the new SYN, not the earlier flow's entry, decides where the new ACK goes.
+func TestReusedTupleFollowsItsSYN(t *testing.T) {
+	b := newBench(t)
+	p := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 42000, DPort: 80, Flags: dptest.SYN}
+	b.sendTo(t, p)
+	p.Flags = dptest.ACK
+	if got := b.sendTo(t, p); got != dptest.Backend4(1) {
+		t.Fatalf("first connection went to %s", got)
+	}
+	if err := b.lb.PutBackend(20, datapath.Backend{Addr: dptest.Backend4(20), ServiceID: 1, State: datapath.BackendUp}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.lb.PutRing(1, fill(ringSize, 20)); err != nil {
+		t.Fatal(err)
+	}
+	p.Flags = dptest.SYN
+	if got := b.sendTo(t, p); got != dptest.Backend4(20) {
+		t.Fatalf("the new connection's SYN went to %s, want the ring's %s", got, dptest.Backend4(20))
+	}
+	if id, _ := b.lb.FlowBackend(flowOf(p)); id != 0 {
+		t.Errorf("the earlier connection's entry (backend %d) outlived the new SYN", id)
+	}
+	p.Flags = dptest.ACK
+	if got := b.sendTo(t, p); got != dptest.Backend4(20) {
+		t.Errorf("the new connection's ACK went to %s, want its SYN's %s", got, dptest.Backend4(20))
+	}
+	if c, _ := b.lb.BackendCounters(20); c.NewFlows != 1 {
+		t.Errorf("the new connection counted %d new flows on its backend, want 1", c.NewFlows)
 	}
 }
 
