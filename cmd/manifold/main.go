@@ -65,6 +65,8 @@ func init() {
 			kubeControllerCmd},
 		{"version", "", "version, commit, Go version and the BPF objects' hashes", nil,
 			func([]string) error { return printVersion(os.Stdout) }},
+		{"man", "", "print the manual page (roff), as the Debian package installs it", nil,
+			func([]string) error { return manPage(os.Stdout) }},
 		{"completion", "bash|zsh", "print the shell completion script (README: Install on a host)", []string{"bash", "zsh"},
 			func(a []string) error { return completion(a, os.Stdout) }},
 	}

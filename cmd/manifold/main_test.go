@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -104,4 +105,40 @@ func quoteAll(words []string) []string {
 		q[i] = "'" + w + "'"
 	}
 	return q
+}
+
+// TestManPage: the manual names every command and every ctl command, and man renders
+// it without a warning.
+func TestManPage(t *testing.T) {
+	var page bytes.Buffer
+	if err := manPage(&page); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range commands {
+		if !strings.Contains(page.String(), ".B manifold "+strings.ReplaceAll(c.name, "-", `\-`)+"\n") {
+			t.Errorf("the manual's synopsis lacks %s", c.name)
+		}
+	}
+	for _, c := range ctlCommands {
+		if !strings.Contains(page.String(), ".B ctl "+c.name) {
+			t.Errorf("the manual lacks ctl %s", c.name)
+		}
+	}
+	if _, err := hostprog.Man.Path(); err != nil {
+		t.Skip(err)
+	}
+	path := filepath.Join(t.TempDir(), "manifold.1")
+	if err := os.WriteFile(path, page.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := hostprog.Command(hostprog.Man, "--warnings", "-l", "-Tutf8", path)
+	cmd.Env = append(os.Environ(), "MANWIDTH=80", "LC_ALL=C.UTF-8")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	// man marks bold and italic by overstriking (a character, a backspace, the character)
+	plain := regexp.MustCompile(".\b").ReplaceAll(out, nil)
+	if err != nil || stderr.Len() > 0 || !bytes.Contains(plain, []byte("SIGHUP")) || !bytes.Contains(plain, []byte("COMMANDS")) {
+		t.Errorf("man: %v\n%s", err, stderr.String())
+	}
 }

@@ -64,7 +64,7 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	}
 	log.Info("backend agent running", "interface", cfg.Interface, "vips", fmt.Sprint(cfg.VIPs), "gue_port", cfg.GUEPort)
 	if cluster != nil {
-		return followCluster(ctx, cluster, *cfg.Kubernetes, a.decap, log)
+		return followCluster(ctx, cluster, *cfg.Kubernetes, cfg.VIPs, a.decap, log)
 	}
 	<-ctx.Done()
 	log.Info("stopping: detaching decapsulation, removing VIPs from lo")

@@ -53,6 +53,15 @@ func (d *decapMap) AddVIP(vip netip.Addr) error {
 	return nil
 }
 
+func (d *decapMap) RemoveVIP(vip netip.Addr) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.vips = slices.DeleteFunc(d.vips, func(v netip.Addr) bool { return v == vip })
+	close(d.added)
+	d.added = make(chan struct{})
+	return nil
+}
+
 func (d *decapMap) get() ([]netip.Addr, <-chan struct{}) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -117,7 +126,7 @@ func TestLearnsTheVIPsOfItsNode(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- followCluster(ctx, cl, config.Kubernetes{NodeName: me}, decap, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+		done <- followCluster(ctx, cl, config.Kubernetes{NodeName: me}, []netip.Addr{netip.MustParseAddr("198.51.100.20")}, decap, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
 	}()
 	defer func() {
 		cancel()
@@ -133,6 +142,12 @@ func TestLearnsTheVIPsOfItsNode(t *testing.T) {
 	c.Slice(t, ns, "local", "local-a", kubetest.Endpoint{Addr: "10.244.2.1", Node: other, Ready: true},
 		kubetest.Endpoint{Addr: "10.244.1.1", Node: me, Ready: true})
 	decap.waitFor(t, "a Local Service with an endpoint here", "198.51.100.21", "198.51.100.20")
+
+	// the Local Service's endpoint here goes, but its VIP is also the file's (static):
+	// it stays; then the Cluster Service loses its last endpoint: its VIP leaves
+	c.Slice(t, ns, "local", "local-a", kubetest.Endpoint{Addr: "10.244.2.1", Node: other, Ready: true})
+	c.Slice(t, ns, "cluster", "cluster-a")
+	decap.waitFor(t, "a Cluster Service without endpoints, the file's VIP kept", "198.51.100.20")
 }
 
 type testWriter struct{ t *testing.T }

@@ -43,6 +43,15 @@ func (d *Decap) AddVIP(vip netip.Addr) error {
 	return nil
 }
 
+// RemoveVIP stops decapsulating packets for vip; removing a VIP that is not there is
+// not an error (the map is what the caller wants either way).
+func (d *Decap) RemoveVIP(vip netip.Addr) error {
+	if err := d.objs.LbDecapVips.Delete(decapKey(vip)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("lb_decap_vips delete %s: %w", vip, err)
+	}
+	return nil
+}
+
 // Attach attaches to iface's ingress: tcx where the kernel has it (6.6+), otherwise a
 // clsact qdisc with a direct-action filter, which every kernel since 4.5 has. The mode
 // used is returned for the log.

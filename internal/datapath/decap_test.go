@@ -89,6 +89,37 @@ func TestDecap(t *testing.T) {
 	}
 }
 
+// TestDecapRemoveVIP: a removed VIP's packets pass untouched; removing it twice is
+// not an error; the other VIP is still decapsulated.
+func TestDecapRemoveVIP(t *testing.T) {
+	requireRoot(t)
+	d, err := datapath.LoadDecap(6080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, v := range []netip.Addr{vipWeb, vip6} {
+		if err := d.AddVIP(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if err := d.RemoveVIP(vipWeb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in4 := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 40000, DPort: 80, Flags: dptest.SYN}
+	in6 := dptest.Packet{Src: dptest.Client6, Dst: vip6, SPort: 40000, DPort: 80, Flags: dptest.SYN}
+	removed := dptest.IPIP(in4, dptest.NodeAddr4, dptest.Backend4(1))
+	if _, out, err := dptest.RunTC(d.Program(), removed); err != nil || !bytes.Equal(withoutPadding(out), withoutPadding(removed)) {
+		t.Errorf("a packet for the removed VIP was changed (err %v)", err)
+	}
+	kept := dptest.IPIP(in6, dptest.NodeAddr6, dptest.Backend6(1))
+	if _, out, err := dptest.RunTC(d.Program(), kept); err != nil || !bytes.Equal(withoutPadding(out)[12:], in6.Bytes()[12:]) {
+		t.Errorf("a packet for the VIP still there was not decapsulated (err %v)", err)
+	}
+}
+
 // withoutPadding cuts the Ethernet padding of a short frame after the IP packet.
 func withoutPadding(b []byte) []byte {
 	if len(b) < 14+20 {

@@ -73,6 +73,7 @@ var (
 	IP        = debian("ip", "/usr/sbin/ip", "iproute2")
 	Iperf3    = debian("iperf3", "/usr/bin/iperf3", "iperf3")       // the benchmarks of the site-to-site link and the tunnels
 	LLVMStrip = debian("llvm-strip", "/usr/bin/llvm-strip", "llvm") // run by bpf2go in `make generate`
+	Man       = debian("man", "/usr/bin/man", "man-db")             // the manual page's test renders it
 	Nft       = debian("nft", "/usr/sbin/nft", "nftables")
 	Nginx     = debian("nginx", "/usr/sbin/nginx", "nginx")
 	Ping      = debian("ping", "/usr/bin/ping", "iputils-ping")

@@ -94,6 +94,16 @@ func build(root, binary, version, out string) (string, error) {
 			return "", err
 		}
 	}
+	page, err := hostprog.Command(hostprog.Built(binary), "man").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s man: %w", binary, err)
+	}
+	if page, err = gzipped(string(page)); err != nil {
+		return "", err
+	}
+	if err := put("usr/share/man/man1/manifold.1.gz", page, 0o644); err != nil {
+		return "", err
+	}
 	if err := put("usr/share/doc/manifold/copyright", []byte(copyright), 0o644); err != nil {
 		return "", err
 	}
@@ -142,7 +152,7 @@ Description: active-active XDP load balancer with BGP, Maglev and DSR
 	return deb, nil
 }
 
-// gzipped compresses as Debian policy wants documentation compressed: gzip -9n, no
+// gzipped compresses as Debian policy wants documentation and manual pages compressed: gzip -9n, no
 // name or time in the header, so the same input gives the same bytes.
 func gzipped(s string) ([]byte, error) {
 	var b bytes.Buffer
