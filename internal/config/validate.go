@@ -96,8 +96,9 @@ func (p *parser) validateTunnels(t *Tunnels) {
 			p.errorAt("tunnels.listen", "%s", strings.Replace(problem, "127.0.0.1:9100", DefaultTunnelListen, 1))
 		}
 	}
-	for f, v := range map[string]string{"tunnels.cert_file": t.CertFile, "tunnels.key_file": t.KeyFile, "tunnels.tokens_file": t.TokensFile} {
-		if p.require(f) && p.usable(f) && v == "" {
+	// in the schema's order: the errors come out in it, the same every time
+	for _, fv := range [][2]string{{"tunnels.cert_file", t.CertFile}, {"tunnels.key_file", t.KeyFile}, {"tunnels.tokens_file", t.TokensFile}} {
+		if f := fv[0]; p.require(f) && p.usable(f) && fv[1] == "" {
 			p.errorAt(f, "must not be empty")
 		}
 	}
