@@ -28,20 +28,7 @@ func printLink(w io.Writer, st *api.LinkStatus) {
 	fmt.Fprintln(tw, "TUNNEL\tDEVICE\tPORT\tSTATE\tIN ROUTE\tTX\tRX\tTX PKTS\tRX PKTS\tHANDSHAKES\tPROBE RTT\tLOST\tCHANGES")
 	for _, t := range st.Tunnels {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%.2fms\t%d/%d\t%d\n", t.Index, t.Device, t.Port, t.State, yesNo(t.InRoute),
-			bytesText(t.TxBytes), bytesText(t.RxBytes), t.TxPackets, t.RxPackets, t.Handshakes, t.LastProbeRTTMillis, t.ProbesLost, t.ProbesSent, t.Transitions)
+			humanBytes(int64(t.TxBytes)), humanBytes(int64(t.RxBytes)), t.TxPackets, t.RxPackets, t.Handshakes, t.LastProbeRTTMillis, t.ProbesLost, t.ProbesSent, t.Transitions)
 	}
 	tw.Flush()
-}
-
-func bytesText(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%dB", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
