@@ -10,17 +10,7 @@ import (
 )
 
 func TestDecap(t *testing.T) {
-	requireRoot(t)
-	d, err := datapath.LoadDecap(6080)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	for _, v := range []netip.Addr{vipWeb, vip6} {
-		if err := d.AddVIP(v); err != nil {
-			t.Fatal(err)
-		}
-	}
+	d := loadDecap(t, vipWeb, vip6)
 	other4, other6 := netip.MustParseAddr("198.51.100.99"), netip.MustParseAddr("2001:db8:100::99")
 	in4 := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 40000, DPort: 80, Flags: dptest.SYN, Payload: []byte("hello")}
 	in6 := dptest.Packet{Src: dptest.Client6, Dst: vip6, SPort: 40000, DPort: 80, Flags: dptest.SYN, Payload: []byte("hello")}
@@ -92,17 +82,7 @@ func TestDecap(t *testing.T) {
 // TestDecapRemoveVIP: a removed VIP's packets pass untouched; removing it twice is
 // not an error; the other VIP is still decapsulated.
 func TestDecapRemoveVIP(t *testing.T) {
-	requireRoot(t)
-	d, err := datapath.LoadDecap(6080)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	for _, v := range []netip.Addr{vipWeb, vip6} {
-		if err := d.AddVIP(v); err != nil {
-			t.Fatal(err)
-		}
-	}
+	d := loadDecap(t, vipWeb, vip6)
 	for range 2 {
 		if err := d.RemoveVIP(vipWeb); err != nil {
 			t.Fatal(err)
@@ -118,6 +98,24 @@ func TestDecapRemoveVIP(t *testing.T) {
 	if _, out, err := dptest.RunTC(d.Program(), kept); err != nil || !bytes.Equal(withoutPadding(out)[12:], in6.Bytes()[12:]) {
 		t.Errorf("a packet for the VIP still there was not decapsulated (err %v)", err)
 	}
+}
+
+// loadDecap loads the decapsulation program (GUE on 6080) decapsulating vips; the test
+// closes it.
+func loadDecap(t *testing.T, vips ...netip.Addr) *datapath.Decap {
+	t.Helper()
+	requireRoot(t)
+	d, err := datapath.LoadDecap(6080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	for _, v := range vips {
+		if err := d.AddVIP(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
 }
 
 // withoutPadding cuts the Ethernet padding of a short frame after the IP packet.
