@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"net/url"
 	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/vishvananda/netns"
@@ -62,8 +63,14 @@ func InNamespace(ns string, fn func() error) error {
 
 // DialTCP opens a TCP connection from inside namespace ns to addr ("ip:port"), from
 // local port localPort (0 = any).
+//
+// Every socket it makes has SO_REUSEADDR. The kernel gives a connect()-chosen port to
+// several sockets with distinct peers (an IPv4 and an IPv6 connection often share one),
+// and re-dialling a flow's 5-tuple binds that port explicitly: without SO_REUSEADDR on
+// both sockets, the bind fails with EADDRINUSE while the other family's connection is
+// open, though the two 5-tuples differ.
 func DialTCP(ns, addr string, localPort int) (*net.TCPConn, error) {
-	d := net.Dialer{Timeout: RequestTimeout}
+	d := net.Dialer{Timeout: RequestTimeout, Control: reuseAddr}
 	if localPort != 0 {
 		d.LocalAddr = &net.TCPAddr{Port: localPort}
 	}
@@ -77,6 +84,17 @@ func DialTCP(ns, addr string, localPort int) (*net.TCPConn, error) {
 		return nil, err
 	}
 	return c.(*net.TCPConn), nil
+}
+
+// reuseAddr sets SO_REUSEADDR on a socket before it binds (see DialTCP).
+func reuseAddr(_, _ string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
 }
 
 // KeepAliveConn is a persistent HTTP/1.1 connection opened from inside a namespace:
