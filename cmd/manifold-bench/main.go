@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/manifoldlb/manifold/bench"
@@ -68,11 +69,22 @@ func dataplane(args []string, w io.Writer) error {
 	runs := fs.Int("runs", 5, "runs; figures are min/median/max over them")
 	flood := fs.Int("flood", 1000000, "spoofed packets of each flood-resistance run, SYNs then ACKs (0: skip them)")
 	out := fs.String("json", "", "also write the figures as JSON to this file")
+	skip := fs.String("skip", "", "comma-separated parts to leave out: decap, flow_scale (for a quick A/B of the per-packet rows)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *calls < 1 || *runs < 1 {
 		return errors.New("--calls and --runs must be at least 1")
+	}
+	skipped := map[string]bool{}
+	for _, s := range strings.Split(*skip, ",") {
+		switch s {
+		case "":
+		case "decap", "flow_scale":
+			skipped[s] = true
+		default:
+			return fmt.Errorf("--skip: unknown part %q (decap, flow_scale)", s)
+		}
 	}
 	fmt.Fprintf(w, "Data plane per-packet cost: BPF_PROG_TEST_RUN, repeat = 1 per call, median of %d calls per case and run, %d runs.\n\n", *calls, *runs)
 	part, err := bench.Dataplane(w, *calls, *runs)
@@ -80,13 +92,17 @@ func dataplane(args []string, w io.Writer) error {
 		return err
 	}
 	for _, more := range []struct {
+		name    string
 		title   string
 		measure func(io.Writer, int, int) ([]bench.Figure, error)
 		method  string
 	}{
-		{"The backend's decapsulation (tc), against a tc program that only returns TC_ACT_OK", bench.Decap, bench.DecapMethod},
-		{"Established flows against the flow table's size (random flows of a full table)", bench.FlowScale, bench.FlowScaleMethod},
+		{"decap", "The backend's decapsulation (tc), against a tc program that only returns TC_ACT_OK", bench.Decap, bench.DecapMethod},
+		{"flow_scale", "Established flows against the flow table's size (random flows of a full table)", bench.FlowScale, bench.FlowScaleMethod},
 	} {
+		if skipped[more.name] {
+			continue
+		}
 		fmt.Fprintf(w, "\n%s:\n\n", more.title)
 		figures, err := more.measure(w, *calls, *runs)
 		if err != nil {
