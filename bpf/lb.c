@@ -43,9 +43,8 @@ static __always_inline int choose_new(const struct lb_packet *pkt, const struct 
 
 	if (pkt->tcp_flags & TCP_FLAG_SYN) {
 		/* A new connection on the 5-tuple of an earlier one (a client reusing its
-		 * port): the earlier flow's entry must not take the new one's ACK. */
-		if (bpf_map_lookup_elem(&lb_flows, &pkt->flow))
-			bpf_map_delete_elem(&lb_flows, &pkt->flow);
+		 * port) is not looked for here: its ACK finds the earlier entry superseded by
+		 * this SYN (flow_superseded) and reopens it. */
 		if (!maglev_select(pkt, vip, hash, c))
 			return 0;
 		syn_remember(pkt, vip, c);
@@ -54,7 +53,7 @@ static __always_inline int choose_new(const struct lb_packet *pkt, const struct 
 	if (!syn_recall(pkt, vip, hash, c) && !maglev_select(pkt, vip, hash, c))
 		return 0;
 	if (!(pkt->tcp_flags & TCP_FLAG_RST))
-		flow_remember(pkt, c);
+		flow_remember(pkt, vip, c);
 	return 1;
 }
 

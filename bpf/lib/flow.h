@@ -48,13 +48,40 @@ static __always_inline int take_choice(const struct lb_packet *pkt, const struct
 	return 1;
 }
 
+/* Whether a flow entry belongs to an earlier connection on the same 5-tuple (a client
+ * reusing its port): a fresh SYN of this very 5-tuple sits in the entry's SYN slot and
+ * chose another backend. The SYN does not probe the flow table for such an entry (a
+ * probe of a full table misses the caches, ~190 ns a SYN); its first ACK finds the entry
+ * here and reopens it with the SYN's choice instead. On the established path this is an
+ * array slot and a compare: the 5-tuple mismatches at its first words for all but the
+ * flow's own SYN, whose choice is the entry's. A SYN of another flow that took the slot
+ * before the ACK came leaves the earlier entry in force (as when the SYN memory misses). */
+static __always_inline int flow_superseded(const struct lb_packet *pkt, const struct lb_flow *f)
+{
+	__u32 slot = f->syn_slot;
+	const struct lb_syn *s;
+	const __u64 *a = (const void *)&pkt->flow, *b;
+
+	if (pkt->flow.proto != IPPROTO_TCP)
+		return 0;
+	s = bpf_map_lookup_elem(&lb_syns, &slot);
+	if (!s)
+		return 0;
+	b = (const void *)&s->flow;
+	if (a[0] != b[0] || a[1] != b[1] || a[2] != b[2] || a[3] != b[3] || a[4] != b[4])
+		return 0;
+	if (s->choice.backend_id == f->backend_id && s->choice.service_id == f->service_id)
+		return 0;
+	return lb_now() - s->at <= lb_ticks(LB_SYN_MEMORY_NS);
+}
+
 /* The flow table's answer. Looked up before the service itself, so an established
  * flow costs no service lookup at all. */
 static __always_inline int flow_lookup(const struct lb_packet *pkt, struct lb_choice *c)
 {
 	struct lb_flow *flow = bpf_map_lookup_elem(&lb_flows, &pkt->flow);
 
-	return flow && take_choice(pkt, flow, c);
+	return flow && !flow_superseded(pkt, flow) && take_choice(pkt, flow, c);
 }
 
 /* Whether one more new flow may go into the table this second (node.new_flow_rate).
@@ -103,14 +130,26 @@ static __always_inline int maglev_select(const struct lb_packet *pkt, const stru
 	return 1;
 }
 
+/* The SYN memory's slot of a flow: by the hash of the whole 5-tuple, also for a service
+ * that hashes the client alone (whose flows would all share one slot). */
+static __always_inline __u32 syn_slot_of(const struct lb_packet *pkt, const struct lb_vip *vip, __u32 hash)
+{
+	__u32 slot = vip->flags & LB_VIP_F_SOURCE_HASH ? flow_hash(&pkt->flow, 0) : hash;
+
+	return slot & (LB_SYN_SLOTS - 1);
+}
+
 /* Opens the flow's entry (up to node.new_flow_rate) with the backend chosen for it, and
- * counts it as a new flow: once per flow, here. */
-static __always_inline void flow_remember(const struct lb_packet *pkt, struct lb_choice *c)
+ * counts it as a new flow: once per flow, here. An entry an earlier connection on the
+ * same 5-tuple left is overwritten. */
+static __always_inline void flow_remember(const struct lb_packet *pkt, const struct lb_vip *vip,
+					  struct lb_choice *c)
 {
 	struct lb_flow entry = {
 		.backend_id = c->backend_id,
 		.service_id = c->service_id,
 		.hash = c->hash,
+		.syn_slot = syn_slot_of(pkt, vip, c->hash),
 	};
 
 	if (flow_insert_allowed())
@@ -118,14 +157,11 @@ static __always_inline void flow_remember(const struct lb_packet *pkt, struct lb
 	c->new_flow = 1;
 }
 
-/* The SYN memory's slot of a flow: by the hash of the whole 5-tuple, also for a service
- * that hashes the client alone (whose flows would all share one slot). */
 static __always_inline struct lb_syn *syn_slot(const struct lb_packet *pkt, const struct lb_vip *vip,
 					       __u32 hash)
 {
-	__u32 slot = vip->flags & LB_VIP_F_SOURCE_HASH ? flow_hash(&pkt->flow, 0) : hash;
+	__u32 slot = syn_slot_of(pkt, vip, hash);
 
-	slot &= LB_SYN_SLOTS - 1;
 	return bpf_map_lookup_elem(&lb_syns, &slot);
 }
 

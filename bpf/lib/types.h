@@ -103,7 +103,7 @@ struct lb_flow {
 	__u32 backend_id;
 	__u32 service_id; /* the backend slot must still belong to it (ids get reused) */
 	__u32 hash;       /* the flow's hash, kept so an established flow never recomputes it */
-	__u32 pad;
+	__u32 syn_slot;   /* the flow's slot in lb_syns: where a new SYN on its 5-tuple would be */
 };
 
 /* A SYN's backend, kept in lb_syns until its handshake's ACK opens the flow entry. */

@@ -77,3 +77,7 @@ const (
 
 // ForgetNATFlow deletes f's entry of lb_nat_flows, as the LRU would under pressure.
 func (lb *LB) ForgetNATFlow(f Flow) error { return lb.objs.LbNatFlows.Delete(f.key()) }
+
+// SYNSlots is the SYN memory's number of slots (bpf/lib/consts.h LB_SYN_SLOTS): a flow's
+// slot is its flow hash modulo it.
+const SYNSlots = 16384

@@ -217,7 +217,9 @@ func TestTCPFlowRememberedFromFirstACK(t *testing.T) {
 }
 
 // A client that reuses its port opens a new connection on the 5-tuple of an earlier
-// one: the new SYN, not the earlier flow's entry, decides where the new ACK goes.
+// one: the new SYN, not the earlier flow's entry, decides where the new ACK goes. The
+// SYN leaves the entry alone (it does not probe the flow table); the ACK finds it
+// superseded by the SYN and reopens it with the SYN's backend.
 func TestReusedTupleFollowsItsSYN(t *testing.T) {
 	b := newBench(t)
 	p := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 42000, DPort: 80, Flags: dptest.SYN}
@@ -236,15 +238,56 @@ func TestReusedTupleFollowsItsSYN(t *testing.T) {
 	if got := b.sendTo(t, p); got != dptest.Backend4(20) {
 		t.Fatalf("the new connection's SYN went to %s, want the ring's %s", got, dptest.Backend4(20))
 	}
-	if id, _ := b.lb.FlowBackend(flowOf(p)); id != 0 {
-		t.Errorf("the earlier connection's entry (backend %d) outlived the new SYN", id)
-	}
 	p.Flags = dptest.ACK
-	if got := b.sendTo(t, p); got != dptest.Backend4(20) {
-		t.Errorf("the new connection's ACK went to %s, want its SYN's %s", got, dptest.Backend4(20))
+	for i := range 3 {
+		if got := b.sendTo(t, p); got != dptest.Backend4(20) {
+			t.Errorf("packet %d of the new connection went to %s, want its SYN's %s", i, got, dptest.Backend4(20))
+		}
+	}
+	if id, _ := b.lb.FlowBackend(flowOf(p)); id != 20 {
+		t.Errorf("the flow entry holds backend %d after the new connection's ACK, want its SYN's 20", id)
 	}
 	if c, _ := b.lb.BackendCounters(20); c.NewFlows != 1 {
 		t.Errorf("the new connection counted %d new flows on its backend, want 1", c.NewFlows)
+	}
+}
+
+// The SYN memory is shared by all flows: an established flow whose slot a fresh SYN of
+// another 5-tuple took, or whose own SYN is still there, keeps its backend whatever the
+// ring says now.
+func TestEstablishedFlowIgnoresOtherSYNs(t *testing.T) {
+	b := newBench(t)
+	p := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 43000, DPort: 80, Flags: dptest.SYN}
+	b.sendTo(t, p)
+	p.Flags = dptest.ACK
+	if got := b.sendTo(t, p); got != dptest.Backend4(1) {
+		t.Fatalf("connection went to %s", got)
+	}
+	if err := b.lb.PutBackend(20, datapath.Backend{Addr: dptest.Backend4(20), ServiceID: 1, State: datapath.BackendUp}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.lb.PutRing(1, fill(ringSize, 20)); err != nil {
+		t.Fatal(err)
+	}
+	// SYNs of other 5-tuples into the flow's slot (the flow hash's low bits), each
+	// choosing the new ring's backend
+	slot := func(q dptest.Packet) uint32 { return datapath.FlowHash(flowOf(q), false) % datapath.SYNSlots }
+	colliding := 0
+	for port := uint16(1024); colliding < 3 && port < 65535; port++ {
+		syn := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: port, DPort: 80, Flags: dptest.SYN}
+		if port == p.SPort || slot(syn) != slot(p) {
+			continue
+		}
+		colliding++
+		if got := b.sendTo(t, syn); got != dptest.Backend4(20) {
+			t.Fatalf("SYN from port %d went to %s, want the new ring's %s", port, got, dptest.Backend4(20))
+		}
+		if got := b.sendTo(t, p); got != dptest.Backend4(1) {
+			t.Fatalf("after a SYN from port %d into its SYN slot, the established flow went to %s, want its own %s", port, got, dptest.Backend4(1))
+		}
+	}
+	if colliding < 3 {
+		t.Fatalf("found %d SYNs into the flow's slot, want 3", colliding)
 	}
 }
 

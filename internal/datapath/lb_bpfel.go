@@ -111,7 +111,7 @@ type lbLbFlow struct {
 	BackendId uint32
 	ServiceId uint32
 	Hash      uint32
-	Pad       uint32
+	SynSlot   uint32
 }
 
 type lbLbFlowKey struct {
