@@ -49,13 +49,16 @@ static __always_inline int take_choice(const struct lb_packet *pkt, const struct
 }
 
 /* Whether a flow entry belongs to an earlier connection on the same 5-tuple (a client
- * reusing its port): a fresh SYN of this very 5-tuple sits in the entry's SYN slot and
- * chose another backend. The SYN does not probe the flow table for such an entry (a
- * probe of a full table misses the caches, ~190 ns a SYN); its first ACK finds the entry
- * here and reopens it with the SYN's choice instead. On the established path this is an
- * array slot and a compare: the 5-tuple mismatches at its first words for all but the
- * flow's own SYN, whose choice is the entry's. A SYN of another flow that took the slot
- * before the ACK came leaves the earlier entry in force (as when the SYN memory misses). */
+ * reusing its port): a fresh SYN of this very 5-tuple sits in the entry's SYN slot,
+ * not yet taken by an ACK. The SYN does not probe the flow table for such an entry (a
+ * probe of a full table misses the caches, ~190 ns a SYN); the connection's first
+ * packet without SYN finds the entry here and goes the new-flow way instead, where it
+ * takes the SYN's choice, empties the slot (syn_recall), overwrites the entry and is
+ * counted as a new flow — also when the SYN chose the earlier connection's backend. On
+ * the established path this is an array slot and a compare that fails at the first word
+ * for every flow but one whose SYN is there and not taken (a taken slot's first word is
+ * 0). A SYN of another flow that took the slot before the ACK came leaves the earlier
+ * entry in force (as when the SYN memory misses). */
 static __always_inline int flow_superseded(const struct lb_packet *pkt, const struct lb_flow *f)
 {
 	__u32 slot = f->syn_slot;
@@ -69,8 +72,6 @@ static __always_inline int flow_superseded(const struct lb_packet *pkt, const st
 		return 0;
 	b = (const void *)&s->flow;
 	if (a[0] != b[0] || a[1] != b[1] || a[2] != b[2] || a[3] != b[3] || a[4] != b[4])
-		return 0;
-	if (s->choice.backend_id == f->backend_id && s->choice.service_id == f->service_id)
 		return 0;
 	return lb_now() - s->at <= lb_ticks(LB_SYN_MEMORY_NS);
 }
@@ -182,21 +183,25 @@ static __always_inline void syn_remember(const struct lb_packet *pkt, const stru
 }
 
 /* The backend a recent SYN of this very flow went to, if it may still take the flow;
- * after a collision the ACK follows the ring. Two CPUs storing SYNs into one slot at
- * once may leave it torn: the service check keeps such a mix inside the flow's own
+ * after a collision the ACK follows the ring. The slot is taken (its first word zeroed)
+ * whether or not the backend may: one ACK per SYN opens the flow, and the flow's later
+ * packets pass flow_superseded at its first word. Two CPUs storing SYNs into one slot
+ * at once may leave it torn: the service check keeps such a mix inside the flow's own
  * service (a torn key does not match at all). */
 static __always_inline int syn_recall(const struct lb_packet *pkt, const struct lb_vip *vip,
 				      __u32 hash, struct lb_choice *c)
 {
 	struct lb_syn *s = syn_slot(pkt, vip, hash);
-	const __u64 *a = (const void *)&pkt->flow, *b;
+	const __u64 *a = (const void *)&pkt->flow;
+	__u64 *b;
 
 	if (!s || lb_now() - s->at > lb_ticks(LB_SYN_MEMORY_NS))
 		return 0;
-	b = (const void *)&s->flow;
+	b = (void *)&s->flow;
 	if (a[0] != b[0] || a[1] != b[1] || a[2] != b[2] || a[3] != b[3] || a[4] != b[4] ||
 	    s->choice.service_id != vip->service_id)
 		return 0;
+	b[0] = 0;
 	return take_choice(pkt, &s->choice, c);
 }
 

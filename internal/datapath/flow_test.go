@@ -252,6 +252,27 @@ func TestReusedTupleFollowsItsSYN(t *testing.T) {
 	}
 }
 
+// A connection on a reused 5-tuple whose SYN picks the same backend as the earlier one
+// is a new flow all the same: the node's new-flow rates (which the steering controller
+// reads) count it. Its later packets are not counted again.
+func TestReusedTupleCountsANewFlow(t *testing.T) {
+	b := newBench(t)
+	p := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 42500, DPort: 80}
+	for conn := range 2 {
+		for _, flags := range []dptest.TCPFlags{dptest.SYN, dptest.ACK, dptest.ACK, dptest.ACK} {
+			p.Flags = flags
+			if got := b.sendTo(t, p); got != dptest.Backend4(1) {
+				t.Fatalf("connection %d: packet went to %s", conn, got)
+			}
+		}
+	}
+	svc, _ := b.lb.ServiceCounters(1)
+	backend, _ := b.lb.BackendCounters(idWeb)
+	if svc.NewFlows != 2 || backend.NewFlows != 2 || svc.Packets != 8 {
+		t.Errorf("two connections of SYN and 3 ACKs on one 5-tuple: service %+v, backend %+v; want 8 packets and 2 new flows", svc, backend)
+	}
+}
+
 // The SYN memory is shared by all flows: an established flow whose slot a fresh SYN of
 // another 5-tuple took, or whose own SYN is still there, keeps its backend whatever the
 // ring says now.
