@@ -138,6 +138,16 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 		return part, err
 	}
 	defer ref.Close()
+	// the packet-rate benchmark's minimal IPIP forwarder, the reference of "through a
+	// node": timed here too, its gap to manifold's own path is the program's share
+	var minimal pktrateObjects
+	if err := loadPktrateObjects(&minimal, nil); err != nil {
+		return part, err
+	}
+	defer minimal.Close()
+	if err := minimal.FwdPort.Put(uint32(0), uint32(n.Port0.Index)); err != nil {
+		return part, err
+	}
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	client := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{203, 0, byte(i >> 8), byte(i)}) }
@@ -170,6 +180,7 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 	cases := []dpCase{
 		{"xdp_tx reference (swap MACs)", ref.ReferenceTx, [][]byte{est4}, 0},
 		{"xdp_drop reference", ref.ReferenceDrop, [][]byte{est4}, 0},
+		{"minimal XDP IPIP forwarder (pktrate's), UDP", minimal.PktrateIpip, [][]byte{udp4}, 0},
 		{"TCP new flow (SYN), full table", lb.Program(), syns, 4.5},
 		{"TCP new flow (SYN), full table, 65537-slot ring", lb.Program(), bigRingSyns, 0},
 		{"TCP new flow's first ACK, full table", lb.Program(), acks, 0},
@@ -206,8 +217,8 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 		// warm the flow table (and the FIB cache) for the established cases, and open
 		// the NAT flows whose replies are timed
 		sent := map[string][]byte{}
-		for ci := range cases[2:] {
-			c := &cases[2+ci]
+		for ci := range cases[3:] {
+			c := &cases[3+ci]
 			if to, ok := replyTo[c.name]; ok {
 				c.packets = [][]byte{natReply(sent[to])}
 			}
