@@ -84,7 +84,7 @@ func dataplane(args []string, w io.Writer) error {
 		measure func(io.Writer, int, int) ([]bench.Figure, error)
 		method  string
 	}{
-		{"The backend's decapsulation (tc), against a tc program that only returns TC_ACT_OK", bench.Decap, bench.DecapMethod},
+		{"The backend's decapsulation, tc and XDP, each against a program of its hook that only lets packets through", bench.Decap, bench.DecapMethod},
 		{"Established flows against the flow table's size (random flows of a full table)", bench.FlowScale, bench.FlowScaleMethod},
 	} {
 		fmt.Fprintf(w, "\n%s:\n\n", more.title)

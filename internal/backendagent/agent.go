@@ -82,7 +82,7 @@ func (a *Agent) setup(cfg *config.BackendAgent) error {
 			return err
 		}
 	}
-	mode, err := d.Attach(cfg.Interface)
+	mode, err := d.AttachTC(cfg.Interface)
 	if err != nil {
 		return fmt.Errorf("backend.interface: %w", err)
 	}

@@ -77,3 +77,6 @@ const (
 
 // ForgetNATFlow deletes f's entry of lb_nat_flows, as the LRU would under pressure.
 func (lb *LB) ForgetNATFlow(f Flow) error { return lb.objs.LbNatFlows.Delete(f.key()) }
+
+// DecapVIPSlot exposes the decapsulation's VIP slot function to the tests.
+func (d *Decap) DecapVIPSlot(a netip.Addr) uint32 { return d.vipSlot(a).slot }
