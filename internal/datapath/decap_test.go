@@ -2,10 +2,15 @@ package datapath_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 
 	"github.com/manifoldlb/manifold/internal/datapath"
 	"github.com/manifoldlb/manifold/internal/datapath/dptest"
@@ -244,4 +249,89 @@ func withoutPadding(b []byte) []byte {
 		return b
 	}
 	return b[:n]
+}
+
+// TestDecapAttachXDP: the XDP program attaches natively to a veth and is gone once
+// closed; an interface without native XDP is refused with the reason, and so is one
+// that already has an XDP program, generic or native, which stays in place.
+func TestDecapAttachXDP(t *testing.T) {
+	requireRoot(t)
+	n, err := dptest.NewNet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	load := func() *datapath.Decap {
+		d, err := datapath.LoadDecap(6080)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	xdpProg := func(name string) uint32 {
+		t.Helper()
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x := l.Attrs().Xdp; x != nil && x.Attached {
+			return x.ProgId
+		}
+		return 0
+	}
+	err = n.Do(func() error {
+		port := n.Port0.Name
+		d := load()
+		defer d.Close()
+		// lo has no driver XDP (and the namespace's lo is ours)
+		err := d.AttachXDP("lo")
+		if err == nil || !strings.Contains(err.Error(), "native XDP on lo refused") {
+			t.Errorf("native XDP on lo: %v, want refused", err)
+		}
+		t.Log(err)
+
+		// someone else's program, in generic mode
+		other := load()
+		l, err := link.AttachXDP(link.XDPOptions{Program: other.XDPProgram(), Interface: n.Port0.Index, Flags: link.XDPGenericMode})
+		if err != nil {
+			return fmt.Errorf("generic XDP: %w", err)
+		}
+		id := xdpProg(port)
+		err = d.AttachXDP(port)
+		if !errors.Is(err, datapath.ErrXDPInUse) || !strings.Contains(err.Error(), "generic mode") {
+			t.Errorf("XDP beside a generic program: %v, want %v naming its mode", err, datapath.ErrXDPInUse)
+		}
+		t.Log(err)
+		if got := xdpProg(port); got != id {
+			t.Errorf("the other program (id %d) was replaced: id %d", id, got)
+		}
+		l.Close()
+		other.Close()
+
+		if err := d.AttachXDP(port); err != nil {
+			return err
+		}
+		ours := xdpProg(port)
+		if ours == 0 {
+			t.Fatal("no XDP program after AttachXDP")
+		}
+		second := load()
+		if err := second.AttachXDP(port); !errors.Is(err, datapath.ErrXDPInUse) || !strings.Contains(err.Error(), "native mode") {
+			t.Errorf("a second native XDP program: %v, want %v naming its mode", err, datapath.ErrXDPInUse)
+		}
+		second.Close()
+		if got := xdpProg(port); got != ours {
+			t.Errorf("our program (id %d) was replaced: id %d", ours, got)
+		}
+		if err := d.Close(); err != nil {
+			return err
+		}
+		if got := xdpProg(port); got != 0 {
+			t.Errorf("XDP program id %d after Close, want none", got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
