@@ -87,13 +87,13 @@ func (d *Decap) putSlot(k vipSlotKey, addrs []netip.Addr) error {
 // AddVIP lets packets whose inner destination is vip be decapsulated.
 func (d *Decap) AddVIP(vip netip.Addr) error {
 	vip = vip.Unmap()
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	// the hash map first: a slot that says "shared" must find every address there
 	m, name, key := d.vipMap(vip)
 	if err := m.Put(key, uint32(1)); err != nil {
 		return fmt.Errorf("%s put %s: %w", name, vip, err)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	k := d.vipSlot(vip)
 	if slices.Contains(d.slotAddrs[k], vip) {
 		return nil
@@ -111,12 +111,12 @@ func (d *Decap) AddVIP(vip netip.Addr) error {
 func (d *Decap) RemoveVIP(vip netip.Addr) error {
 	vip = vip.Unmap()
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	k := d.vipSlot(vip)
 	if i := slices.Index(d.slotAddrs[k], vip); i >= 0 {
 		// the slot first: it must never send an address to the hash map that lacks it
 		addrs := slices.Delete(slices.Clone(d.slotAddrs[k]), i, i+1)
 		if err := d.putSlot(k, addrs); err != nil {
-			d.mu.Unlock()
 			return err
 		}
 		if len(addrs) == 0 {
@@ -125,7 +125,6 @@ func (d *Decap) RemoveVIP(vip netip.Addr) error {
 			d.slotAddrs[k] = addrs
 		}
 	}
-	d.mu.Unlock()
 	m, name, key := d.vipMap(vip)
 	if err := m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("%s delete %s: %w", name, vip, err)
