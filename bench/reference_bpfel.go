@@ -17,6 +17,7 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	referenceProgReferenceDrop = "reference_drop"
+	referenceProgReferencePass = "reference_pass"
 	referenceProgReferenceTcOk = "reference_tc_ok"
 	referenceProgReferenceTx   = "reference_tx"
 )
@@ -64,6 +65,7 @@ type referenceSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type referenceProgramSpecs struct {
 	ReferenceDrop *ebpf.ProgramSpec `ebpf:"reference_drop"`
+	ReferencePass *ebpf.ProgramSpec `ebpf:"reference_pass"`
 	ReferenceTcOk *ebpf.ProgramSpec `ebpf:"reference_tc_ok"`
 	ReferenceTx   *ebpf.ProgramSpec `ebpf:"reference_tx"`
 }
@@ -117,6 +119,7 @@ type referenceVariables struct {
 // It can be passed to loadReferenceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type referencePrograms struct {
 	ReferenceDrop *ebpf.Program `ebpf:"reference_drop"`
+	ReferencePass *ebpf.Program `ebpf:"reference_pass"`
 	ReferenceTcOk *ebpf.Program `ebpf:"reference_tc_ok"`
 	ReferenceTx   *ebpf.Program `ebpf:"reference_tx"`
 }
@@ -124,6 +127,7 @@ type referencePrograms struct {
 func (p *referencePrograms) Close() error {
 	return _ReferenceClose(
 		p.ReferenceDrop,
+		p.ReferencePass,
 		p.ReferenceTcOk,
 		p.ReferenceTx,
 	)

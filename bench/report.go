@@ -92,7 +92,7 @@ func WriteReport(dir string, r Report) error {
 var sectionTitles = []struct{ key, title string }{
 	{"per_packet", "Per-packet cost (BPF_PROG_TEST_RUN)"},
 	{"flow_scale", "Established flows against the flow table's size"},
-	{"decap", "The backend's decapsulation (tc)"},
+	{"decap", "The backend's decapsulation (tc and XDP)"},
 	{"flood", "New-flow flood"},
 	{"packet_rate", "Packet rate through one node"},
 	{"transit", "Transit forwarding (router mode)"},

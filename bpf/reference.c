@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* reference.c: the trivial programs the data-plane benchmark measures manifold against,
  * in the same run: the least any XDP forwarder does (swap MACs, XDP_TX), nothing at all
- * (XDP_DROP), and for the backend's tc decapsulation, a tc program that lets every
- * packet through. */
+ * (XDP_DROP), and for the backend's decapsulation, a tc program and an XDP program that
+ * let every packet through. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/pkt_cls.h>
@@ -28,6 +28,12 @@ SEC("xdp")
 int reference_drop(struct xdp_md *ctx)
 {
 	return XDP_DROP;
+}
+
+SEC("xdp")
+int reference_pass(struct xdp_md *ctx)
+{
+	return XDP_PASS;
 }
 
 SEC("tc")

@@ -1,6 +1,8 @@
-/* decap.h: backend-side IPIP and GUE decapsulation at tc ingress, for hosts whose kernel
- * has no ipip or fou module (and any other): strip the outer headers when the inner
- * destination is one of this backend's VIPs, and let everything else through untouched. */
+/* decap.h: backend-side IPIP and GUE decapsulation, for hosts whose kernel has no ipip
+ * or fou module (and any other): strip the outer headers when the inner destination is
+ * one of this backend's VIPs, and let everything else through untouched. One parser,
+ * two hooks: tc ingress (decap_tc, bpf_skb_adjust_room) and XDP (decap_xdp,
+ * bpf_xdp_adjust_head), chosen by backend.hook. */
 #ifndef LB_DECAP_H
 #define LB_DECAP_H
 
@@ -17,13 +19,42 @@
 
 #define LB_MAX_DECAP_VIPS 4096
 
-/* VIPs this backend serves: the only inner destinations it decapsulates. */
+/* VIPs this backend serves: the only inner destinations it decapsulates. One hash map
+ * per family, keyed by the bare address (an IPv4 lookup hashes and compares 4 bytes, not
+ * a 20-byte address with its family), and in front of each an array of slots, the
+ * question answered by one inlined array probe for every address but the few that share
+ * a slot, which ask the hash map: the node's VIP address filter (vipaddr.h), with maps
+ * of its own. internal/datapath/decap.go writes all four and mirrors decap_vip_slot. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, LB_MAX_DECAP_VIPS);
-	__type(key, struct lb_addr);
+	__type(key, __be32);
 	__type(value, __u32);
-} lb_decap_vips SEC(".maps");
+} lb_decap_vips4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_MAX_DECAP_VIPS);
+	__type(key, struct in6_addr);
+	__type(value, __u32);
+} lb_decap_vips6 SEC(".maps");
+
+/* LB_DECAP_VIP_SLOTS, a power of two: the Go side reads it from the maps' size. */
+#define LB_DECAP_VIP_SLOTS 4096
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LB_DECAP_VIP_SLOTS);
+	__type(key, __u32);
+	__type(value, struct lb4_vip_slot);
+} lb_decap_slots4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LB_DECAP_VIP_SLOTS);
+	__type(key, __u32);
+	__type(value, struct lb6_vip_slot);
+} lb_decap_slots6 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -47,11 +78,36 @@ static __always_inline void decap_count(enum lb_decap_counter counter)
 /* UDP destination port of GUE packets (backend.gue_port), network order; set before load. */
 volatile const __be16 decap_gue_port = 0;
 
+/* Words as loaded from the packet (network-order bytes in host order), folded so that
+ * the bits that differ between the addresses of one prefix pick the slot. */
+static __always_inline __u32 decap_vip_slot(__u32 x)
+{
+	return (x ^ (x >> 16)) & (LB_DECAP_VIP_SLOTS - 1);
+}
+
 /* The inner destination of an encapsulated packet, if it is one of our VIPs: then the
  * packet is ours to strip; otherwise it is counted and left alone. */
-static __always_inline int decap_is_vip(struct lb_addr *inner_dst)
+static __always_inline int decap_is_vip4(const __be32 *inner_dst)
 {
-	if (bpf_map_lookup_elem(&lb_decap_vips, inner_dst))
+	__be32 daddr = *inner_dst;
+	__u32 slot = decap_vip_slot(daddr);
+	struct lb4_vip_slot *s = bpf_map_lookup_elem(&lb_decap_slots4, &slot);
+
+	if (s && s->count && (s->addr == daddr || (s->count > 1 && bpf_map_lookup_elem(&lb_decap_vips4, &daddr))))
+		return 1;
+	decap_count(LB_DECAP_NOT_VIP);
+	return 0;
+}
+
+static __always_inline int decap_is_vip6(const struct in6_addr *inner_dst)
+{
+	const __u32 *w = inner_dst->in6_u.u6_addr32;
+	__u32 slot = decap_vip_slot(w[0] ^ w[1] ^ w[2] ^ w[3]);
+	struct lb6_vip_slot *s = bpf_map_lookup_elem(&lb_decap_slots6, &slot);
+
+	if (s && s->count &&
+	    ((s->addr[0] == w[0] && s->addr[1] == w[1] && s->addr[2] == w[2] && s->addr[3] == w[3]) ||
+	     (s->count > 1 && bpf_map_lookup_elem(&lb_decap_vips6, inner_dst))))
 		return 1;
 	decap_count(LB_DECAP_NOT_VIP);
 	return 0;
@@ -68,13 +124,14 @@ static __always_inline void *decap_gue_inner(void *l4, void *data_end)
 	return udp + 1;
 }
 
-/* Returns the number of outer bytes to strip, 0 to leave the packet alone. */
-static __always_inline int decap_outer_len(struct __sk_buff *skb, enum lb_decap_counter *counter)
+/* The Ethernet frame from data to data_end, whoever holds it (an skb at tc, an
+ * xdp_buff at XDP): returns the number of outer bytes after the Ethernet header to
+ * strip, 0 to leave the packet alone. When it returns more than 0, *counter is the
+ * kind of encapsulation and *inner_proto the EtherType of the inner packet. */
+static __always_inline int decap_outer_len(void *data, void *data_end, enum lb_decap_counter *counter,
+					   __be16 *inner_proto)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
-	struct lb_addr inner_dst = {};
 
 	if ((void *)(eth + 1) > data_end)
 		return 0;
@@ -83,14 +140,14 @@ static __always_inline int decap_outer_len(struct __sk_buff *skb, enum lb_decap_
 		struct iphdr *inner;
 		__u32 olen;
 
-		if ((void *)(outer + 1) > data_end || outer->ihl < 5)
+		/* a fragment (MF or an offset) is the stack's to reassemble first */
+		if ((void *)(outer + 1) > data_end || outer->ihl < 5 || (outer->frag_off & bpf_htons(0x3fff)))
 			return 0;
 		olen = outer->ihl * 4;
 		if (outer->protocol == IPPROTO_IPIP_V4) {
 			*counter = LB_DECAP_IPIP4;
 			inner = (void *)outer + olen;
-		} else if (outer->protocol == IPPROTO_UDP &&
-			   !(outer->frag_off & bpf_htons(0x3fff))) { /* a fragment: the stack's */
+		} else if (outer->protocol == IPPROTO_UDP) {
 			*counter = LB_DECAP_GUE4;
 			inner = decap_gue_inner((void *)outer + olen, data_end);
 			if (!inner)
@@ -101,9 +158,8 @@ static __always_inline int decap_outer_len(struct __sk_buff *skb, enum lb_decap_
 		}
 		if ((void *)(inner + 1) > data_end || inner->version != 4)
 			return 0;
-		inner_dst.family = LB_FAMILY_V4;
-		inner_dst.addr[0] = inner->daddr;
-		return decap_is_vip(&inner_dst) ? olen : 0;
+		*inner_proto = bpf_htons(ETH_P_IP);
+		return decap_is_vip4(&inner->daddr) ? olen : 0;
 	}
 	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *outer = (void *)(eth + 1);
@@ -126,16 +182,18 @@ static __always_inline int decap_outer_len(struct __sk_buff *skb, enum lb_decap_
 		}
 		if ((void *)(inner + 1) > data_end || inner->version != 6)
 			return 0;
-		inner_dst.family = LB_FAMILY_V6;
-		__builtin_memcpy(inner_dst.addr, &inner->daddr, sizeof(inner_dst.addr));
-		return decap_is_vip(&inner_dst) ? olen : 0;
+		*inner_proto = bpf_htons(ETH_P_IPV6);
+		return decap_is_vip6(&inner->daddr) ? olen : 0;
 	}
 	return 0;
 }
 
-static __always_inline int decap(struct __sk_buff *skb)
+/* tc ingress: the skb's MAC header moves, its protocol stays (the inner packet is of
+ * the outer's family: the parser accepts no other). */
+static __always_inline int decap_tc(struct __sk_buff *skb)
 {
 	enum lb_decap_counter counter = LB_DECAP_MAX;
+	__be16 inner_proto;
 	int len;
 
 	/* Only a packet with paged data needs pulling: the helper is a quarter of what
@@ -143,7 +201,7 @@ static __always_inline int decap(struct __sk_buff *skb)
 	 * in IPIP is 74 bytes) would call it for nothing. */
 	if (skb->data + DECAP_PULL_LEN > skb->data_end && skb->data_end - skb->data < skb->len)
 		bpf_skb_pull_data(skb, DECAP_PULL_LEN); /* best effort: short packets stay short */
-	len = decap_outer_len(skb, &counter);
+	len = decap_outer_len((void *)(long)skb->data, (void *)(long)skb->data_end, &counter, &inner_proto);
 	if (!len)
 		return TC_ACT_OK;
 	if (bpf_skb_adjust_room(skb, -len, BPF_ADJ_ROOM_MAC, 0)) {
@@ -152,6 +210,39 @@ static __always_inline int decap(struct __sk_buff *skb)
 	}
 	decap_count(counter);
 	return TC_ACT_OK;
+}
+
+/* XDP: the packet's start moves forward by the outer length, and the Ethernet header
+ * (the MACs as received, the inner packet's EtherType) is written in front of the inner
+ * packet. The MACs are kept on the stack across bpf_xdp_adjust_head, so that a refused
+ * adjustment leaves the frame as it came. Everything passes to the stack. */
+static __always_inline int decap_xdp(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	enum lb_decap_counter counter = LB_DECAP_MAX;
+	__u8 macs[2 * ETH_ALEN];
+	__be16 inner_proto;
+	struct ethhdr *eth;
+	int len;
+
+	len = decap_outer_len(data, data_end, &counter, &inner_proto);
+	if (!len)
+		return XDP_PASS;
+	__builtin_memcpy(macs, data, sizeof(macs)); /* within the Ethernet header checked */
+	if (bpf_xdp_adjust_head(ctx, len)) {
+		decap_count(LB_DECAP_ERROR);
+		return XDP_PASS;
+	}
+	eth = (void *)(long)ctx->data;
+	if ((void *)(eth + 1) > (void *)(long)ctx->data_end) {
+		decap_count(LB_DECAP_ERROR); /* cannot happen: the inner header was checked */
+		return XDP_PASS;
+	}
+	__builtin_memcpy(eth, macs, sizeof(macs));
+	eth->h_proto = inner_proto;
+	decap_count(counter);
+	return XDP_PASS;
 }
 
 #endif

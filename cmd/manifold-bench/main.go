@@ -97,7 +97,7 @@ func dataplane(args []string, w io.Writer) error {
 		measure func(io.Writer, int, int) ([]bench.Figure, error)
 		method  string
 	}{
-		{"decap", "The backend's decapsulation (tc), against a tc program that only returns TC_ACT_OK", bench.Decap, bench.DecapMethod},
+		{"decap", "The backend's decapsulation, tc and XDP, each against a program of its hook that only lets packets through", bench.Decap, bench.DecapMethod},
 		{"flow_scale", "Established flows against the flow table's size (random flows of a full table)", bench.FlowScale, bench.FlowScaleMethod},
 	} {
 		if skipped[more.name] {

@@ -1,5 +1,6 @@
 // Package backendagent is `manifold backend`: it makes a host a DSR backend. It
-// attaches the tc-ingress decapsulation program (IPIP, and GUE on backend.gue_port), puts the VIPs on lo so the host
+// attaches the decapsulation program (IPIP, and GUE on backend.gue_port) at tc ingress
+// or, with backend.hook: xdp, as native XDP, puts the VIPs on lo so the host
 // accepts (and answers from) them, and stops the host from answering ARP for them on
 // the wire. Everything it changes it records and undoes on exit.
 //
@@ -62,7 +63,7 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	if err := a.setup(cfg); err != nil {
 		return err
 	}
-	log.Info("backend agent running", "interface", cfg.Interface, "vips", fmt.Sprint(cfg.VIPs), "gue_port", cfg.GUEPort)
+	log.Info("backend agent running", "interface", cfg.Interface, "hook", cfg.Hook, "vips", fmt.Sprint(cfg.VIPs), "gue_port", cfg.GUEPort)
 	if cluster != nil {
 		return followCluster(ctx, cluster, *cfg.Kubernetes, cfg.VIPs, a.decap, log)
 	}
@@ -82,11 +83,21 @@ func (a *Agent) setup(cfg *config.BackendAgent) error {
 			return err
 		}
 	}
-	mode, err := d.Attach(cfg.Interface)
-	if err != nil {
-		return fmt.Errorf("backend.interface: %w", err)
+	switch cfg.Hook {
+	case config.HookXDP:
+		// native only: generic XDP runs where tc does, after the skb is built, and
+		// saves nothing; an interface with an XDP program already is refused
+		if err := d.AttachXDP(cfg.Interface); err != nil {
+			return fmt.Errorf("backend.hook xdp: %w", err)
+		}
+		a.log.Info("decapsulation attached", "interface", cfg.Interface, "hook", "xdp", "mode", "native")
+	default:
+		mode, err := d.AttachTC(cfg.Interface)
+		if err != nil {
+			return fmt.Errorf("backend.interface: %w", err)
+		}
+		a.log.Info("decapsulation attached", "interface", cfg.Interface, "hook", "tc ingress", "mode", mode)
 	}
-	a.log.Info("decapsulation attached", "interface", cfg.Interface, "hook", "tc ingress", "mode", mode)
 
 	if len(cfg.VIPs) == 0 {
 		return nil // the cluster's VIPs only: nothing on lo, nothing to hide from ARP

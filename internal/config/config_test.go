@@ -490,9 +490,9 @@ func TestParseBackend(t *testing.T) {
 		file string
 		want *BackendAgent
 	}{
-		{"backend.yaml", &BackendAgent{Interface: "eth0", VIPs: []netip.Addr{addr("198.51.100.10"), addr("2001:db8:100::10")}, GUEPort: 6081}},
-		{"backend-minimal.yaml", &BackendAgent{Interface: "ens3", VIPs: []netip.Addr{addr("198.51.100.10")}, GUEPort: 6080}},
-		{"backend-kubernetes.yaml", &BackendAgent{Interface: "eth0", GUEPort: 6080,
+		{"backend.yaml", &BackendAgent{Interface: "eth0", Hook: HookXDP, VIPs: []netip.Addr{addr("198.51.100.10"), addr("2001:db8:100::10")}, GUEPort: 6081}},
+		{"backend-minimal.yaml", &BackendAgent{Interface: "ens3", Hook: HookTC, VIPs: []netip.Addr{addr("198.51.100.10")}, GUEPort: 6080}},
+		{"backend-kubernetes.yaml", &BackendAgent{Interface: "eth0", Hook: HookTC, GUEPort: 6080,
 			Kubernetes: &Kubernetes{Kubeconfig: "/etc/manifold/kubeconfig", NodeName: "worker1"}}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
@@ -523,7 +523,7 @@ func TestParseBackendErrors(t *testing.T) {
 			"b.yaml:2: backend.vips: required",
 		}},
 		{"unknown field", "backend:\n  interface: eth0\n  vips: [198.51.100.10]\n  port: 80\n", []string{
-			"b.yaml:4: backend.port: unknown field (accepted: interface, vips, gue_port)",
+			"b.yaml:4: backend.port: unknown field (accepted: interface, hook, vips, gue_port)",
 		}},
 		{"unknown top-level field", "backend:\n  interface: eth0\n  vips: [198.51.100.10]\nbackends: {}\n", []string{
 			"b.yaml:4: backends: unknown field (did you mean backend?)",
@@ -537,6 +537,9 @@ func TestParseBackendErrors(t *testing.T) {
 		}},
 		{"empty vips", "backend:\n  interface: eth0\n  vips: []\n", []string{
 			"b.yaml:3: backend.vips: must list at least one VIP (or take them from a kubernetes section)",
+		}},
+		{"unknown hook", "backend:\n  interface: eth0\n  hook: XDP\n  vips: [198.51.100.10]\n", []string{
+			`b.yaml:3: backend.hook: "XDP" is not valid (accepted: tc, xdp)`,
 		}},
 		{"gue_port as string", "backend:\n  interface: eth0\n  vips: [198.51.100.10]\n  gue_port: \"6080\"\n", []string{
 			`b.yaml:4: backend.gue_port: must be an integer, got string "6080"`,

@@ -13,6 +13,9 @@ import (
 const (
 	// node.xdp_mode: try native XDP, fall back to generic with a warning.
 	DefaultXDPMode = XDPAuto
+	// backend.hook: decapsulate at tc ingress, which works on every interface and
+	// beside any XDP program (a manifold node on the same host, say).
+	DefaultDecapHook = HookTC
 	// node.api: the REST API and /metrics listen on localhost only.
 	DefaultAPI = "127.0.0.1:9100"
 	// kubernetes.default_class: only the Services of class manifold.io/lb.
@@ -211,6 +214,9 @@ func applyDefaults(c *Config, present func(path string) bool) {
 func applyBackendDefaults(a *BackendAgent, present func(path string) bool, hostname func() (string, error)) {
 	if !present("backend.gue_port") {
 		a.GUEPort = DefaultGUEPort
+	}
+	if !present("backend.hook") {
+		a.Hook = DefaultDecapHook
 	}
 	if a.Kubernetes != nil && !present("kubernetes.node_name") {
 		// kubelet registers its Node under the host's name, lower-cased

@@ -1083,6 +1083,9 @@ func (p *parser) backendFile(n *yaml.Node) *BackendAgent {
 			switch key {
 			case "interface":
 				a.Interface, _ = p.str(v, path)
+			case "hook":
+				s, _ := p.enum(v, path)
+				a.Hook = DecapHook(s)
 			case "vips":
 				a.VIPs = p.addrs(v, path)
 			case "gue_port":

@@ -57,6 +57,14 @@ type Fleet struct {
 
 type XDPMode string
 
+// DecapHook is where the backend agent decapsulates (backend.hook).
+type DecapHook string
+
+const (
+	HookTC  DecapHook = "tc"  // tc ingress: works on every interface, next to anything
+	HookXDP DecapHook = "xdp" // native XDP: cheaper; needs the driver's XDP and the interface's XDP slot
+)
+
 const (
 	XDPNative  XDPMode = "native"
 	XDPGeneric XDPMode = "generic"
@@ -265,7 +273,8 @@ type Steer struct {
 
 // BackendAgent is the desired state of `manifold backend --config FILE`.
 type BackendAgent struct {
-	Interface string       // tc ingress decapsulation attaches here
+	Interface string       // decapsulation attaches here
+	Hook      DecapHook    // at tc ingress or XDP
 	VIPs      []netip.Addr // added to lo; only packets whose inner destination is one of these are decapsulated
 	GUEPort   uint16       // UDP port on which GUE packets are decapsulated
 	// Kubernetes is nil unless VIPs also come from a cluster's API.

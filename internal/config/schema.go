@@ -192,7 +192,9 @@ var NodeSchema = []Field{
 // BackendSchema is the file of `manifold backend`.
 var BackendSchema = []Field{
 	{Path: "backend", Type: TypeMapping, Required: true},
-	{Path: "backend.interface", Type: TypeString, Required: true, Example: "eth0", Doc: "tc ingress decapsulation attaches here"},
+	{Path: "backend.interface", Type: TypeString, Required: true, Example: "eth0", Doc: "decapsulation attaches here"},
+	{Path: "backend.hook", Type: TypeEnum, Enum: enum(HookTC, HookXDP), Default: def(DefaultDecapHook), Example: "tc",
+		Doc: "tc: tc ingress; xdp: native XDP, cheaper, refused by a driver without XDP or an interface with an XDP program"},
 	{Path: "backend.vips", Type: TypeAddresses, Required: true, Example: "[198.51.100.10, 2001:db8:100::10]",
 		Doc: "added to lo, the only inner destinations decapsulated; required without a kubernetes section"},
 	{Path: "backend.gue_port", Type: TypeInt, Default: def(DefaultGUEPort), Range: &Range{1, math.MaxUint16}, Example: "6080",

@@ -36,9 +36,3 @@ func be16(port uint16) uint16 {
 	binary.BigEndian.PutUint16(b[:], port)
 	return binary.NativeEndian.Uint16(b[:])
 }
-
-// decapKey is a VIP as the decapsulation program's lb_decap_vips keys it.
-func decapKey(a netip.Addr) decapLbAddr {
-	// the same enum lb_family of bpf/lib/types.h, generated once per program
-	return decapLbAddr{Addr: addrWords(a), Family: decapLbFamily(familyOf(a))}
-}

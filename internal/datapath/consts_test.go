@@ -36,7 +36,6 @@ func TestConstantsAgreeWithObjects(t *testing.T) {
 			"LB_ENTROPY4_BITS": uint64(entropy4Bits),
 		}},
 		{lb, "lb_family", families},
-		{decap, "lb_family", families},
 		{lb, "lb_encap", map[string]uint64{
 			"LB_ENCAP_IPIP": uint64(lbLbEncapLB_ENCAP_IPIP),
 			"LB_ENCAP_GUE":  uint64(lbLbEncapLB_ENCAP_GUE),

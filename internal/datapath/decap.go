@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -12,13 +14,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Decap is the backend agent's loaded tc-ingress decapsulation program.
+// Decap is the backend agent's loaded decapsulation: one parser (bpf/lib/decap.h) behind
+// two entry points sharing its maps, the tc-ingress program and the XDP one, of which the
+// agent attaches one (backend.hook). Both strip IPIP and GUE (IPv4 and IPv6 outer, the
+// inner packet of the outer's family) when the inner destination is a VIP added with
+// AddVIP, and let every other packet through unchanged.
 type Decap struct {
 	objs   decapObjects
 	detach func() error
+
+	// the VIP filter's slots (bpf/lib/decap.h): how many there are, and the VIPs at each
+	mu        sync.Mutex
+	slots     uint32
+	slotAddrs map[vipSlotKey][]netip.Addr
 }
 
-// LoadDecap loads the decapsulation program and its maps; GUE packets are recognised
+// LoadDecap loads the decapsulation programs and their maps; GUE packets are recognised
 // by their UDP destination port guePort (0: IPIP only). Nothing is attached yet.
 func LoadDecap(guePort uint16) (*Decap, error) {
 	spec, err := loadDecap()
@@ -28,34 +39,103 @@ func LoadDecap(guePort uint16) (*Decap, error) {
 	if err := spec.Variables[decapVarDecapGuePort].Set(be16(guePort)); err != nil {
 		return nil, fmt.Errorf("set decap_gue_port: %w", err)
 	}
-	d := &Decap{}
+	d := &Decap{slots: spec.Maps["lb_decap_slots4"].MaxEntries, slotAddrs: map[vipSlotKey][]netip.Addr{}}
 	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
 		return nil, loadError("decap program", err)
 	}
 	return d, nil
 }
 
+// vipMap is the hash map of vip's family (lb_decap_vips4 keyed by the 4 address bytes,
+// lb_decap_vips6 by the 16) and vip's key in it.
+func (d *Decap) vipMap(vip netip.Addr) (*ebpf.Map, string, any) {
+	if vip.Is4() {
+		return d.objs.LbDecapVips4, "lb_decap_vips4", vip.As4()
+	}
+	return d.objs.LbDecapVips6, "lb_decap_vips6", vip.As16()
+}
+
+// vipSlot mirrors decap_vip_slot() of bpf/lib/decap.h over the address's words.
+func (d *Decap) vipSlot(vip netip.Addr) vipSlotKey {
+	w := addrWords(vip)
+	x := w[0] ^ w[1] ^ w[2] ^ w[3]
+	return vipSlotKey{v6: vip.Is6(), slot: (x ^ x>>16) & (d.slots - 1)}
+}
+
+// putSlot writes the slot holding addrs (none: an empty slot).
+func (d *Decap) putSlot(k vipSlotKey, addrs []netip.Addr) error {
+	var err error
+	if k.v6 {
+		v := decapLb6VipSlot{Count: uint32(len(addrs))}
+		if len(addrs) > 0 {
+			v.Addr = addrWords(addrs[0])
+		}
+		err = d.objs.LbDecapSlots6.Put(k.slot, v)
+	} else {
+		v := decapLb4VipSlot{Count: uint32(len(addrs))}
+		if len(addrs) > 0 {
+			v.Addr = addrWords(addrs[0])[0]
+		}
+		err = d.objs.LbDecapSlots4.Put(k.slot, v)
+	}
+	if err != nil {
+		return fmt.Errorf("lb_decap_slots put %d: %w", k.slot, err)
+	}
+	return nil
+}
+
 // AddVIP lets packets whose inner destination is vip be decapsulated.
 func (d *Decap) AddVIP(vip netip.Addr) error {
-	if err := d.objs.LbDecapVips.Put(decapKey(vip), uint32(1)); err != nil {
-		return fmt.Errorf("lb_decap_vips put %s: %w", vip, err)
+	vip = vip.Unmap()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// the hash map first: a slot that says "shared" must find every address there
+	m, name, key := d.vipMap(vip)
+	if err := m.Put(key, uint32(1)); err != nil {
+		return fmt.Errorf("%s put %s: %w", name, vip, err)
 	}
+	k := d.vipSlot(vip)
+	if slices.Contains(d.slotAddrs[k], vip) {
+		return nil
+	}
+	addrs := append(slices.Clone(d.slotAddrs[k]), vip)
+	if err := d.putSlot(k, addrs); err != nil {
+		return err
+	}
+	d.slotAddrs[k] = addrs
 	return nil
 }
 
 // RemoveVIP stops decapsulating packets for vip; removing a VIP that is not there is
 // not an error (the map is what the caller wants either way).
 func (d *Decap) RemoveVIP(vip netip.Addr) error {
-	if err := d.objs.LbDecapVips.Delete(decapKey(vip)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("lb_decap_vips delete %s: %w", vip, err)
+	vip = vip.Unmap()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := d.vipSlot(vip)
+	if i := slices.Index(d.slotAddrs[k], vip); i >= 0 {
+		// the slot first: it must never send an address to the hash map that lacks it
+		addrs := slices.Delete(slices.Clone(d.slotAddrs[k]), i, i+1)
+		if err := d.putSlot(k, addrs); err != nil {
+			return err
+		}
+		if len(addrs) == 0 {
+			delete(d.slotAddrs, k)
+		} else {
+			d.slotAddrs[k] = addrs
+		}
+	}
+	m, name, key := d.vipMap(vip)
+	if err := m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("%s delete %s: %w", name, vip, err)
 	}
 	return nil
 }
 
-// Attach attaches to iface's ingress: tcx where the kernel has it (6.6+), otherwise a
-// clsact qdisc with a direct-action filter, which every kernel since 4.5 has. The mode
-// used is returned for the log.
-func (d *Decap) Attach(iface string) (string, error) {
+// AttachTC attaches the tc program to iface's ingress: tcx where the kernel has it
+// (6.6+), otherwise a clsact qdisc with a direct-action filter, which every kernel since
+// 4.5 has. The mode used is returned for the log.
+func (d *Decap) AttachTC(iface string) (string, error) {
 	ifc, err := net.InterfaceByName(iface)
 	if err != nil {
 		return "", fmt.Errorf("interface %s: %w", iface, err)
@@ -113,8 +193,56 @@ func (d *Decap) attachClsact(ifindex int) error {
 	return nil
 }
 
+// ErrXDPInUse: the interface already has an XDP program, which AttachXDP never replaces.
+var ErrXDPInUse = errors.New("already has an XDP program")
+
+// AttachXDP attaches the XDP program to iface in native (driver) mode, through a BPF
+// link, so that it is detached when the link is closed or the process dies. It refuses
+// an interface that already has an XDP program, in any mode (ErrXDPInUse: a manifold
+// node on the same host, say), and does not fall back to generic mode: generic XDP runs
+// after the kernel has built the skb, which is what the XDP hook is there to save, so
+// the tc hook is the better choice wherever native XDP is refused.
+func (d *Decap) AttachXDP(iface string) error {
+	nlink, err := netlink.LinkByName(iface)
+	if err != nil {
+		return fmt.Errorf("interface %s: %w", iface, err)
+	}
+	if x := nlink.Attrs().Xdp; x != nil && x.Attached {
+		return fmt.Errorf("%s %w (id %d, %s mode): detach it, or use backend.hook: tc",
+			iface, ErrXDPInUse, x.ProgId, xdpAttachMode(x.AttachMode))
+	}
+	l, err := link.AttachXDP(link.XDPOptions{Program: d.objs.ManifoldDecapXdp, Interface: nlink.Attrs().Index, Flags: link.XDPDriverMode})
+	switch {
+	case errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST):
+		// attached by someone else since the check above
+		return fmt.Errorf("%s %w: detach it, or use backend.hook: tc", iface, ErrXDPInUse)
+	case err != nil:
+		return fmt.Errorf("native XDP on %s refused (the driver may lack XDP support; backend.hook: tc works on every interface): %w", iface, err)
+	}
+	d.detach = l.Close
+	return nil
+}
+
+// xdpAttachMode names netlink's IFLA_XDP_ATTACHED value.
+func xdpAttachMode(mode uint32) string {
+	switch mode {
+	case 1: // XDP_ATTACHED_DRV
+		return "native"
+	case 2: // XDP_ATTACHED_SKB
+		return "generic"
+	case 3: // XDP_ATTACHED_HW
+		return "offload"
+	case 4: // XDP_ATTACHED_MULTI
+		return "several"
+	}
+	return fmt.Sprintf("attach mode %d", mode)
+}
+
 // Program is the tc program, for BPF_PROG_TEST_RUN in tests and benchmarks.
 func (d *Decap) Program() *ebpf.Program { return d.objs.ManifoldDecap }
+
+// XDPProgram is the XDP program, for BPF_PROG_TEST_RUN in tests and benchmarks.
+func (d *Decap) XDPProgram() *ebpf.Program { return d.objs.ManifoldDecapXdp }
 
 // DecapCounters are the backend's decapsulation counters summed over CPUs.
 type DecapCounters struct {

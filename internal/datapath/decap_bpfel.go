@@ -13,11 +13,24 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type decapLbAddr struct {
-	_      structs.HostLayout
-	Addr   [4]uint32
-	Family decapLbFamily
-	Pad    [3]uint8
+type decapIn6Addr struct {
+	_    structs.HostLayout
+	In6U struct {
+		_       structs.HostLayout
+		U6Addr8 [16]uint8
+	}
+}
+
+type decapLb4VipSlot struct {
+	_     structs.HostLayout
+	Addr  uint32
+	Count uint32
+}
+
+type decapLb6VipSlot struct {
+	_     structs.HostLayout
+	Addr  [4]uint32
+	Count uint32
 }
 
 type decapLbDecapCounter uint32
@@ -32,21 +45,18 @@ const (
 	decapLbDecapCounterLB_DECAP_MAX     decapLbDecapCounter = 6
 )
 
-type decapLbFamily uint8
-
-const (
-	decapLbFamilyLB_FAMILY_V4 decapLbFamily = 4
-	decapLbFamilyLB_FAMILY_V6 decapLbFamily = 6
-)
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	decapMapLbDecapStats   = "lb_decap_stats"
-	decapMapLbDecapVips    = "lb_decap_vips"
-	decapProgManifoldDecap = "manifold_decap"
-	decapVarDecapGuePort   = "decap_gue_port"
+	decapMapLbDecapSlots4     = "lb_decap_slots4"
+	decapMapLbDecapSlots6     = "lb_decap_slots6"
+	decapMapLbDecapStats      = "lb_decap_stats"
+	decapMapLbDecapVips4      = "lb_decap_vips4"
+	decapMapLbDecapVips6      = "lb_decap_vips6"
+	decapProgManifoldDecap    = "manifold_decap"
+	decapProgManifoldDecapXdp = "manifold_decap_xdp"
+	decapVarDecapGuePort      = "decap_gue_port"
 )
 
 // loadDecap returns the embedded CollectionSpec for decap.
@@ -91,15 +101,19 @@ type decapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type decapProgramSpecs struct {
-	ManifoldDecap *ebpf.ProgramSpec `ebpf:"manifold_decap"`
+	ManifoldDecap    *ebpf.ProgramSpec `ebpf:"manifold_decap"`
+	ManifoldDecapXdp *ebpf.ProgramSpec `ebpf:"manifold_decap_xdp"`
 }
 
 // decapMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type decapMapSpecs struct {
-	LbDecapStats *ebpf.MapSpec `ebpf:"lb_decap_stats"`
-	LbDecapVips  *ebpf.MapSpec `ebpf:"lb_decap_vips"`
+	LbDecapSlots4 *ebpf.MapSpec `ebpf:"lb_decap_slots4"`
+	LbDecapSlots6 *ebpf.MapSpec `ebpf:"lb_decap_slots6"`
+	LbDecapStats  *ebpf.MapSpec `ebpf:"lb_decap_stats"`
+	LbDecapVips4  *ebpf.MapSpec `ebpf:"lb_decap_vips4"`
+	LbDecapVips6  *ebpf.MapSpec `ebpf:"lb_decap_vips6"`
 }
 
 // decapVariableSpecs contains global variables before they are loaded into the kernel.
@@ -129,14 +143,20 @@ func (o *decapObjects) Close() error {
 //
 // It can be passed to loadDecapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type decapMaps struct {
-	LbDecapStats *ebpf.Map `ebpf:"lb_decap_stats"`
-	LbDecapVips  *ebpf.Map `ebpf:"lb_decap_vips"`
+	LbDecapSlots4 *ebpf.Map `ebpf:"lb_decap_slots4"`
+	LbDecapSlots6 *ebpf.Map `ebpf:"lb_decap_slots6"`
+	LbDecapStats  *ebpf.Map `ebpf:"lb_decap_stats"`
+	LbDecapVips4  *ebpf.Map `ebpf:"lb_decap_vips4"`
+	LbDecapVips6  *ebpf.Map `ebpf:"lb_decap_vips6"`
 }
 
 func (m *decapMaps) Close() error {
 	return _DecapClose(
+		m.LbDecapSlots4,
+		m.LbDecapSlots6,
 		m.LbDecapStats,
-		m.LbDecapVips,
+		m.LbDecapVips4,
+		m.LbDecapVips6,
 	)
 }
 
@@ -151,12 +171,14 @@ type decapVariables struct {
 //
 // It can be passed to loadDecapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type decapPrograms struct {
-	ManifoldDecap *ebpf.Program `ebpf:"manifold_decap"`
+	ManifoldDecap    *ebpf.Program `ebpf:"manifold_decap"`
+	ManifoldDecapXdp *ebpf.Program `ebpf:"manifold_decap_xdp"`
 }
 
 func (p *decapPrograms) Close() error {
 	return _DecapClose(
 		p.ManifoldDecap,
+		p.ManifoldDecapXdp,
 	)
 }
 

@@ -81,3 +81,6 @@ func (lb *LB) ForgetNATFlow(f Flow) error { return lb.objs.LbNatFlows.Delete(f.k
 // SYNSlots is the SYN memory's number of slots (bpf/lib/consts.h LB_SYN_SLOTS): a flow's
 // slot is its flow hash modulo it.
 const SYNSlots = 16384
+
+// DecapVIPSlot exposes the decapsulation's VIP slot function to the tests.
+func (d *Decap) DecapVIPSlot(a netip.Addr) uint32 { return d.vipSlot(a).slot }

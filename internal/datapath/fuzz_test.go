@@ -184,9 +184,10 @@ func checkNodeAnswer(t *testing.T, in, out []byte, l2 int) {
 	}
 }
 
-// FuzzDecap feeds arbitrary frames through the backend's tc program: it always lets the
-// packet through; a packet it counts as decapsulated lost exactly its outer headers, any
-// other is untouched.
+// FuzzDecap feeds arbitrary frames through the backend's two programs, tc and XDP: each
+// always lets the packet through; a packet it counts as decapsulated lost exactly its
+// outer headers (the XDP program also writes the inner packet's EtherType after the
+// MACs as received), any other is untouched.
 func FuzzDecap(f *testing.F) {
 	in4 := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 40000, DPort: 80, Flags: dptest.SYN}
 	in6 := dptest.Packet{Src: dptest.Client6, Dst: vip6, SPort: 40000, DPort: 80, Flags: dptest.SYN}
@@ -214,31 +215,44 @@ func FuzzDecap(f *testing.F) {
 		if len(in) < 14 || len(in) > 3000 {
 			t.Skip("BPF_PROG_TEST_RUN takes a frame of 14..~3500 bytes")
 		}
-		before, _ := d.Counters()
-		verdict, out, err := dptest.RunTC(d.Program(), in)
-		if errors.Is(err, unix.EINVAL) {
-			t.Skip("the kernel's test run refuses this frame (an IP EtherType without an IP header)")
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		after, _ := d.Counters()
-		if verdict != dptest.TCActOK {
-			t.Fatalf("verdict %d, want TC_ACT_OK", verdict)
-		}
-		stripped := after.IPIP4 + after.IPIP6 + after.GUE4 + after.GUE6 - (before.IPIP4 + before.IPIP6 + before.GUE4 + before.GUE6)
-		switch {
-		case after.Errors != before.Errors:
-			t.Fatalf("the kernel refused to shrink %x", in)
-		case stripped == 0 && !bytes.Equal(out, in):
-			t.Fatalf("a packet left alone changed\n--- in:\n%s--- out:\n%s", dptest.Decode(in).Dump(), dptest.Decode(out).Dump())
-		case stripped == 1:
-			olen := len(in) - len(out)
-			if olen < 20 || !bytes.Equal(out[14:], in[14+olen:]) || !bytes.Equal(out[12:14], in[12:14]) {
-				t.Fatalf("decapsulation did not remove exactly the outer headers (%d bytes)\n--- in:\n%s--- out:\n%s", olen, dptest.Decode(in).Dump(), dptest.Decode(out).Dump())
+		for _, hook := range []string{"tc", "xdp"} {
+			before, _ := d.Counters()
+			var verdict uint32
+			var out []byte
+			var err error
+			if hook == "tc" {
+				verdict, out, err = dptest.RunTC(d.Program(), in)
+			} else {
+				verdict, out, err = dptest.RunXDP(d.XDPProgram(), 0, in)
 			}
-		case stripped > 1:
-			t.Fatalf("one packet counted %d times", stripped)
+			if errors.Is(err, unix.EINVAL) {
+				t.Skip("the kernel's test run refuses this frame (an IP EtherType without an IP header)")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			after, _ := d.Counters()
+			if want := map[string]uint32{"tc": dptest.TCActOK, "xdp": dptest.XDPPass}[hook]; verdict != want {
+				t.Fatalf("%s: verdict %d, want %d", hook, verdict, want)
+			}
+			stripped := after.IPIP4 + after.IPIP6 + after.GUE4 + after.GUE6 - (before.IPIP4 + before.IPIP6 + before.GUE4 + before.GUE6)
+			switch {
+			case after.Errors != before.Errors:
+				t.Fatalf("%s: the kernel refused to shrink %x", hook, in)
+			case stripped == 0 && !bytes.Equal(out, in):
+				t.Fatalf("%s: a packet left alone changed\n--- in:\n%s--- out:\n%s", hook, dptest.Decode(in).Dump(), dptest.Decode(out).Dump())
+			case stripped == 1:
+				olen := len(in) - len(out)
+				proto := in[12:14]
+				if hook == "xdp" && len(out) > 14 {
+					proto = map[byte][]byte{4: {0x08, 0x00}, 6: {0x86, 0xdd}}[out[14]>>4]
+				}
+				if olen < 20 || !bytes.Equal(out[14:], in[14+olen:]) || !bytes.Equal(out[:12], in[:12]) || !bytes.Equal(out[12:14], proto) {
+					t.Fatalf("%s: decapsulation did not remove exactly the outer headers (%d bytes)\n--- in:\n%s--- out:\n%s", hook, olen, dptest.Decode(in).Dump(), dptest.Decode(out).Dump())
+				}
+			case stripped > 1:
+				t.Fatalf("%s: one packet counted %d times", hook, stripped)
+			}
 		}
 	})
 }

@@ -338,8 +338,18 @@ func (n *Node) Reload(cfg NodeConfig) error {
 // StartBackendAgent runs `manifold backend` on h for vips; it returns once h accepts
 // packets for the VIPs (see Host.IsLocal).
 func (l *Lab) StartBackendAgent(manifold string, h *Host, vips ...netip.Addr) (*Process, error) {
+	return l.StartBackendAgentHook(manifold, h, "", vips...)
+}
+
+// StartBackendAgentHook is StartBackendAgent with backend.hook set to hook ("": the
+// default).
+func (l *Lab) StartBackendAgentHook(manifold string, h *Host, hook string, vips ...netip.Addr) (*Process, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "backend:\n  interface: %s\n  vips: [", HostLink)
+	fmt.Fprintf(&b, "backend:\n  interface: %s\n", HostLink)
+	if hook != "" {
+		fmt.Fprintf(&b, "  hook: %s\n", hook)
+	}
+	b.WriteString("  vips: [")
 	for i, v := range vips {
 		if i > 0 {
 			b.WriteString(", ")
