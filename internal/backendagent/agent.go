@@ -16,6 +16,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -64,12 +68,109 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 		return err
 	}
 	log.Info("backend agent running", "interface", cfg.Interface, "hook", cfg.Hook, "vips", fmt.Sprint(cfg.VIPs), "gue_port", cfg.GUEPort)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if cluster != nil {
+		go func() {
+			for range hup {
+				log.Warn("reload (SIGHUP): with a kubernetes section the agent reloads nothing; restart it to apply a changed file", "file", path)
+			}
+		}()
 		return followCluster(ctx, cluster, *cfg.Kubernetes, cfg.VIPs, a.decap, log)
 	}
-	<-ctx.Done()
-	log.Info("stopping: detaching decapsulation, removing VIPs from lo")
-	return nil
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("stopping: detaching decapsulation, removing VIPs from lo")
+			return nil
+		case <-hup:
+			if next, err := a.reload(path, cfg); err != nil {
+				log.Error("reload (SIGHUP) refused; the running VIPs are kept", "file", path, "err", err)
+			} else {
+				cfg = next
+				log.Info("reloaded (SIGHUP)", "file", path, "vips", fmt.Sprint(cfg.VIPs))
+			}
+		}
+	}
+}
+
+// reload applies a changed backend.vips from the file at path: the VIPs it adds are
+// decapsulated and put on lo, those it drops are taken off both (a VIP found on lo at
+// start stays there). Any other change needs a restart and is refused, as is a bad
+// file; a failure half-way undoes what the reload added. Returns the config now run.
+func (a *Agent) reload(path string, cur *config.BackendAgent) (*config.BackendAgent, error) {
+	next, err := config.LoadBackend(path)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case next.Interface != cur.Interface:
+		return nil, fmt.Errorf("backend.interface changed (%s → %s): restart the agent to move it", cur.Interface, next.Interface)
+	case next.Hook != cur.Hook:
+		return nil, fmt.Errorf("backend.hook changed (%s → %s): restart the agent to change it", cur.Hook, next.Hook)
+	case next.GUEPort != cur.GUEPort:
+		return nil, fmt.Errorf("backend.gue_port changed (%d → %d): restart the agent to change it (it is a constant of the loaded program)", cur.GUEPort, next.GUEPort)
+	}
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return nil, err
+	}
+	var added []netip.Addr
+	undo := func() {
+		for _, vip := range added {
+			_ = a.decap.RemoveVIP(vip)
+			a.removeFromLo(lo, vip)
+		}
+	}
+	for _, vip := range next.VIPs {
+		if slices.Contains(cur.VIPs, vip) {
+			continue
+		}
+		if err := a.decap.AddVIP(vip); err != nil {
+			undo()
+			return nil, fmt.Errorf("decapsulate %s: %w", vip, err)
+		}
+		added = append(added, vip)
+		if err := a.addToLo(lo, vip); err != nil {
+			undo()
+			return nil, err
+		}
+	}
+	if len(cur.VIPs) == 0 && len(next.VIPs) > 0 {
+		for name, value := range arpSysctls(next.Interface) {
+			if err := a.sysctls.Set(name, value, "a VIP on lo must not be answered for in ARP"); err != nil {
+				undo()
+				return nil, err
+			}
+		}
+	}
+	for _, vip := range cur.VIPs {
+		if slices.Contains(next.VIPs, vip) {
+			continue
+		}
+		if err := a.decap.RemoveVIP(vip); err != nil {
+			a.log.Error("reload: a VIP dropped from the file is still decapsulated", "vip", vip, "err", err)
+		}
+		a.removeFromLo(lo, vip)
+	}
+	return next, nil
+}
+
+// removeFromLo takes vip off lo if the agent put it there.
+func (a *Agent) removeFromLo(lo netlink.Link, vip netip.Addr) {
+	a.addedLo = slices.DeleteFunc(a.addedLo, func(addr *netlink.Addr) bool {
+		ip, ok := netip.AddrFromSlice(addr.IP)
+		if !ok || ip.Unmap() != vip {
+			return false
+		}
+		if err := netlink.AddrDel(lo, addr); err != nil {
+			a.log.Error("remove VIP from lo", "vip", vip, "err", err)
+			return false
+		}
+		a.log.Info("VIP removed from lo", "vip", vip)
+		return true
+	})
 }
 
 func (a *Agent) setup(cfg *config.BackendAgent) error {

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -672,6 +673,74 @@ func TestHealthCheckMarksBackendDown(t *testing.T) {
 	}
 	if !node.Running() {
 		t.Fatalf("manifold run exited: %v", node.ExitErr())
+	}
+}
+
+// TestBackendAgentReload: SIGHUP makes `manifold backend` apply a changed backend.vips
+// (a VIP added goes on lo and is decapsulated, one dropped leaves lo), refuses a change
+// that needs a restart and keeps what runs, and traffic through the node goes on.
+func TestBackendAgentReload(t *testing.T) {
+	tl := startLab(t, []string{"lb1"}, nil)
+	be := tl.backends[0]
+	agent := tl.agents[be.Role]
+	extra := netip.MustParseAddr("198.51.100.77")
+	// the agent's log lines about a SIGHUP, in order: each reload waits for one more
+	answers := func() []string {
+		var out []string
+		for line := range strings.Lines(agent.Log()) {
+			if strings.Contains(line, "SIGHUP") {
+				out = append(out, strings.TrimSpace(line))
+			}
+		}
+		return out
+	}
+	reload := func(iface string, vips ...netip.Addr) string {
+		t.Helper()
+		before := len(answers())
+		if _, err := tl.WriteBackendAgentConfig(be, iface, "", vips...); err != nil {
+			t.Fatal(err)
+		}
+		if err := agent.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		err := Eventually(10*time.Second, 20*time.Millisecond, func() error {
+			if len(answers()) > before {
+				return nil
+			}
+			if !agent.Running() {
+				return fmt.Errorf("manifold backend exited on SIGHUP: %v", agent.ExitErr())
+			}
+			return errors.New("manifold backend logged nothing about the SIGHUP")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return answers()[before]
+	}
+
+	if line := reload(HostLink, vip4, vip6, extra); !strings.Contains(line, "reloaded") {
+		t.Fatalf("adding a VIP: %s", line)
+	}
+	if err := be.WaitLocal(5*time.Second, extra); err != nil {
+		t.Errorf("the VIP added by the reload is not on lo: %v", err)
+	}
+	if line := reload("eth9", vip4, vip6); !strings.Contains(line, "refused") || !strings.Contains(line, "backend.interface changed") {
+		t.Errorf("a changed interface was not refused: %s", line)
+	}
+	if local, err := be.IsLocal(extra); err != nil || !local {
+		t.Errorf("a refused reload changed what runs: %s local %v (%v)", extra, local, err)
+	}
+	if line := reload(HostLink, vip4, vip6); !strings.Contains(line, "reloaded") {
+		t.Fatalf("dropping a VIP: %s", line)
+	}
+	if local, err := be.IsLocal(extra); err != nil || local {
+		t.Errorf("the VIP dropped by the reload is still on lo (%v)", err)
+	}
+	if !agent.Running() {
+		t.Fatalf("manifold backend exited after SIGHUP: %v", agent.ExitErr())
+	}
+	for _, f := range families {
+		tl.waitReaches(t, f, []string{be.Role})
 	}
 }
 

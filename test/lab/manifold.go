@@ -344,21 +344,8 @@ func (l *Lab) StartBackendAgent(manifold string, h *Host, vips ...netip.Addr) (*
 // StartBackendAgentHook is StartBackendAgent with backend.hook set to hook ("": the
 // default).
 func (l *Lab) StartBackendAgentHook(manifold string, h *Host, hook string, vips ...netip.Addr) (*Process, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "backend:\n  interface: %s\n", HostLink)
-	if hook != "" {
-		fmt.Fprintf(&b, "  hook: %s\n", hook)
-	}
-	b.WriteString("  vips: [")
-	for i, v := range vips {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(v.String())
-	}
-	b.WriteString("]\n")
-	path := filepath.Join(l.Dir, "backend-"+h.Role+".yaml")
-	if err := writeFileAtomic(path, []byte(b.String())); err != nil {
+	path, err := l.WriteBackendAgentConfig(h, HostLink, hook, vips...)
+	if err != nil {
 		return nil, err
 	}
 	p, err := l.Start(h, "backend-"+h.Role, hostprog.Built(manifold), "backend", "--config", path)
@@ -376,6 +363,27 @@ func (l *Lab) StartBackendAgentHook(manifold string, h *Host, hook string, vips 
 		return p, fmt.Errorf("manifold backend on %s: %w", h.Role, err)
 	}
 	return p, nil
+}
+
+// WriteBackendAgentConfig writes (atomically) the backend agent's file for h: backend
+// interface iface, hook ("": the default) and vips. It returns the file's path, the
+// same for every call on h, which the agent reads again on SIGHUP.
+func (l *Lab) WriteBackendAgentConfig(h *Host, iface, hook string, vips ...netip.Addr) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "backend:\n  interface: %s\n", iface)
+	if hook != "" {
+		fmt.Fprintf(&b, "  hook: %s\n", hook)
+	}
+	b.WriteString("  vips: [")
+	for i, v := range vips {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(v.String())
+	}
+	b.WriteString("]\n")
+	path := filepath.Join(l.Dir, "backend-"+h.Role+".yaml")
+	return path, writeFileAtomic(path, []byte(b.String()))
 }
 
 // writeFileAtomic replaces path in one rename, so a reload never reads half a file.
