@@ -32,11 +32,15 @@ deps:
 	fi
 
 # bench-deps installs the benchmarks' references that Debian does not package, from
-# crates.io (internal/hostprog's crates): cargo builds each from source, once.
+# crates.io (internal/hostprog's crates): cargo builds each from source, once. With its
+# own lock file first; a crate whose locked dependencies a newer rustc refuses (rathole
+# 0.5.0 locks time 0.3.29, which Debian's current rustc does not compile) is built again
+# with the newest compatible ones.
 bench-deps:
 	@command -v cargo >/dev/null || { echo "cargo is required for bench-deps: apt-get install cargo"; exit 1; }
 	@for c in $$($(GO) run ./internal/hostprog/debpkgs -crates); do \
-		cargo install --list --root /usr/local | grep -q "^$$c v" || cargo install --locked --root /usr/local $$c || exit 1; \
+		cargo install --list --root /usr/local | grep -q "^$$c v" || cargo install --locked --root /usr/local $$c || \
+			cargo install --root /usr/local $$c || exit 1; \
 	done
 
 # build builds the node's binary and, apart, the benchmarks' (which link the test rig).
