@@ -30,6 +30,7 @@ import (
 	serializeryaml "k8s.io/apimachinery/pkg/runtime/serializer/yaml"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -381,12 +382,30 @@ func (c *Cluster) applyManifests(ctx context.Context, deployDir string) error {
 	return nil
 }
 
+// waitEstablished waits until the CRD name is Established. The API server may end a
+// watch before then (its timeout, an error event: seen once under -race on a loaded
+// machine); the watch is then opened again, until ctx ends.
 func (c *Cluster) waitEstablished(ctx context.Context, name string) error {
 	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	w, err := c.Dyn.Resource(crds).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-	if err != nil {
-		return err
+	for {
+		w, err := c.Dyn.Resource(crds).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		if err != nil && ctx.Err() == nil {
+			return err
+		}
+		if err == nil && established(w) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("CRD %s never established: %w", name, ctx.Err())
+		case <-time.After(100 * time.Millisecond): // the server ended the watch: again
+		}
 	}
+}
+
+// established reads w until an event shows the CRD Established (true) or w ends
+// (false), and stops it.
+func established(w watch.Interface) bool {
 	defer w.Stop()
 	for ev := range w.ResultChan() {
 		u, ok := ev.Object.(*unstructured.Unstructured)
@@ -396,9 +415,9 @@ func (c *Cluster) waitEstablished(ctx context.Context, name string) error {
 		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 		for _, cond := range conds {
 			if m, ok := cond.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
-				return nil
+				return true
 			}
 		}
 	}
-	return fmt.Errorf("CRD %s never established: %w", name, ctx.Err())
+	return false
 }
