@@ -12,8 +12,10 @@
 // asserted.
 //
 // The tools as configured: manifold, QUIC with TLS 1.3 (its only transport); rathole,
-// its default TCP transport without encryption (as in its own published benchmark);
-// bore, plain TCP (it has no encryption).
+// its default TCP transport without encryption (as in its own published benchmark,
+// and the issue's reference); rathole again with its Noise transport (encrypted, as
+// manifold is: the like-for-like reference, without a target); bore, plain TCP (it has
+// no encryption).
 package main
 
 import (
@@ -113,8 +115,9 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int, d time.Dura
 		return err
 	}
 	defer origin()
-	tools := []*tool{{name: "manifold", http: 21080, iperf: 21201}, {name: "rathole", http: 22080, iperf: 22201}, {name: "bore", http: 23080, iperf: 23201}}
-	starts := map[string]func(string, *tool) error{"manifold": startManifold(abs), "rathole": startRathole, "bore": startBore}
+	tools := []*tool{{name: "manifold", http: 21080, iperf: 21201}, {name: "rathole", http: 22080, iperf: 22201},
+		{name: ratholeNoise, http: 24080, iperf: 24201}, {name: "bore", http: 23080, iperf: 23201}}
+	starts := map[string]func(string, *tool) error{"manifold": startManifold(abs), "rathole": startRathole, ratholeNoise: startRatholeNoise, "bore": startBore}
 	defer func() {
 		for _, t := range tools {
 			for _, p := range t.processes {
@@ -172,7 +175,8 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int, d time.Dura
 	}
 	part := bench.Part{Name: "tunnel", Method: fmt.Sprintf("Loopback, one machine, every tool in the same %d rounds: iperf3 -c 127.0.0.1 -t %d "+
 		"through each tunnel (one TCP stream); HTTP GET of a 13-byte answer at a fixed open-loop rate (latency counted from each request's "+
-		"due time, a failed request counted as the client's 5 s timeout; keep-alive connections, 1 s unrecorded warm-up). manifold: QUIC + TLS 1.3; rathole: TCP, no encryption; bore: TCP.",
+		"due time, a failed request counted as the client's 5 s timeout; keep-alive connections, 1 s unrecorded warm-up). manifold: QUIC + TLS 1.3; rathole: TCP, no encryption; "+
+		"rathole (Noise): TCP with its Noise transport (Noise_NK_25519_ChaChaPoly_BLAKE2s); bore: TCP.",
 		rounds, int(d.Seconds())) + fmt.Sprintf(" Machine load average (1 min) %s before, %s after: the cores are shared.", loadBefore, loadAverage()),
 		Figures: figures(tools, results, notes)}
 	printTable(part)
@@ -221,8 +225,43 @@ func figures(tools []*tool, results map[string]map[string][]float64, notes map[s
 		default:
 			f.Compare(ref, "", 0)
 		}
+		if f.Name == "manifold" {
+			// encrypted against encrypted: a ratio to read, no target
+			if noise, ok := all.Find(section, ratholeNoise, f.Metric); ok {
+				f.Compare(noise, "", 0)
+			}
+		}
 	}
 	return figs
+}
+
+// ratholeNoise names rathole run with its Noise transport.
+const ratholeNoise = "rathole (Noise)"
+
+// startRatholeNoise runs rathole as startRathole does, over its Noise transport with a
+// key pair made for the run by `rathole --genkey`.
+func startRatholeNoise(dir string, t *tool) error {
+	out, err := hostprog.Command(hostprog.Rathole, "--genkey").Output()
+	if err != nil {
+		return fmt.Errorf("rathole --genkey: %w", err)
+	}
+	// "Private Key:\n<key>\n\nPublic Key:\n<key>\n"
+	var keys []string
+	for line := range strings.Lines(string(out)) {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasSuffix(line, ":") {
+			keys = append(keys, line)
+		}
+	}
+	if len(keys) != 2 {
+		return fmt.Errorf("rathole --genkey: want a private and a public key, got %q", out)
+	}
+	server := fmt.Sprintf("[server]\nbind_addr = %q\n[server.transport]\ntype = \"noise\"\n[server.transport.noise]\nlocal_private_key = %q\n"+
+		"[server.services.web]\ntoken = %q\nbind_addr = %q\n[server.services.iperf]\ntoken = %q\nbind_addr = %q\n",
+		loop(24333), keys[0], token, loop(t.http), token, loop(t.iperf))
+	client := fmt.Sprintf("[client]\nremote_addr = %q\n[client.transport]\ntype = \"noise\"\n[client.transport.noise]\nremote_public_key = %q\n"+
+		"[client.services.web]\ntoken = %q\nlocal_addr = %q\n[client.services.iperf]\ntoken = %q\nlocal_addr = %q\n",
+		loop(24333), keys[1], token, loop(originHTTP), token, loop(originIperf))
+	return startRatholeSides(dir, "rathole-noise", server, client, t)
 }
 
 func printTable(p bench.Part) {
@@ -344,13 +383,19 @@ func startRathole(dir string, t *tool) error {
 		loop(22333), token, loop(t.http), token, loop(t.iperf))
 	client := fmt.Sprintf("[client]\nremote_addr = %q\n[client.services.web]\ntoken = %q\nlocal_addr = %q\n[client.services.iperf]\ntoken = %q\nlocal_addr = %q\n",
 		loop(22333), token, loop(originHTTP), token, loop(originIperf))
+	return startRatholeSides(dir, "rathole", server, client, t)
+}
+
+// startRatholeSides writes rathole's server and client files (name-server.toml,
+// name-client.toml) and runs both.
+func startRatholeSides(dir, name, server, client string, t *tool) error {
 	for _, side := range []struct{ name, conf, flag string }{{"server", server, "--server"}, {"client", client, "--client"}} {
-		path := filepath.Join(dir, "rathole-"+side.name+".toml")
+		path := filepath.Join(dir, name+"-"+side.name+".toml")
 		if err := os.WriteFile(path, []byte(side.conf), 0o600); err != nil {
 			return err
 		}
 		c := hostprog.Command(hostprog.Rathole, side.flag, path)
-		if err := startLogged(dir, "rathole-"+side.name, c); err != nil {
+		if err := startLogged(dir, name+"-"+side.name, c); err != nil {
 			return err
 		}
 		t.processes = append(t.processes, c)
