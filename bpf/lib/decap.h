@@ -16,6 +16,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "types.h"
+#include "vipfilter.h"
 
 #define LB_MAX_DECAP_VIPS 4096
 
@@ -23,8 +24,8 @@
  * per family, keyed by the bare address (an IPv4 lookup hashes and compares 4 bytes, not
  * a 20-byte address with its family), and in front of each an array of slots, the
  * question answered by one inlined array probe for every address but the few that share
- * a slot, which ask the hash map: the node's VIP address filter (vipaddr.h), with maps
- * of its own. internal/datapath/decap.go writes all four and mirrors decap_vip_slot. */
+ * a slot, which ask the hash map: a VIP filter (vipfilter.h) as the node's, with maps of
+ * its own, written by internal/datapath/vipaddrs.go. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, LB_MAX_DECAP_VIPS);
@@ -78,22 +79,11 @@ static __always_inline void decap_count(enum lb_decap_counter counter)
 /* UDP destination port of GUE packets (backend.gue_port), network order; set before load. */
 volatile const __be16 decap_gue_port = 0;
 
-/* Words as loaded from the packet (network-order bytes in host order), folded so that
- * the bits that differ between the addresses of one prefix pick the slot. */
-static __always_inline __u32 decap_vip_slot(__u32 x)
-{
-	return (x ^ (x >> 16)) & (LB_DECAP_VIP_SLOTS - 1);
-}
-
 /* The inner destination of an encapsulated packet, if it is one of our VIPs: then the
  * packet is ours to strip; otherwise it is counted and left alone. */
 static __always_inline int decap_is_vip4(const __be32 *inner_dst)
 {
-	__be32 daddr = *inner_dst;
-	__u32 slot = decap_vip_slot(daddr);
-	struct lb4_vip_slot *s = bpf_map_lookup_elem(&lb_decap_slots4, &slot);
-
-	if (s && s->count && (s->addr == daddr || (s->count > 1 && bpf_map_lookup_elem(&lb_decap_vips4, &daddr))))
+	if (vip_filter_has4(&lb_decap_slots4, LB_DECAP_VIP_SLOTS, &lb_decap_vips4, *inner_dst))
 		return 1;
 	decap_count(LB_DECAP_NOT_VIP);
 	return 0;
@@ -101,13 +91,7 @@ static __always_inline int decap_is_vip4(const __be32 *inner_dst)
 
 static __always_inline int decap_is_vip6(const struct in6_addr *inner_dst)
 {
-	const __u32 *w = inner_dst->in6_u.u6_addr32;
-	__u32 slot = decap_vip_slot(w[0] ^ w[1] ^ w[2] ^ w[3]);
-	struct lb6_vip_slot *s = bpf_map_lookup_elem(&lb_decap_slots6, &slot);
-
-	if (s && s->count &&
-	    ((s->addr[0] == w[0] && s->addr[1] == w[1] && s->addr[2] == w[2] && s->addr[3] == w[3]) ||
-	     (s->count > 1 && bpf_map_lookup_elem(&lb_decap_vips6, inner_dst))))
+	if (vip_filter_has6(&lb_decap_slots6, LB_DECAP_VIP_SLOTS, &lb_decap_vips6, inner_dst))
 		return 1;
 	decap_count(LB_DECAP_NOT_VIP);
 	return 0;

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
-	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -22,11 +20,7 @@ import (
 type Decap struct {
 	objs   decapObjects
 	detach func() error
-
-	// the VIP filter's slots (bpf/lib/decap.h): how many there are, and the VIPs at each
-	mu        sync.Mutex
-	slots     uint32
-	slotAddrs map[vipSlotKey][]netip.Addr
+	vips   *vipFilter // the VIPs decapsulated (vipaddrs.go)
 }
 
 // LoadDecap loads the decapsulation programs and their maps; GUE packets are recognised
@@ -39,98 +33,20 @@ func LoadDecap(guePort uint16) (*Decap, error) {
 	if err := spec.Variables[decapVarDecapGuePort].Set(be16(guePort)); err != nil {
 		return nil, fmt.Errorf("set decap_gue_port: %w", err)
 	}
-	d := &Decap{slots: spec.Maps["lb_decap_slots4"].MaxEntries, slotAddrs: map[vipSlotKey][]netip.Addr{}}
+	d := &Decap{}
 	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
 		return nil, loadError("decap program", err)
 	}
+	d.vips = newVIPFilter("lb_decap", d.objs.LbDecapVips4, d.objs.LbDecapVips6, d.objs.LbDecapSlots4, d.objs.LbDecapSlots6)
 	return d, nil
 }
 
-// vipMap is the hash map of vip's family (lb_decap_vips4 keyed by the 4 address bytes,
-// lb_decap_vips6 by the 16) and vip's key in it.
-func (d *Decap) vipMap(vip netip.Addr) (*ebpf.Map, string, any) {
-	if vip.Is4() {
-		return d.objs.LbDecapVips4, "lb_decap_vips4", vip.As4()
-	}
-	return d.objs.LbDecapVips6, "lb_decap_vips6", vip.As16()
-}
-
-// vipSlot mirrors decap_vip_slot() of bpf/lib/decap.h over the address's words.
-func (d *Decap) vipSlot(vip netip.Addr) vipSlotKey {
-	w := addrWords(vip)
-	x := w[0] ^ w[1] ^ w[2] ^ w[3]
-	return vipSlotKey{v6: vip.Is6(), slot: (x ^ x>>16) & (d.slots - 1)}
-}
-
-// putSlot writes the slot holding addrs (none: an empty slot).
-func (d *Decap) putSlot(k vipSlotKey, addrs []netip.Addr) error {
-	var err error
-	if k.v6 {
-		v := decapLb6VipSlot{Count: uint32(len(addrs))}
-		if len(addrs) > 0 {
-			v.Addr = addrWords(addrs[0])
-		}
-		err = d.objs.LbDecapSlots6.Put(k.slot, v)
-	} else {
-		v := decapLb4VipSlot{Count: uint32(len(addrs))}
-		if len(addrs) > 0 {
-			v.Addr = addrWords(addrs[0])[0]
-		}
-		err = d.objs.LbDecapSlots4.Put(k.slot, v)
-	}
-	if err != nil {
-		return fmt.Errorf("lb_decap_slots put %d: %w", k.slot, err)
-	}
-	return nil
-}
-
 // AddVIP lets packets whose inner destination is vip be decapsulated.
-func (d *Decap) AddVIP(vip netip.Addr) error {
-	vip = vip.Unmap()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	// the hash map first: a slot that says "shared" must find every address there
-	m, name, key := d.vipMap(vip)
-	if err := m.Put(key, uint32(1)); err != nil {
-		return fmt.Errorf("%s put %s: %w", name, vip, err)
-	}
-	k := d.vipSlot(vip)
-	if slices.Contains(d.slotAddrs[k], vip) {
-		return nil
-	}
-	addrs := append(slices.Clone(d.slotAddrs[k]), vip)
-	if err := d.putSlot(k, addrs); err != nil {
-		return err
-	}
-	d.slotAddrs[k] = addrs
-	return nil
-}
+func (d *Decap) AddVIP(vip netip.Addr) error { return d.vips.put(vip.Unmap(), 1) }
 
 // RemoveVIP stops decapsulating packets for vip; removing a VIP that is not there is
 // not an error (the map is what the caller wants either way).
-func (d *Decap) RemoveVIP(vip netip.Addr) error {
-	vip = vip.Unmap()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	k := d.vipSlot(vip)
-	if i := slices.Index(d.slotAddrs[k], vip); i >= 0 {
-		// the slot first: it must never send an address to the hash map that lacks it
-		addrs := slices.Delete(slices.Clone(d.slotAddrs[k]), i, i+1)
-		if err := d.putSlot(k, addrs); err != nil {
-			return err
-		}
-		if len(addrs) == 0 {
-			delete(d.slotAddrs, k)
-		} else {
-			d.slotAddrs[k] = addrs
-		}
-	}
-	m, name, key := d.vipMap(vip)
-	if err := m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("%s delete %s: %w", name, vip, err)
-	}
-	return nil
-}
+func (d *Decap) RemoveVIP(vip netip.Addr) error { return d.vips.remove(vip.Unmap()) }
 
 // AttachTC attaches the tc program to iface's ingress: tcx where the kernel has it
 // (6.6+), otherwise a clsact qdisc with a direct-action filter, which every kernel since

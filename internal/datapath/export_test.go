@@ -8,7 +8,7 @@ import (
 )
 
 // VIPSlot exposes the VIP address filter's slot function to the tests.
-func VIPSlot(a netip.Addr) uint32 { return vipSlot(a) }
+func VIPSlot(a netip.Addr) uint32 { return vipSlot(a, vipSlots) }
 
 // WithKernelHZ runs f with LoadLB seeing hz as the kernel's HZ (0: unknown).
 func WithKernelHZ(hz uint32, f func()) {
@@ -83,4 +83,4 @@ func (lb *LB) ForgetNATFlow(f Flow) error { return lb.objs.LbNatFlows.Delete(f.k
 const SYNSlots = 16384
 
 // DecapVIPSlot exposes the decapsulation's VIP slot function to the tests.
-func (d *Decap) DecapVIPSlot(a netip.Addr) uint32 { return d.vipSlot(a).slot }
+func (d *Decap) DecapVIPSlot(a netip.Addr) uint32 { return d.vips.slotOf(a).slot }

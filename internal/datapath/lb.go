@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -32,9 +31,7 @@ type LB struct {
 	services uint32        // capacity in services (ids 1..services-1)
 	backends uint32        // capacity in backend slots (ids 1..backends-1)
 	links    map[string]link.Link
-
-	vipMu        sync.Mutex
-	vipSlotAddrs map[vipSlotKey][]netip.Addr // the VIP addresses of each used filter slot (vipaddrs.go)
+	vips     *vipFilter // the VIP address filter (vipaddrs.go)
 }
 
 // XDP attach modes as the kernel names them.
@@ -66,7 +63,7 @@ func LoadLB(opts Options) (*LB, error) {
 	if opts.FlowTableSize > 0 {
 		spec.Maps[lbMapLbFlows].MaxEntries = opts.FlowTableSize
 	}
-	lb := &LB{links: map[string]link.Link{}, vipSlotAddrs: map[vipSlotKey][]netip.Addr{},
+	lb := &LB{links: map[string]link.Link{},
 		services: cmp.Or(opts.MaxServices, MaxServices), backends: cmp.Or(opts.MaxBackends, MaxBackends)}
 	for _, m := range []string{lbMapLbVips, lbMapLbMaglev, lbMapLbServiceStats} {
 		spec.Maps[m].MaxEntries = lb.services
@@ -86,6 +83,7 @@ func LoadLB(opts Options) (*LB, error) {
 	if err := spec.LoadAndAssign(&lb.objs, nil); err != nil {
 		return nil, loadError("XDP program", err)
 	}
+	lb.vips = newVIPFilter("lb_vip", lb.objs.Lb4VipAddrs, lb.objs.Lb6VipAddrs, lb.objs.Lb4VipSlots, lb.objs.Lb6VipSlots)
 	return lb, nil
 }
 

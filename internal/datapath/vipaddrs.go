@@ -5,22 +5,26 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 
 	"github.com/cilium/ebpf"
 )
 
-// The VIP address filter (bpf/lib/vipaddr.h): lb4/lb6_vip_addrs hold every VIP address,
-// and in front of them the arrays lb4/lb6_vip_slots hold, at each address's slot, one of
-// the addresses hashing there and how many do. The program asks the hash map only for a
-// slot more than one address shares; the LB, their only writer, remembers which.
+// A VIP filter (bpf/lib/vipfilter.h): per family a hash map holding every address, and
+// in front of it an array of slots holding, at each address's slot, one of the
+// addresses hashing there and how many do. The program asks the hash map only for a
+// slot more than one address shares; the writer below, the filter's only one,
+// remembers which. The node's filter (lb4/lb6_vip_addrs and _slots) and the backend
+// agent's (lb_decap_vips4/6 and lb_decap_slots4/6) are two of these.
 
 const vipSlots = uint32(lbLbSharedLB_VIP_SLOTS)
 
-// vipSlot mirrors vip_slot() of bpf/lib/vipaddr.h over the address's words.
-func vipSlot(a netip.Addr) uint32 {
+// vipSlot mirrors vip_slot() of bpf/lib/vipfilter.h over the address's words, for a
+// filter of `slots` slots (a power of two).
+func vipSlot(a netip.Addr, slots uint32) uint32 {
 	w := addrWords(a)
 	x := w[0] ^ w[1] ^ w[2] ^ w[3]
-	return (x ^ x>>16) & (vipSlots - 1)
+	return (x ^ x>>16) & (slots - 1)
 }
 
 type vipSlotKey struct {
@@ -28,77 +32,109 @@ type vipSlotKey struct {
 	slot uint32
 }
 
-// vipAddrsMap returns the address filter of addr's family and addr as its key (the
-// bytes on the wire).
-func (lb *LB) vipAddrsMap(addr netip.Addr) (*ebpf.Map, any) {
-	if addr.Is4() {
-		return lb.objs.Lb4VipAddrs, addr.As4()
-	}
-	return lb.objs.Lb6VipAddrs, addr.As16()
+// vipFilter writes one VIP filter's four maps.
+type vipFilter struct {
+	name           string // the maps' common prefix, for errors
+	addrs4, addrs6 *ebpf.Map
+	slots4, slots6 *ebpf.Map
+	slots          uint32
+
+	mu        sync.Mutex
+	slotAddrs map[vipSlotKey][]netip.Addr // the addresses of each used slot
 }
 
-// PutVIPAddr marks addr as carrying `services` services (> 0).
-func (lb *LB) PutVIPAddr(addr netip.Addr, services uint32) error {
-	m, key := lb.vipAddrsMap(addr)
-	if err := m.Put(key, services); err != nil {
-		return fmt.Errorf("lb_vip_addrs put %s: %w", addr, err)
+func newVIPFilter(name string, addrs4, addrs6, slots4, slots6 *ebpf.Map) *vipFilter {
+	return &vipFilter{name: name, addrs4: addrs4, addrs6: addrs6, slots4: slots4, slots6: slots6,
+		slots: slots4.MaxEntries(), slotAddrs: map[vipSlotKey][]netip.Addr{}}
+}
+
+func (f *vipFilter) slotOf(a netip.Addr) vipSlotKey {
+	return vipSlotKey{a.Is6(), vipSlot(a, f.slots)}
+}
+
+// addrsMap returns the hash map of a's family and a as its key (the bytes on the wire).
+func (f *vipFilter) addrsMap(a netip.Addr) (*ebpf.Map, any) {
+	if a.Is4() {
+		return f.addrs4, a.As4()
 	}
+	return f.addrs6, a.As16()
+}
+
+// put adds a (unmapped) with value (the node: how many services it carries; the agent: 1).
+func (f *vipFilter) put(a netip.Addr, value uint32) error {
+	m, key := f.addrsMap(a)
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	// the hash map first: a slot that says "shared" must find every address there
-	lb.vipMu.Lock()
-	defer lb.vipMu.Unlock()
-	k := vipSlotKey{addr.Is6(), vipSlot(addr)}
-	if slices.Contains(lb.vipSlotAddrs[k], addr) {
+	if err := m.Put(key, value); err != nil {
+		return fmt.Errorf("%s addresses: put %s: %w", f.name, a, err)
+	}
+	k := f.slotOf(a)
+	if slices.Contains(f.slotAddrs[k], a) {
 		return nil
 	}
-	addrs := append(lb.vipSlotAddrs[k], addr)
-	if err := lb.putVIPSlot(k, addrs); err != nil {
+	addrs := append(slices.Clone(f.slotAddrs[k]), a)
+	if err := f.putSlot(k, addrs); err != nil {
 		return err
 	}
-	lb.vipSlotAddrs[k] = addrs
+	f.slotAddrs[k] = addrs
 	return nil
 }
 
-func (lb *LB) DeleteVIPAddr(addr netip.Addr) error {
-	lb.vipMu.Lock()
-	defer lb.vipMu.Unlock()
-	k := vipSlotKey{addr.Is6(), vipSlot(addr)}
-	if i := slices.Index(lb.vipSlotAddrs[k], addr); i >= 0 {
+// remove takes a out; an address that is not there is not an error (the maps are what
+// the caller wants either way).
+func (f *vipFilter) remove(a netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := f.slotOf(a)
+	if i := slices.Index(f.slotAddrs[k], a); i >= 0 {
 		// the slot first: it must never send an address to the hash map that lacks it
-		addrs := slices.Delete(slices.Clone(lb.vipSlotAddrs[k]), i, i+1)
-		if err := lb.putVIPSlot(k, addrs); err != nil {
+		addrs := slices.Delete(slices.Clone(f.slotAddrs[k]), i, i+1)
+		if err := f.putSlot(k, addrs); err != nil {
 			return err
 		}
 		if len(addrs) == 0 {
-			delete(lb.vipSlotAddrs, k)
+			delete(f.slotAddrs, k)
 		} else {
-			lb.vipSlotAddrs[k] = addrs
+			f.slotAddrs[k] = addrs
 		}
 	}
-	m, key := lb.vipAddrsMap(addr)
+	m, key := f.addrsMap(a)
 	if err := m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("lb_vip_addrs delete %s: %w", addr, err)
+		return fmt.Errorf("%s addresses: delete %s: %w", f.name, a, err)
 	}
 	return nil
 }
 
-// putVIPSlot writes the slot holding addrs (none: an empty slot).
-func (lb *LB) putVIPSlot(k vipSlotKey, addrs []netip.Addr) error {
+// putSlot writes the slot holding addrs (none: an empty slot). Both filters' slots are
+// the same C structs (struct lb4_vip_slot, lb6_vip_slot).
+func (f *vipFilter) putSlot(k vipSlotKey, addrs []netip.Addr) error {
 	var err error
 	if k.v6 {
 		v := lbLb6VipSlot{Count: uint32(len(addrs))}
 		if len(addrs) > 0 {
 			v.Addr = addrWords(addrs[0])
 		}
-		err = lb.objs.Lb6VipSlots.Put(k.slot, v)
+		err = f.slots6.Put(k.slot, v)
 	} else {
 		v := lbLb4VipSlot{Count: uint32(len(addrs))}
 		if len(addrs) > 0 {
 			v.Addr = addrWords(addrs[0])[0]
 		}
-		err = lb.objs.Lb4VipSlots.Put(k.slot, v)
+		err = f.slots4.Put(k.slot, v)
 	}
 	if err != nil {
-		return fmt.Errorf("lb_vip_slots put %d: %w", k.slot, err)
+		return fmt.Errorf("%s slots: put %d: %w", f.name, k.slot, err)
 	}
 	return nil
+}
+
+// PutVIPAddr marks addr as carrying `services` services (> 0).
+func (lb *LB) PutVIPAddr(addr netip.Addr, services uint32) error {
+	return lb.vips.put(addr, services)
+}
+
+// DeleteVIPAddr takes addr out of the node's VIP filter.
+func (lb *LB) DeleteVIPAddr(addr netip.Addr) error {
+	return lb.vips.remove(addr)
 }
