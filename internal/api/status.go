@@ -17,6 +17,20 @@ type Status struct {
 	ReloadFailures   uint64            `json:"reload_failures"`
 	Config           ConfigInfo        `json:"config"`          // the config file the node runs
 	Fleet            *FleetState       `json:"fleet,omitempty"` // absent without a fleet section
+	// Kubernetes is absent without a kubernetes section
+	Kubernetes *KubernetesState `json:"kubernetes,omitempty"`
+}
+
+// KubernetesState is a node's view of the cluster it takes its services from: what it
+// serves, and what it left out and why (a Service of a family the node has no address
+// of, one whose addresses or ports it cannot take), which is otherwise only in its log.
+type KubernetesState struct {
+	Synced    bool     `json:"synced"`    // the caches have been filled once
+	Reachable bool     `json:"reachable"` // the API server answered the last probe
+	Services  int      `json:"services"`  // manifold services taken from the cluster
+	Skipped   []string `json:"skipped"`   // one line each: what is not served, and why
+	Submitted uint64   `json:"submitted"` // updates the node applied
+	Refused   uint64   `json:"refused"`   // updates the node refused (logged; the next change tries again)
 }
 
 // FleetState is a node's view of the fleet store.

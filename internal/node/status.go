@@ -31,6 +31,7 @@ func (n *Node) Status() api.Status {
 	st.Reloads, st.ReloadFailures = n.file.Reloads()
 	st.Config = api.Info(n.file.Store())
 	st.Fleet = n.fleetState()
+	st.Kubernetes = n.kubeState()
 	checks := map[health.Target]health.Status{}
 	for _, s := range n.checker.Status() {
 		checks[s.Target] = s
@@ -185,4 +186,14 @@ func (n *Node) Fleet(ctx context.Context) (api.FleetStatus, error) {
 		return api.FleetStatus{}, api.ErrNoFleet
 	}
 	return n.fleet.Fleet(ctx)
+}
+
+// kubeState is the kubernetes part of the status (nil without a kubernetes section).
+func (n *Node) kubeState() *api.KubernetesState {
+	if n.kube == nil {
+		return nil
+	}
+	s, _ := n.kube.State()
+	return &api.KubernetesState{Synced: s.Synced, Reachable: s.Reachable, Services: len(s.Services),
+		Skipped: append([]string{}, s.Skipped...), Submitted: s.Submitted, Refused: s.Refused}
 }

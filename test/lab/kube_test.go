@@ -173,6 +173,14 @@ func TestKubernetes(t *testing.T) {
 		t.Logf("%s: on the node %v after the API change", what, time.Since(since).Round(time.Millisecond))
 	}
 	weights("weights = ready endpoints per Node", assigned, programWithin, map[string]uint32{bes[0].Addr4.String(): 2, bes[1].Addr4.String(): 1})
+	// the node's status says where its services come from
+	if st, err := nodeAPI.Status(); err != nil {
+		t.Fatal(err)
+	} else if k := st.Kubernetes; k == nil || !k.Synced || k.Services < 1 || k.Submitted < 1 || k.Skipped == nil {
+		t.Errorf("status.kubernetes = %+v, want synced, at least the one service submitted, skipped a list", k)
+	} else {
+		t.Logf("status.kubernetes: %d services, %d updates applied, %d refused, skipped %q", k.Services, k.Submitted, k.Refused, k.Skipped)
+	}
 
 	url := URL(vip, 80)
 	reach := func(want ...string) {
