@@ -108,6 +108,17 @@ var (
 		"Revisions of the services the node is behind the fleet store, as last seen.")
 	fleetConflictsDesc = desc("manifold_fleet_write_conflicts_total",
 		"API writes refused because another write reached the fleet store first.")
+
+	kubeSyncedDesc = desc("manifold_kubernetes_synced",
+		"1 once the node's Kubernetes caches have been filled (its services are the cluster's), else 0.")
+	kubeReachableDesc = desc("manifold_kubernetes_api_reachable",
+		"1 while the Kubernetes API server answers the node's probe, else 0 (the node serves what it has).")
+	kubeServicesDesc = desc("manifold_kubernetes_services",
+		"Services the node takes from the cluster (one per Service port with an address).")
+	kubeSkippedDesc = desc("manifold_kubernetes_skipped",
+		"What the node leaves out of the cluster's Services, and logs why (GET /api/v1/status: kubernetes.skipped).")
+	kubeUpdatesDesc = desc("manifold_kubernetes_updates_total",
+		"Updates from the cluster the node applied or refused (logged; the next change tries again).", "result")
 	steeringShareDesc = desc("manifold_steering_share",
 		"Fraction of a site's new flows that global steering sends to an origin (a node reports its own site's, the leading controller every site's).", "service", "site", "origin")
 	steeringTargetDesc = desc("manifold_steering_target",
@@ -147,6 +158,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 		flowsDesc, flowSizeDesc, checksDesc, checkFailuresDesc, checkUpDesc, checkLatencyDesc, peerUpDesc,
 		updatesSentDesc, updatesReceivedDesc, reloadsDesc, reloadFailuresDesc, apiDesc,
 		fleetRevisionDesc, fleetReachableDesc, fleetStaleDesc, fleetLagDesc, fleetConflictsDesc, steeringShareDesc, steeringTargetDesc,
+		kubeSyncedDesc, kubeReachableDesc, kubeServicesDesc, kubeSkippedDesc, kubeUpdatesDesc,
 		tunnelConnectorsDesc, tunnelCapacityDesc, tunnelServiceOpenDesc, tunnelOpenDesc, tunnelStreamsDesc, tunnelBytesDesc, tunnelRTTDesc,
 		tunnelsAttachedDesc, tunnelsGoneDesc, tunnelsRefusedDesc, tunnelRetriesDesc, tunnelClientsRefusedDesc} {
 		ch <- d
@@ -206,6 +218,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(fleetStaleDesc, since)
 		gauge(fleetLagDesc, float64(max(0, f.StoreRevision-f.AppliedRevision)))
 		counter(fleetConflictsDesc, f.WriteConflicts)
+	}
+	if k := st.Kubernetes; k != nil {
+		gauge(kubeSyncedDesc, bit(k.Synced))
+		gauge(kubeReachableDesc, bit(k.Reachable))
+		gauge(kubeServicesDesc, float64(k.Services))
+		gauge(kubeSkippedDesc, float64(len(k.Skipped)))
+		counter(kubeUpdatesDesc, k.Submitted, "applied")
+		counter(kubeUpdatesDesc, k.Refused, "refused")
 	}
 	if sr := s.Steering; sr != nil {
 		for _, sv := range sr.Services {

@@ -181,6 +181,17 @@ func TestKubernetes(t *testing.T) {
 	} else {
 		t.Logf("status.kubernetes: %d services, %d updates applied, %d refused, skipped %q", k.Services, k.Submitted, k.Refused, k.Skipped)
 	}
+	// and its metrics
+	if _, families, err := Scrape(lb1, "127.0.0.1:9100"); err != nil {
+		t.Error(err)
+	} else {
+		synced, _ := MetricValue(families, "manifold_kubernetes_synced", nil)
+		services, _ := MetricValue(families, "manifold_kubernetes_services", nil)
+		applied, _ := MetricValue(families, "manifold_kubernetes_updates_total", map[string]string{"result": "applied"})
+		if synced != 1 || services < 1 || applied < 1 {
+			t.Errorf("metrics: manifold_kubernetes_synced %v, _services %v, _updates_total{applied} %v; want 1, ≥ 1, ≥ 1", synced, services, applied)
+		}
+	}
 
 	url := URL(vip, 80)
 	reach := func(want ...string) {
