@@ -48,6 +48,14 @@ static __always_inline int take_choice(const struct lb_packet *pkt, const struct
 	return 1;
 }
 
+/* Whether a SYN memory slot holds this very 5-tuple (compared as five words). */
+static __always_inline int syn_of_flow(const struct lb_packet *pkt, const struct lb_syn *s)
+{
+	const __u64 *a = (const void *)&pkt->flow, *b = (const void *)&s->flow;
+
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4];
+}
+
 /* Whether a flow entry belongs to an earlier connection on the same 5-tuple (a client
  * reusing its port): a fresh SYN of this very 5-tuple sits in the entry's SYN slot,
  * not yet taken by an ACK. The SYN does not probe the flow table for such an entry (a
@@ -63,17 +71,11 @@ static __always_inline int flow_superseded(const struct lb_packet *pkt, const st
 {
 	__u32 slot = f->syn_slot;
 	const struct lb_syn *s;
-	const __u64 *a = (const void *)&pkt->flow, *b;
 
 	if (pkt->flow.proto != IPPROTO_TCP)
 		return 0;
 	s = bpf_map_lookup_elem(&lb_syns, &slot);
-	if (!s)
-		return 0;
-	b = (const void *)&s->flow;
-	if (a[0] != b[0] || a[1] != b[1] || a[2] != b[2] || a[3] != b[3] || a[4] != b[4])
-		return 0;
-	return lb_now() - s->at <= lb_ticks(LB_SYN_MEMORY_NS);
+	return s && syn_of_flow(pkt, s) && lb_now() - s->at <= lb_ticks(LB_SYN_MEMORY_NS);
 }
 
 /* The flow table's answer. Looked up before the service itself, so an established
@@ -192,16 +194,11 @@ static __always_inline int syn_recall(const struct lb_packet *pkt, const struct 
 				      __u32 hash, struct lb_choice *c)
 {
 	struct lb_syn *s = syn_slot(pkt, vip, hash);
-	const __u64 *a = (const void *)&pkt->flow;
-	__u64 *b;
 
-	if (!s || lb_now() - s->at > lb_ticks(LB_SYN_MEMORY_NS))
-		return 0;
-	b = (void *)&s->flow;
-	if (a[0] != b[0] || a[1] != b[1] || a[2] != b[2] || a[3] != b[3] || a[4] != b[4] ||
+	if (!s || lb_now() - s->at > lb_ticks(LB_SYN_MEMORY_NS) || !syn_of_flow(pkt, s) ||
 	    s->choice.service_id != vip->service_id)
 		return 0;
-	b[0] = 0;
+	*(__u64 *)&s->flow = 0; /* taken */
 	return take_choice(pkt, &s->choice, c);
 }
 
