@@ -111,9 +111,9 @@ static __always_inline void *decap_gue_inner(void *l4, void *data_end)
 /* The Ethernet frame from data to data_end, whoever holds it (an skb at tc, an
  * xdp_buff at XDP): returns the number of outer bytes after the Ethernet header to
  * strip, 0 to leave the packet alone. When it returns more than 0, *counter is the
- * kind of encapsulation and *inner_proto the EtherType of the inner packet. */
-static __always_inline int decap_outer_len(void *data, void *data_end, enum lb_decap_counter *counter,
-					   __be16 *inner_proto)
+ * kind of encapsulation. The inner packet is always of the outer's family (the parser
+ * takes no other), so the Ethernet header stays valid as it is. */
+static __always_inline int decap_outer_len(void *data, void *data_end, enum lb_decap_counter *counter)
 {
 	struct ethhdr *eth = data;
 
@@ -142,7 +142,6 @@ static __always_inline int decap_outer_len(void *data, void *data_end, enum lb_d
 		}
 		if ((void *)(inner + 1) > data_end || inner->version != 4)
 			return 0;
-		*inner_proto = bpf_htons(ETH_P_IP);
 		return decap_is_vip4(&inner->daddr) ? olen : 0;
 	}
 	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
@@ -166,18 +165,15 @@ static __always_inline int decap_outer_len(void *data, void *data_end, enum lb_d
 		}
 		if ((void *)(inner + 1) > data_end || inner->version != 6)
 			return 0;
-		*inner_proto = bpf_htons(ETH_P_IPV6);
 		return decap_is_vip6(&inner->daddr) ? olen : 0;
 	}
 	return 0;
 }
 
-/* tc ingress: the skb's MAC header moves, its protocol stays (the inner packet is of
- * the outer's family: the parser accepts no other). */
+/* tc ingress: the skb's MAC header moves, its protocol stays. */
 static __always_inline int decap_tc(struct __sk_buff *skb)
 {
 	enum lb_decap_counter counter = LB_DECAP_MAX;
-	__be16 inner_proto;
 	int len;
 
 	/* Only a packet with paged data needs pulling: the helper is a quarter of what
@@ -185,7 +181,7 @@ static __always_inline int decap_tc(struct __sk_buff *skb)
 	 * in IPIP is 74 bytes) would call it for nothing. */
 	if (skb->data + DECAP_PULL_LEN > skb->data_end && skb->data_end - skb->data < skb->len)
 		bpf_skb_pull_data(skb, DECAP_PULL_LEN); /* best effort: short packets stay short */
-	len = decap_outer_len((void *)(long)skb->data, (void *)(long)skb->data_end, &counter, &inner_proto);
+	len = decap_outer_len((void *)(long)skb->data, (void *)(long)skb->data_end, &counter);
 	if (!len)
 		return TC_ACT_OK;
 	if (bpf_skb_adjust_room(skb, -len, BPF_ADJ_ROOM_MAC, 0)) {
@@ -196,24 +192,23 @@ static __always_inline int decap_tc(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
-/* XDP: the packet's start moves forward by the outer length, and the Ethernet header
- * (the MACs as received, the inner packet's EtherType) is written in front of the inner
- * packet. The MACs are kept on the stack across bpf_xdp_adjust_head, so that a refused
- * adjustment leaves the frame as it came. Everything passes to the stack. */
+/* XDP: the packet's start moves forward by the outer length, and the Ethernet header as
+ * received is written again in front of the inner packet. It is kept on the stack
+ * across bpf_xdp_adjust_head, so that a refused adjustment leaves the frame as it came.
+ * Everything passes to the stack. */
 static __always_inline int decap_xdp(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	enum lb_decap_counter counter = LB_DECAP_MAX;
-	__u8 macs[2 * ETH_ALEN];
-	__be16 inner_proto;
+	struct ethhdr hdr;
 	struct ethhdr *eth;
 	int len;
 
-	len = decap_outer_len(data, data_end, &counter, &inner_proto);
+	len = decap_outer_len(data, data_end, &counter);
 	if (!len)
 		return XDP_PASS;
-	__builtin_memcpy(macs, data, sizeof(macs)); /* within the Ethernet header checked */
+	__builtin_memcpy(&hdr, data, sizeof(hdr)); /* the Ethernet header checked */
 	if (bpf_xdp_adjust_head(ctx, len)) {
 		decap_count(LB_DECAP_ERROR);
 		return XDP_PASS;
@@ -223,8 +218,7 @@ static __always_inline int decap_xdp(struct xdp_md *ctx)
 		decap_count(LB_DECAP_ERROR); /* cannot happen: the inner header was checked */
 		return XDP_PASS;
 	}
-	__builtin_memcpy(eth, macs, sizeof(macs));
-	eth->h_proto = inner_proto;
+	__builtin_memcpy(eth, &hdr, sizeof(hdr));
 	decap_count(counter);
 	return XDP_PASS;
 }
