@@ -130,7 +130,8 @@ func decapHooks(d *datapath.Decap) []decapHook {
 			}
 			return out, err
 		},
-		// the MACs as received, the inner packet's EtherType, the inner packet (without
+		// the Ethernet header as received (its EtherType the inner packet's, which is of
+		// the outer's family), the inner packet (without
 		// the padding of a short frame: the outer frame has none after it)
 		decapsulated: func(in, inner []byte) []byte { return append(slices.Clone(in[:12]), withoutPadding(inner)[12:]...) },
 		// byte for byte: nothing but the program touches an XDP frame

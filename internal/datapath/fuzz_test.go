@@ -186,8 +186,8 @@ func checkNodeAnswer(t *testing.T, in, out []byte, l2 int) {
 
 // FuzzDecap feeds arbitrary frames through the backend's two programs, tc and XDP: each
 // always lets the packet through; a packet it counts as decapsulated lost exactly its
-// outer headers (the XDP program also writes the inner packet's EtherType after the
-// MACs as received), any other is untouched.
+// outer headers (the XDP program writes the Ethernet header as received again in front
+// of the inner packet), any other is untouched.
 func FuzzDecap(f *testing.F) {
 	in4 := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 40000, DPort: 80, Flags: dptest.SYN}
 	in6 := dptest.Packet{Src: dptest.Client6, Dst: vip6, SPort: 40000, DPort: 80, Flags: dptest.SYN}
