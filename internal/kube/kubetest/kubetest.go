@@ -195,13 +195,21 @@ current-context: test
 	if c.Dyn, err = dynamic.NewForConfig(c.Admin); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := c.WaitReady(ctx); err != nil {
+	// Each phase has its own bound. Under `make test` the API server starts while
+	// other packages compile with -race on the same two cores, and its start once
+	// took most of a shared minute, leaving the CRD a second to be Established (CI,
+	// 2026-11-26). The bounds only end a wait that would never succeed.
+	started := time.Now()
+	readyCtx, cancelReady := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancelReady()
+	if err := c.WaitReady(readyCtx); err != nil {
 		return nil, err
 	}
-	if err := c.applyManifests(ctx, o.DeployDir); err != nil {
-		return nil, fmt.Errorf("apply deploy/kubernetes: %w", err)
+	ready := time.Since(started)
+	applyCtx, cancelApply := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancelApply()
+	if err := c.applyManifests(applyCtx, o.DeployDir); err != nil {
+		return nil, fmt.Errorf("apply deploy/kubernetes (the API server was ready after %s): %w", ready.Round(time.Millisecond), err)
 	}
 	ok = true
 	return c, nil
