@@ -112,7 +112,7 @@ const DataplaneMethod = "BPF_PROG_TEST_RUN on the XDP programs loaded into the k
 	"UDP and IPv6 with 10 backends on the default Maglev table for 10 backends (1021 slots; one " +
 	"more TCP service on the largest default, 65537 slots, for the SYN row that names it), IPIP unless named GUE or NAT " +
 	"(a NAT reply is a backend's answer to an established NAT flow, translated back to its client). The " +
-	"thread is pinned to one CPU, and the flow table (262144 entries, LRU lists per CPU) is filled " +
+	"thread is pinned to one CPU, and the flow table (262144 entries) is filled " +
 	"before the runs (by packets without SYN of flows never seen: a TCP flow is remembered from its " +
 	"first ACK, not its SYN), so that every new flow's first ACK evicts one as on a busy node."
 
@@ -202,8 +202,8 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 	// packet is made once that case has run.
 	replyTo := map[string]string{"NAT TCP reply": "NAT TCP established", "NAT IPv6 TCP reply": "NAT IPv6 TCP established"}
 	err = n.Do(func() error {
-		// One CPU: the flow table's LRU lists are per CPU, and a thread that moved
-		// between CPUs would measure two lists at different fill.
+		// One CPU: a thread that moved between CPUs would time each CPU's per-CPU
+		// counters and next-hop cache cold.
 		unpin, err := dptest.PinCPU(0)
 		if err != nil {
 			return err

@@ -32,8 +32,8 @@ type FloodResult struct {
 // spoofed SYNs, then as many spoofed ACKs, go through the program. Before the flood every backend the flows are on is
 // drained and as many new ones take the ring, so a flow that loses its flow-table entry
 // moves; the established flows send nothing during the flood (the worst case: an
-// active flow refreshes its LRU entry). Everything runs on one CPU, whose LRU list the
-// flood fills.
+// active flow refreshes its entry's last use). Everything runs on one CPU, whose share of
+// the new-flow bound the flood meets.
 func Flood(w io.Writer, flows, packets int) ([]FloodResult, error) {
 	var out []FloodResult
 	for _, kind := range []string{"SYN", "ACK"} {

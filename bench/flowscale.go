@@ -15,17 +15,16 @@ import (
 )
 
 // Established flows against the size of the flow table: the same packet path, but the
-// flow entry looked up is one of many in a full table, so the lookup misses the caches
+// flow entry looked up is one of many in a well-filled table, so the lookup misses the caches
 // the more often the larger the table.
 
 // FlowScaleMethod says how the flow-scale figures are measured.
 const FlowScaleMethod = "Flow scale: for each flow-table size, a fresh data plane with node.flow_table_size " +
-	"set to it and the services above; the table is filled by running one ACK per flow (its entry-opening packet) through the " +
-	"program on each CPU in turn (each CPU's LRU list holds its share of the entries, so the " +
-	"table ends full with no entry evicted). Then ACKs of `calls` distinct flows drawn at random " +
-	"from the table are timed as above, interleaved with the trivial XDP_TX program; every ACK " +
-	"must find its flow (the services' new-flow counters must not move). Memory per entry is the " +
-	"kernel's memlock figure of lb_flows over its entries."
+	"set to it and the services above; the table is filled to three quarters (flows for 75 % of its entries) by running one ACK per flow " +
+	"(its entry-opening packet) through the program, the CPUs in turn; the share of those flows the table then holds is reported. " +
+	"Then ACKs of `calls` flows drawn at random from the filled ones are timed as above, interleaved with the trivial XDP_TX " +
+	"program; at most 1 % of them may miss their flow (the services' new-flow counters count the misses), else the run fails. " +
+	"Memory per entry is the kernel's memlock figure of lb_flows over its entries."
 
 // FlowScaleSizes are the flow-table sizes measured.
 var FlowScaleSizes = []uint32{1 << 18, 1 << 20, 1 << 22}
@@ -54,7 +53,7 @@ func FlowScale(w io.Writer, calls, runs int) ([]Figure, error) {
 	}
 	WriteDataplaneTable(w, Part{Figures: figures}, "flow_scale", "× xdp_tx")
 	fmt.Fprintln(w)
-	WriteFigureTable(w, figuresOfMetric(figures, "bytes/entry"))
+	WriteFigureTable(w, append(figuresOfMetric(figures, "bytes/entry"), figuresOfMetric(figures, "%")...))
 	return figures, nil
 }
 
@@ -88,15 +87,22 @@ func flowScale(n *dptest.Net, ref *ebpf.Program, size uint32, calls, runs int) (
 		return nil, err
 	}
 	name := fmt.Sprintf("TCP established, %s table", entriesText(size))
+	filled := int(size) / 4 * 3
 	rng := rand.New(rand.NewPCG(uint64(size), 3))
 	acks := make([][]byte, calls)
 	for i := range acks {
-		src, port := flowSource(rng.IntN(int(size)))
+		src, port := flowSource(rng.IntN(filled))
 		acks[i] = dptest.Packet{Src: src, Dst: benchVIP4, SPort: port, DPort: 80, Flags: dptest.ACK, Payload: make([]byte, 6)}.Bytes()
 	}
-	var figures []Figure
+	var (
+		figures []Figure
+		held    int
+	)
 	err = n.Do(func() error {
-		if err := fillFlowTable(lb.Program(), n.Port0.Index, int(size)); err != nil {
+		if err := fillFlowTable(lb.Program(), n.Port0.Index, filled); err != nil {
+			return err
+		}
+		if held, err = lb.FlowCount(); err != nil {
 			return err
 		}
 		unpin, err := dptest.PinCPU(0)
@@ -119,8 +125,8 @@ func flowScale(n *dptest.Net, ref *ebpf.Program, size uint32, calls, runs int) (
 		if err != nil {
 			return err
 		}
-		if after != before {
-			return fmt.Errorf("%d of the timed ACKs found no flow entry: the table was not full of their flows", after-before)
+		if missed := after - before; missed > uint64(len(acks)*runs/100) {
+			return fmt.Errorf("%d of %d timed ACKs found no flow entry (the table held %d of %d flows)", missed, len(acks)*runs, held, filled)
 		}
 		return nil
 	})
@@ -130,12 +136,14 @@ func flowScale(n *dptest.Net, ref *ebpf.Program, size uint32, calls, runs int) (
 	perEntry := NewFigure("flow_scale", fmt.Sprintf("flow table memory, %s entries", entriesText(size)), "bytes/entry",
 		[]float64{float64(mem.Flows) / float64(size)})
 	perEntry.Note = fmt.Sprintf("%.0f MiB in all", mib(mem.Flows))
-	return append(figures, perEntry), nil
+	heldFig := NewFigure("flow_scale", fmt.Sprintf("flows held of a fill to 75 %%, %s entries", entriesText(size)), "%",
+		[]float64{100 * float64(held) / float64(filled)})
+	heldFig.Note = fmt.Sprintf("%d of %d", held, filled)
+	return append(figures, perEntry, heldFig), nil
 }
 
 // fillFlowTable opens flows 0..size-1 by one ACK each (a TCP flow is remembered from
-// its first packet without SYN), each CPU its share: the LRU lists are per CPU, each
-// with its share of the entries.
+// its first packet without SYN), each CPU its share, as a node's CPUs share its flows.
 func fillFlowTable(prog *ebpf.Program, ifindex, size int) error {
 	cpus, err := ebpf.PossibleCPU()
 	if err != nil {

@@ -7,11 +7,23 @@
 #define LB_MAX_VIP_ADDRS 16384
 #endif
 
-/* Default number of flow-table entries; the daemon overrides max_entries before load
- * from node.flow_table_size. */
+/* Default number of flow-table entries; the daemon sizes the table before load from
+ * node.flow_table_size (LB_FLOW_WAYS entries a bucket). */
 #ifndef LB_FLOW_TABLE_SIZE
 #define LB_FLOW_TABLE_SIZE 262144
 #endif
+
+/* Entries of a flow-table bucket (flowtable.h): a flow may sit in any of its bucket's
+ * ways, and a new flow evicts the least recently used of them. Four ways of one cache
+ * line each: a hit reads one to four lines, an insert into a table filled to 90 % still
+ * finds a free way in nearly every bucket. A power of two. */
+#define LB_FLOW_WAYS 4
+
+/* How often an established flow's entry records that it is in use, in ns. The store
+ * would dirty the entry's cache line on every packet (and bounce it between the CPUs a
+ * flow's packets arrive on); once a second keeps the least-recent choice of eviction
+ * honest to a second. */
+#define LB_FLOW_REFRESH_NS 1000000000ULL
 
 /* Egress ports the program may redirect to (devmap keyed by ifindex). */
 #ifndef LB_MAX_TX_PORTS

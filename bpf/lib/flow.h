@@ -3,6 +3,7 @@
 #ifndef LB_FLOW_H
 #define LB_FLOW_H
 
+#include "flowtable.h"
 #include "maps.h"
 #include "maglev.h"
 #include "node.h"
@@ -82,16 +83,17 @@ static __always_inline int flow_superseded(const struct lb_packet *pkt, const st
  * flow costs no service lookup at all. */
 static __always_inline int flow_lookup(const struct lb_packet *pkt, struct lb_choice *c)
 {
-	struct lb_flow *flow = bpf_map_lookup_elem(&lb_flows, &pkt->flow);
+	struct lb_flow flow;
 
-	return flow && !flow_superseded(pkt, flow) && take_choice(pkt, flow, c);
+	return flow_table_get(&pkt->flow, &flow) && !flow_superseded(pkt, &flow) && take_choice(pkt, &flow, c);
 }
 
 /* Whether one more new flow may go into the table this second (node.new_flow_rate).
  * Above the bound a flood of new flows (spoofed packets without SYN, random UDP;
- * spoofed SYNs insert nothing) cannot push the established flows out of the LRU table;
+ * spoofed SYNs insert nothing) cannot push the established flows out of the table;
  * the flows it leaves out are still forwarded, by Maglev, to the backend every node
- * picks, only not remembered (Katran's max_conn_rate). Counted per CPU, like the LRU lists it protects. */
+ * picks, only not remembered (Katran's max_conn_rate). Counted per CPU: a shared counter
+ * would bounce its cache line between the CPUs on every new flow. */
 static __always_inline int flow_insert_allowed(void)
 {
 	__u32 limit = node_settings.new_flows_per_cpu, zero = 0;
@@ -156,7 +158,7 @@ static __always_inline void flow_remember(const struct lb_packet *pkt, const str
 	};
 
 	if (flow_insert_allowed())
-		bpf_map_update_elem(&lb_flows, &pkt->flow, &entry, BPF_ANY);
+		flow_table_put(&pkt->flow, &entry);
 	c->new_flow = 1;
 }
 

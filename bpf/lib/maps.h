@@ -78,14 +78,15 @@ struct {
 	__type(value, struct lb_backend);
 } lb_backends SEC(".maps");
 
-/* Connection table. Shared hash with per-CPU LRU lists (BPF_F_NO_COMMON_LRU): no lock
- * contention between CPUs on insert, yet the daemon sees one table. */
+/* Connection table: buckets of LB_FLOW_WAYS entries in an array, probed and filled by
+ * the program's own inlined code (flowtable.h), where a hash map's lookup is a chain of
+ * kernel calls. Mappable, so that the daemon reads it with plain loads. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(map_flags, BPF_F_NO_COMMON_LRU);
-	__uint(max_entries, LB_FLOW_TABLE_SIZE);
-	__type(key, struct lb_flow_key);
-	__type(value, struct lb_flow);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, LB_FLOW_TABLE_SIZE / LB_FLOW_WAYS);
+	__type(key, __u32);
+	__type(value, struct lb_flow_bucket);
 } lb_flows SEC(".maps");
 
 /* NAT flows by their backend-side 4-tuple: replies are translated with it, and a

@@ -4,6 +4,7 @@
 #define LB_TYPES_H
 
 #include <linux/types.h>
+#include "consts.h"
 
 /* Address families as stored in keys: the IP version number, so a zero family marks an
  * unused or unset slot. Packed: one byte, as the structs hold it. */
@@ -104,6 +105,20 @@ struct lb_flow {
 	__u32 service_id; /* the backend slot must still belong to it (ids get reused) */
 	__u32 hash;       /* the flow's hash, kept so an established flow never recomputes it */
 	__u32 syn_slot;   /* the flow's slot in lb_syns: where a new SYN on its 5-tuple would be */
+};
+
+/* One way of a flow-table bucket: a flow's key and choice in one cache line. */
+struct lb_flow_entry {
+	struct lb_flow_key key;
+	struct lb_flow flow;
+	__u32 used;  /* flow_clock() when stored or last refreshed, never 0; 0: an empty way */
+	__u32 check; /* flow_check() of the key's hash and the choice: a way that two CPUs
+		      * wrote at once, its words mixed, fails it and is a miss */
+};
+
+/* lb_flows value: a bucket of the flow table (flowtable.h). */
+struct lb_flow_bucket {
+	struct lb_flow_entry way[LB_FLOW_WAYS];
 };
 
 /* A SYN's backend, kept in lb_syns until its handshake's ACK opens the flow entry. */

@@ -24,7 +24,7 @@ const (
 	DefaultFleetPrefix = "/manifold"
 	// node.api_token: empty, no token required.
 	DefaultAPIToken = ""
-	// node.flow_table_size: entries of the LRU flow table.
+	// node.flow_table_size: entries of the flow table.
 	DefaultFlowTableSize = 262144
 	// node.max_services and node.max_backends: what the data plane holds unless told
 	// otherwise (LB_MAX_SERVICES and LB_MAX_BACKENDS of bpf/lib/consts.h; a test in

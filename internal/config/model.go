@@ -91,7 +91,7 @@ type Node struct {
 	// API token, so that the token need not sit in the config file. At most one of
 	// APIToken and APITokenFile is set; the file is read when the node starts.
 	APITokenFile string
-	// FlowTableSize is the number of entries of the LRU flow table (5-tuple → backend).
+	// FlowTableSize is the number of entries of the flow table (5-tuple → backend; bpf/lib/flowtable.h).
 	FlowTableSize uint32
 	// MaxServices and MaxBackends size the data plane's maps of services and of
 	// (service, backend) slots, id 0 included (it means "none").

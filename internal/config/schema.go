@@ -67,7 +67,7 @@ var NodeSchema = []Field{
 		Doc: `default none; API writes need "Authorization: Bearer <token>" (reads too, off loopback)`},
 	{Path: "node.api_token_file", Type: TypeString, Example: `""`, Doc: "or: a file holding the token (not both); read at start"},
 	{Path: "node.flow_table_size", Type: TypeInt, Default: def(DefaultFlowTableSize), Range: &Range{MinFlowTableSize, MaxFlowTableSize},
-		Example: "262144", Doc: "entries of the LRU flow table"},
+		Example: "262144", Doc: "entries of the flow table"},
 	{Path: "node.max_services", Type: TypeInt, Default: def(DefaultMaxServices), Range: &Range{MinMaxServices, MaxMaxServices},
 		Example: "16384", Doc: "services the node holds, plus one; each costs about 24 bytes per CPU and 150 bytes besides"},
 	{Path: "node.max_backends", Type: TypeInt, Default: def(DefaultMaxBackends), Range: &Range{MinMaxBackends, MaxMaxBackends},

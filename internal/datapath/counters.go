@@ -123,18 +123,3 @@ func (lb *LB) Events() (map[string]uint64, error) {
 	}
 	return out, nil
 }
-
-// FlowCount walks the flow table and counts its entries (cost grows with the table:
-// for metrics scraped every few seconds, not for the packet path).
-func (lb *LB) FlowCount() (int, error) {
-	var (
-		k lbLbFlowKey
-		v lbLbFlow
-		n int
-	)
-	it := lb.objs.LbFlows.Iterate()
-	for it.Next(&k, &v) {
-		n++
-	}
-	return n, it.Err()
-}

@@ -2,6 +2,8 @@ package datapath
 
 import (
 	"errors"
+	"fmt"
+	"time"
 	"net/netip"
 
 	"github.com/cilium/ebpf"
@@ -21,21 +23,94 @@ func WithKernelHZ(hz uint32, f func()) {
 // ConfigHZ exposes the kernel config parser to the tests.
 var ConfigHZ = configHZ
 
-// FlowBackend returns the backend id the flow table holds for f, 0 when none.
-func (lb *LB) FlowBackend(f Flow) (uint32, error) {
-	var v lbLbFlow
-	if err := lb.objs.LbFlows.Lookup(f.key(), &v); err != nil {
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return 0, nil
+// flowEntry is f's entry in the flow table, found as the program finds it (nil when
+// neither of its buckets holds it).
+func (lb *LB) flowEntry(f Flow) (*lbLbFlowEntry, error) {
+	k := f.key()
+	h := flowKeyHash(k, lb.flowSeed)
+	for _, second := range []bool{false, true} {
+		var b lbLbFlowBucket
+		if err := lb.objs.LbFlows.Lookup(flowBucketIndex(h, second, lb.objs.LbFlows.MaxEntries()), &b); err != nil {
+			return nil, err
 		}
-		return 0, err
+		for w := range b.Way {
+			if b.Way[w].Key == k && b.Way[w].Used != 0 && b.Way[w].Check == flowCheck(h, b.Way[w].Flow) {
+				return &b.Way[w], nil
+			}
+		}
 	}
-	return v.BackendId, nil
+	return nil, nil
 }
 
-// PutFlow pins flow f to backend id of service serviceID, as if the program had seen it.
+// FlowBackend returns the backend id the flow table holds for f, 0 when none.
+func (lb *LB) FlowBackend(f Flow) (uint32, error) {
+	e, err := lb.flowEntry(f)
+	if err != nil || e == nil {
+		return 0, err
+	}
+	return e.Flow.BackendId, nil
+}
+
+// AgeFlow makes f's entry look last used d earlier than it was, as if its flow had
+// been idle that long.
+func (lb *LB) AgeFlow(f Flow, d time.Duration) error {
+	return lb.rewriteFlow(f, func(e *lbLbFlowEntry) {
+		if hz := kernelHZ(); hz != 0 {
+			e.Used -= uint32(d.Nanoseconds() * int64(hz) / int64(time.Second))
+		} else {
+			e.Used -= uint32(d.Nanoseconds() >> 20)
+		}
+	})
+}
+
+// TearFlow gives f's entry backend id without a check word for it, as two CPUs writing
+// the entry at once may leave it.
+func (lb *LB) TearFlow(f Flow, id uint32) error {
+	return lb.rewriteFlow(f, func(e *lbLbFlowEntry) { e.Flow.BackendId = id })
+}
+
+// RepinFlow gives f's entry backend id, its check word rewritten with it (a whole write).
+func (lb *LB) RepinFlow(f Flow, id uint32) error {
+	h := flowKeyHash(f.key(), lb.flowSeed)
+	return lb.rewriteFlow(f, func(e *lbLbFlowEntry) {
+		e.Flow.BackendId = id
+		e.Check = flowCheck(h, e.Flow)
+	})
+}
+
+// rewriteFlow changes f's entry in place with change.
+func (lb *LB) rewriteFlow(f Flow, change func(*lbLbFlowEntry)) error {
+	k := f.key()
+	h := flowKeyHash(k, lb.flowSeed)
+	for _, second := range []bool{false, true} {
+		i := flowBucketIndex(h, second, lb.objs.LbFlows.MaxEntries())
+		var b lbLbFlowBucket
+		if err := lb.objs.LbFlows.Lookup(i, &b); err != nil {
+			return err
+		}
+		for w := range b.Way {
+			if b.Way[w].Key == k && b.Way[w].Used != 0 {
+				change(&b.Way[w])
+				return lb.objs.LbFlows.Put(i, b)
+			}
+		}
+	}
+	return fmt.Errorf("flow %+v: no entry", f)
+}
+
+// PutFlow pins flow f to backend id of service serviceID, as if the program had seen
+// it (in the first way of its first bucket).
 func (lb *LB) PutFlow(f Flow, id, serviceID uint32) error {
-	return lb.objs.LbFlows.Put(f.key(), lbLbFlow{BackendId: id, ServiceId: serviceID, Hash: FlowHash(f, false)})
+	k := f.key()
+	h := flowKeyHash(k, lb.flowSeed)
+	i := flowBucketIndex(h, false, lb.objs.LbFlows.MaxEntries())
+	var b lbLbFlowBucket
+	if err := lb.objs.LbFlows.Lookup(i, &b); err != nil {
+		return err
+	}
+	fl := lbLbFlow{BackendId: id, ServiceId: serviceID, Hash: FlowHash(f, false)}
+	b.Way[0] = lbLbFlowEntry{Key: k, Flow: fl, Used: 1, Check: flowCheck(h, fl)}
+	return lb.objs.LbFlows.Put(i, b)
 }
 
 // NATEntry is the state of the NAT entry a backend's replies to node port nport

@@ -13,7 +13,7 @@ import (
 // the SYN memory, as for any flow older than a few seconds), moves the whole ring to a newcomer (so only the flow
 // table still knows where each flow goes), floods `n` spoofed TCP packets with the given
 // flags under the given new-flow bound, and returns the share of established flows that
-// kept their backend. All of it on one CPU: the table's LRU lists are per CPU.
+// kept their backend. All of it on one CPU: the new-flow bound is counted per CPU.
 func keptThroughFlood(t *testing.T, flows int, flags dptest.TCPFlags, n int, rate uint32) (float64, map[string]uint64) {
 	t.Helper()
 	b := newBench(t) // a 4096-entry table

@@ -32,6 +32,7 @@ type LB struct {
 	backends uint32        // capacity in backend slots (ids 1..backends-1)
 	links    map[string]link.Link
 	vips     *vipFilter // the VIP address filter (vipaddrs.go)
+	flowSeed uint64     // the flow table's hash seed (flowtable.go)
 }
 
 // XDP attach modes as the kernel names them.
@@ -61,9 +62,19 @@ func LoadLB(opts Options) (*LB, error) {
 		return nil, fmt.Errorf("set kernel_hz: %w", err)
 	}
 	if opts.FlowTableSize > 0 {
-		spec.Maps[lbMapLbFlows].MaxEntries = opts.FlowTableSize
+		spec.Maps[lbMapLbFlows].MaxEntries = flowBuckets(opts.FlowTableSize)
 	}
-	lb := &LB{links: map[string]link.Link{},
+	flowSeed, err := newFlowSeed()
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.Variables[lbVarFlowBuckets].Set(spec.Maps[lbMapLbFlows].MaxEntries); err != nil {
+		return nil, fmt.Errorf("set flow_buckets: %w", err)
+	}
+	if err := spec.Variables[lbVarFlowSeed].Set(flowSeed); err != nil {
+		return nil, fmt.Errorf("set flow_seed: %w", err)
+	}
+	lb := &LB{links: map[string]link.Link{}, flowSeed: flowSeed,
 		services: cmp.Or(opts.MaxServices, MaxServices), backends: cmp.Or(opts.MaxBackends, MaxBackends)}
 	for _, m := range []string{lbMapLbVips, lbMapLbMaglev, lbMapLbServiceStats} {
 		spec.Maps[m].MaxEntries = lb.services

@@ -114,6 +114,19 @@ type lbLbFlow struct {
 	SynSlot   uint32
 }
 
+type lbLbFlowBucket struct {
+	_   structs.HostLayout
+	Way [4]lbLbFlowEntry
+}
+
+type lbLbFlowEntry struct {
+	_     structs.HostLayout
+	Key   lbLbFlowKey
+	Flow  lbLbFlow
+	Used  uint32
+	Check uint32
+}
+
 type lbLbFlowKey struct {
 	_     structs.HostLayout
 	Src   [4]uint32
@@ -250,6 +263,8 @@ const (
 	lbMapLbTxPorts      = "lb_tx_ports"
 	lbMapLbVips         = "lb_vips"
 	lbProgManifoldLb    = "manifold_lb"
+	lbVarFlowBuckets    = "flow_buckets"
+	lbVarFlowSeed       = "flow_seed"
 	lbVarKernelHz       = "kernel_hz"
 	lbVarNodeAddr4      = "node_addr4"
 	lbVarNodeAddr6      = "node_addr6"
@@ -329,6 +344,8 @@ type lbMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbVariableSpecs struct {
+	FlowBuckets  *ebpf.VariableSpec `ebpf:"flow_buckets"`
+	FlowSeed     *ebpf.VariableSpec `ebpf:"flow_seed"`
 	KernelHz     *ebpf.VariableSpec `ebpf:"kernel_hz"`
 	NodeAddr4    *ebpf.VariableSpec `ebpf:"node_addr4"`
 	NodeAddr6    *ebpf.VariableSpec `ebpf:"node_addr6"`
@@ -402,6 +419,8 @@ func (m *lbMaps) Close() error {
 //
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbVariables struct {
+	FlowBuckets  *ebpf.Variable `ebpf:"flow_buckets"`
+	FlowSeed     *ebpf.Variable `ebpf:"flow_seed"`
 	KernelHz     *ebpf.Variable `ebpf:"kernel_hz"`
 	NodeAddr4    *ebpf.Variable `ebpf:"node_addr4"`
 	NodeAddr6    *ebpf.Variable `ebpf:"node_addr6"`

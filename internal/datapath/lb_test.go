@@ -49,13 +49,19 @@ func requireRoot(t testing.TB) {
 
 func newBench(t testing.TB) *bench {
 	t.Helper()
+	return newBenchWithFlows(t, 4096)
+}
+
+// newBenchWithFlows is newBench with a flow table of flowTableSize entries.
+func newBenchWithFlows(t testing.TB, flowTableSize uint32) *bench {
+	t.Helper()
 	requireRoot(t)
 	n, err := dptest.NewNet()
 	if err != nil {
 		t.Fatalf("test namespace: %v", err)
 	}
 	t.Cleanup(func() { n.Close() })
-	lb, err := datapath.LoadLB(datapath.Options{NodeAddr4: dptest.NodeAddr4, NodeAddr6: dptest.NodeAddr6, FlowTableSize: 4096})
+	lb, err := datapath.LoadLB(datapath.Options{NodeAddr4: dptest.NodeAddr4, NodeAddr6: dptest.NodeAddr6, FlowTableSize: flowTableSize})
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}

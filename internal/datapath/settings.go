@@ -32,8 +32,8 @@ const (
 )
 
 // PutSettings writes s into the loaded program's node settings. The bound is counted per
-// CPU, as the flow table's LRU lists are: each CPU may insert its share of NewFlowRate,
-// rounded up.
+// CPU (a shared counter would bounce its cache line between the CPUs on every new
+// flow): each CPU may insert its share of NewFlowRate, rounded up.
 func (lb *LB) PutSettings(s Settings) error {
 	var v lbLbSettings
 	if s.Entropy4.IsValid() {

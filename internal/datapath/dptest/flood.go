@@ -11,8 +11,7 @@ import (
 )
 
 // PinCPU binds the calling thread to one CPU and returns what undoes it. Flow-table
-// tests pin: the table's LRU lists are per CPU, and a flood only evicts entries of the
-// CPU it runs on.
+// tests pin: the new-flow bound is counted per CPU.
 func PinCPU(cpu int) (func(), error) {
 	var old, set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &old); err != nil {
