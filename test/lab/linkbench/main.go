@@ -292,6 +292,19 @@ func (b *bench) link(name string, n int) (sample, error) {
 // iperf runs the client in site A and returns its throughput and the CPU time of the
 // two processes given (0: none) and of the machine.
 func (b *bench) iperf(pidA, pidB int) (sample, error) {
+	// The server takes one test at a time and may still be closing the previous one
+	// ("the server is busy running a test"): that refusal ends at once, so ask again,
+	// for at most 10 s.
+	for try := 0; ; try++ {
+		s, err := b.iperfOnce(pidA, pidB)
+		if err == nil || !strings.Contains(err.Error(), "server is busy") || try == 50 {
+			return s, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (b *bench) iperfOnce(pidA, pidB int) (sample, error) {
 	a0, b0, m0 := procCPU(pidA), procCPU(pidB), machineCPU()
 	out, err := b.hostA.Output(hostprog.Iperf3, "-c", b.hostB.Addr4.String(), "-P", "8", "-t", strconv.Itoa(b.seconds), "-J")
 	if err != nil {
