@@ -28,20 +28,22 @@ const defaultAPI = "http://127.0.0.1:9100"
 type ctlCommand struct {
 	name, args, summary string
 	nargs               int
+	optional            int // of which the last this many may be left out
 }
 
 var ctlCommands = []ctlCommand{
-	{"status", "", "the node: interfaces, BGP, services and backends, flow table, drops", 0},
-	{"services", "", "every service, one line each", 0},
-	{"backends", "SERVICE", "the backends of a service: state, health, weight, traffic", 1},
-	{"drain", "SERVICE ADDRESS", "weight 0: the backend keeps its flows, gets no new ones", 2},
-	{"undrain", "SERVICE ADDRESS", "back to the weight it had before the drain", 2},
-	{"weight", "SERVICE ADDRESS WEIGHT", "set a backend's weight (0..65535)", 3},
-	{"config", "", "the config the node runs (secrets redacted)", 0},
-	{"fleet", "", "every node of the fleet: alive, applied revision, lag, agreement", 0},
-	{"steering", "", "global steering: per service, site and origin the share, target, load, RTT and why", 0},
-	{"tunnels", "", "the tunnel edge: services, connectors, streams, bytes, RTT, capacity in use, refusals", 0},
-	{"link", "", "a site-to-site link (manifold link): its tunnels, state, traffic, handshakes, probe RTT", 0},
+	{"status", "", "the node: interfaces, BGP, services and backends, flow table, drops", 0, 0},
+	{"services", "", "every service, one line each", 0, 0},
+	{"backends", "SERVICE", "the backends of a service: state, health, weight, traffic", 1, 0},
+	{"drain", "SERVICE ADDRESS", "weight 0: the backend keeps its flows, gets no new ones", 2, 0},
+	{"undrain", "SERVICE ADDRESS", "back to the weight it had before the drain", 2, 0},
+	{"weight", "SERVICE ADDRESS WEIGHT", "set a backend's weight (0..65535)", 3, 0},
+	{"config", "", "the config the node runs (secrets redacted)", 0, 0},
+	{"fleet", "", "every node of the fleet: alive, applied revision, lag, agreement", 0, 0},
+	{"steering", "", "global steering: per service, site and origin the share, target, load, RTT and why", 0, 0},
+	{"tunnels", "", "the tunnel edge: services, connectors, streams, bytes, RTT, capacity in use, refusals", 0, 0},
+	{"flows", "[SERVICE]", "the flow table: each flow's client, VIP, backend and idle time (the first 100)", 1, 1},
+	{"link", "", "a site-to-site link (manifold link): its tunnels, state, traffic, handshakes, probe RTT", 0, 0},
 }
 
 var ctlUsage = func() string {
@@ -105,16 +107,16 @@ func ctl(args []string, w io.Writer) error {
 	if cmd == "link" {
 		c.daemon = "manifold link"
 	}
-	n := -1
+	n, optional := -1, 0
 	for _, c := range ctlCommands {
 		if c.name == cmd {
-			n = c.nargs
+			n, optional = c.nargs, c.optional
 		}
 	}
 	if n < 0 {
 		return fmt.Errorf("unknown command %q\n%s", cmd, ctlUsage)
 	}
-	if len(params) != n {
+	if len(params) > n || len(params) < n-optional {
 		return fmt.Errorf("%s takes %d argument(s), got %d\n%s", cmd, n, len(params), ctlUsage)
 	}
 	svcPath := func(name string) string { return "/api/v1/services/" + url.PathEscape(name) }
@@ -138,6 +140,12 @@ func ctl(args []string, w io.Writer) error {
 		raw, err = c.call("GET", api.LinkPath, nil)
 	case "tunnels":
 		raw, err = c.call("GET", "/api/v1/tunnels", nil)
+	case "flows":
+		path := "/api/v1/flows"
+		if len(params) == 1 {
+			path += "?service=" + url.QueryEscape(params[0])
+		}
+		raw, err = c.call("GET", path, nil)
 	case "drain", "undrain":
 		raw, err = c.call("POST", svcPath(params[0])+"/backends/"+url.PathEscape(params[1])+"/"+cmd, nil)
 	case "weight":
@@ -205,6 +213,12 @@ func ctl(args []string, w io.Writer) error {
 			return badAnswer(err)
 		}
 		printTunnels(w, &st)
+	case "flows":
+		var v api.FlowsView
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return badAnswer(err)
+		}
+		printFlows(w, &v)
 	default: // drain, undrain, weight: the service as it is now
 		var s api.ServiceStatus
 		if err := json.Unmarshal(raw, &s); err != nil {

@@ -308,6 +308,24 @@ func printSteering(w io.Writer, st *api.SteeringStatus) {
 	tw.Flush()
 }
 
+func printFlows(w io.Writer, v *api.FlowsView) {
+	if len(v.Flows) == 0 {
+		fmt.Fprintf(w, "No flows (table of %d entries).\n", v.Size)
+		return
+	}
+	tw := table(w)
+	fmt.Fprintln(tw, "PROTO\tCLIENT\tVIP\tSERVICE\tBACKEND\tIDLE")
+	for _, f := range v.Flows {
+		idle := "-"
+		if f.IdleSeconds != nil {
+			idle = (time.Duration(*f.IdleSeconds * float64(time.Second))).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Protocol, f.Client, f.VIP, f.Service, f.Backend, idle)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n%d of %d flows shown (table of %d entries).\n", len(v.Flows), v.Total, v.Size)
+}
+
 func printTunnels(w io.Writer, st *api.TunnelsStatus) {
 	fmt.Fprintf(w, "Tunnel edge on %s (QUIC)\n\n", st.Listen)
 	tw := table(w)

@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -68,6 +69,10 @@ type Server struct {
 	// Tunnels is the node's tunnel edge (GET /api/v1/tunnels); nil on a node without a
 	// tunnels section.
 	Tunnels func() TunnelsStatus
+	// Flows lists the node's flow table (GET /api/v1/flows): up to limit entries, of
+	// one service or ("") of all; ErrNoSuchService for a service the node does not
+	// have. nil: the answer is 404.
+	Flows func(service string, limit int) (FlowsView, error)
 	// Token, when set, is required as "Authorization: Bearer TOKEN" by writes, and by
 	// reads too unless OpenReads (the API listens on loopback only).
 	Token     string
@@ -175,6 +180,32 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, s.Tunnels())
+	})
+	read("GET /api/v1/flows", func(w http.ResponseWriter, r *http.Request) {
+		limit := DefaultFlowLimit
+		if v := r.URL.Query().Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > MaxFlowLimit {
+				writeError(w, http.StatusBadRequest, store.Problem{Field: "limit",
+					Message: fmt.Sprintf("limit %q: must be a whole number 1..%d", v, MaxFlowLimit)})
+				return
+			}
+			limit = n
+		}
+		if s.Flows == nil {
+			writeError(w, http.StatusNotFound, store.Problem{Message: "this node has no data plane to list"})
+			return
+		}
+		service := r.URL.Query().Get("service")
+		v, err := s.Flows(service, limit)
+		switch {
+		case errors.Is(err, ErrNoSuchService):
+			writeError(w, http.StatusNotFound, store.Problem{Field: "service", Message: fmt.Sprintf("no service %q", service)})
+		case err != nil:
+			writeError(w, http.StatusInternalServerError, store.Problem{Message: err.Error()})
+		default:
+			writeJSON(w, http.StatusOK, v)
+		}
 	})
 	if s.Metrics != nil {
 		read("GET /metrics", s.Metrics.ServeHTTP)

@@ -449,6 +449,41 @@ func TestConformance(t *testing.T) {
 		e.do("GET", "/api/v1/tunnels", "", a)
 	}
 
+	// flows: the node's flow table, of one service or all, up to a limit
+	if x := e.do("GET", "/api/v1/flows", ""); x.Status != 404 {
+		t.Errorf("flows of a node without a data plane: %d %s", x.Status, x.Body)
+	}
+	var asked []string
+	e.srv.Flows = func(service string, limit int) (api.FlowsView, error) {
+		asked = append(asked, fmt.Sprintf("%s/%d", service, limit))
+		if service != "" && service != "web" {
+			return api.FlowsView{}, api.ErrNoSuchService
+		}
+		idle := 2.0
+		return api.FlowsView{Total: 7, Size: 262144, Flows: []api.FlowStatus{{Protocol: "tcp", Client: "203.0.113.7:40000",
+			VIP: "198.51.100.10:80", Service: "web", Backend: "10.0.1.1", IdleSeconds: &idle}}}, nil
+	}
+	if x := e.do("GET", "/api/v1/flows", ""); x.Status != 200 || decode[api.FlowsView](t, x).Flows[0].Backend != "10.0.1.1" {
+		t.Errorf("flows: %d %s", x.Status, x.Body)
+	}
+	if x := e.do("GET", "/api/v1/flows?service=web&limit=5", ""); x.Status != 200 || decode[api.FlowsView](t, x).Total != 7 {
+		t.Errorf("flows of web: %d %s", x.Status, x.Body)
+	}
+	if x := e.do("GET", "/api/v1/flows?service=nope", ""); x.Status != 404 {
+		t.Errorf("flows of an unknown service: %d %s", x.Status, x.Body)
+	}
+	for _, bad := range []string{"0", "10001", "ten"} {
+		if x := e.do("GET", "/api/v1/flows?limit="+bad, ""); x.Status != 400 {
+			t.Errorf("flows with limit %s: %d %s", bad, x.Status, x.Body)
+		}
+	}
+	if want := []string{"/100", "web/5", "nope/100"}; fmt.Sprint(asked) != fmt.Sprint(want) {
+		t.Errorf("the node was asked for %v, want %v (a bad limit asks nothing)", asked, want)
+	}
+	for _, a := range []string{"", "Bearer wrong"} {
+		e.do("GET", "/api/v1/flows", "", a)
+	}
+
 	if unseen := check.Unseen(); len(unseen) > 0 {
 		t.Errorf("documented responses never produced (document them only if the handlers can give them):\n%s", strings.Join(unseen, "\n"))
 	}

@@ -3,8 +3,8 @@ package datapath
 import (
 	"errors"
 	"fmt"
-	"time"
 	"net/netip"
+	"time"
 
 	"github.com/cilium/ebpf"
 )

@@ -1,10 +1,18 @@
 package datapath
 
 import (
+	"bufio"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // The flow table's layout and hash, as bpf/lib/flowtable.h has them: an array of
@@ -66,22 +74,132 @@ func flowCheck(h uint64, f lbLbFlow) uint32 {
 // FlowCount counts the table's entries in use, through its memory mapping (plain
 // loads, no system call per bucket; a 256 Ki-entry table is 16 MiB to read).
 func (lb *LB) FlowCount() (int, error) {
+	n := 0
+	err := lb.walkFlows(func([]byte) error { n++; return nil })
+	return n, err
+}
+
+// walkFlows calls visit with every way in use of the flow table (its bytes, valid for
+// the call only), read through the map's memory mapping a chunk at a time.
+func (lb *LB) walkFlows(visit func(entry []byte) error) error {
 	mm, err := lb.objs.LbFlows.Memory()
 	if err != nil {
-		return 0, fmt.Errorf("flow table: %w", err)
+		return fmt.Errorf("flow table: %w", err)
 	}
 	buf := make([]byte, 1<<16) // a whole number of entries
-	n := 0
 	for off := 0; off < int(mm.Size()); off += len(buf) {
 		chunk := buf[:min(len(buf), int(mm.Size())-off)]
 		if _, err := mm.ReadAt(chunk, int64(off)); err != nil {
-			return 0, fmt.Errorf("flow table: %w", err)
+			return fmt.Errorf("flow table: %w", err)
 		}
 		for e := 0; e+flowEntrySize <= len(chunk); e += flowEntrySize {
-			if binary.NativeEndian.Uint32(chunk[e+flowUsedAt:]) != 0 {
-				n++
+			if binary.NativeEndian.Uint32(chunk[e+flowUsedAt:]) == 0 {
+				continue
+			}
+			if err := visit(chunk[e : e+flowEntrySize]); err != nil {
+				return err
 			}
 		}
 	}
-	return n, nil
+	return nil
+}
+
+// FlowEntry is one entry of the flow table: a flow and the backend it is pinned to.
+type FlowEntry struct {
+	Src, Dst     netip.Addr
+	SPort, DPort uint16
+	Proto        uint8
+	ServiceID    uint32
+	BackendID    uint32
+	// Idle is how long ago a packet of the flow last refreshed the entry (refreshed at
+	// most once a second); -1 when the kernel's tick count could not be read.
+	Idle time.Duration
+}
+
+// Flows reads the flow table through its memory mapping and returns up to max of the
+// entries that keep accepts (given an entry's service and backend ids, it says whether
+// to list it and whether its addresses are IPv6), and how many entries it accepted in
+// all. An
+// entry torn by two CPUs writing it at once (its check word fails) is left out, as the
+// program ignores it. The walk reads the whole table: a diagnostic, not a hot path.
+func (lb *LB) Flows(max int, keep func(serviceID, backendID uint32) (ok, v6 bool)) ([]FlowEntry, int, error) {
+	now, nowErr := lb.flowClock()
+	out, total := []FlowEntry{}, 0
+	err := lb.walkFlows(func(entry []byte) error {
+		var ent lbLbFlowEntry
+		if _, err := binary.Decode(entry, binary.NativeEndian, &ent); err != nil {
+			return fmt.Errorf("flow table entry: %w", err)
+		}
+		ok, v6 := keep(ent.Flow.ServiceId, ent.Flow.BackendId)
+		if !ok || ent.Check != flowCheck(flowKeyHash(ent.Key, lb.flowSeed), ent.Flow) {
+			return nil
+		}
+		total++
+		if len(out) >= max {
+			return nil
+		}
+		f := FlowEntry{Src: wordsAddr(ent.Key.Src, v6), Dst: wordsAddr(ent.Key.Dst, v6),
+			SPort: be16(ent.Key.Sport), DPort: be16(ent.Key.Dport), Proto: ent.Key.Proto,
+			ServiceID: ent.Flow.ServiceId, BackendID: ent.Flow.BackendId, Idle: -1}
+		if nowErr == nil {
+			f.Idle = lb.flowTicks(now - ent.Used)
+		}
+		out = append(out, f)
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, total, nil
+}
+
+// wordsAddr is the address whose words (as addrWords gives them) are w.
+func wordsAddr(w [4]uint32, v6 bool) netip.Addr {
+	var b [16]byte
+	for i := range w {
+		binary.NativeEndian.PutUint32(b[4*i:], w[i])
+	}
+	if !v6 {
+		return netip.AddrFrom4([4]byte(b[:4]))
+	}
+	return netip.AddrFrom16(b)
+}
+
+// flowClock is flow_clock() of bpf/lib/flowtable.h read from user space: the kernel's
+// jiffies when the program keeps them, else CLOCK_MONOTONIC in units of 2^20 ns.
+func (lb *LB) flowClock() (uint32, error) {
+	if lb.hz == 0 {
+		var ts unix.Timespec
+		if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+			return 0, err
+		}
+		return uint32(ts.Nano()>>20) | 1, nil
+	}
+	j, err := kernelJiffies()
+	return uint32(j) | 1, err
+}
+
+// flowTicks is a duration of the flow clock's ticks.
+func (lb *LB) flowTicks(ticks uint32) time.Duration {
+	if lb.hz == 0 {
+		return time.Duration(ticks) << 20
+	}
+	return time.Duration(ticks) * time.Second / time.Duration(lb.hz)
+}
+
+// kernelJiffies is the kernel's tick count now (the program's clock when it knows HZ),
+// from /proc/timer_list (readable by root only).
+func kernelJiffies() (uint64, error) {
+	f, err := os.Open("/proc/timer_list")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "jiffies: "); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("/proc/timer_list: no jiffies line")
 }

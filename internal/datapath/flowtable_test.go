@@ -116,3 +116,59 @@ func TestFlowTableHoldsThreeQuarters(t *testing.T) {
 		t.Errorf("%d flows into a table of %d: it holds %d, want at least 98 %% of them", flows, size, n)
 	}
 }
+
+// Flows lists what the table holds as the program reads it: each flow's 5-tuple, its
+// service and backend and how long it has been idle; a torn entry is left out, a
+// filter and a limit apply.
+func TestFlowsListsTheTable(t *testing.T) {
+	b := newBench(t)
+	tcp := ack(41000)
+	udp := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 41001, DPort: 53, UDP: true}
+	v6 := dptest.Packet{Src: dptest.Client6, Dst: vip6, SPort: 41002, DPort: 80, Flags: dptest.ACK}
+	for _, p := range []dptest.Packet{tcp, udp, v6} {
+		b.sendTo(t, p)
+	}
+	if err := b.lb.AgeFlow(flowOf(udp), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	all := func(id, _ uint32) (bool, bool) { return true, id == 3 }
+	flows, total, err := b.lb.Flows(10, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != 3 || len(flows) != 3 {
+		t.Fatalf("%d flows listed of %d, want 3 of 3: %+v", len(flows), total, flows)
+	}
+	want := map[string]uint32{
+		"tcp 203.0.113.7:41000 198.51.100.10:80":           idWeb,
+		"udp 203.0.113.7:41001 198.51.100.10:53":           idDNS,
+		"tcp [2001:db8:ff::7]:41002 [2001:db8:100::10]:80": idV6,
+	}
+	for _, f := range flows {
+		proto := map[uint8]string{6: "tcp", 17: "udp"}[f.Proto]
+		key := proto + " " + netip.AddrPortFrom(f.Src, f.SPort).String() + " " + netip.AddrPortFrom(f.Dst, f.DPort).String()
+		id, ok := want[key]
+		if !ok || f.BackendID != id {
+			t.Errorf("listed %s on backend %d; want one of %v", key, f.BackendID, want)
+		}
+		if f.DPort == 53 && (f.Idle < 29*time.Second || f.Idle > time.Minute) {
+			t.Errorf("the flow aged by 30 s is idle %s", f.Idle)
+		}
+		if f.DPort != 53 && (f.Idle < 0 || f.Idle > 5*time.Second) {
+			t.Errorf("a flow just used is idle %s", f.Idle)
+		}
+	}
+	if flows, total, _ := b.lb.Flows(1, all); len(flows) != 1 || total != 3 {
+		t.Errorf("limit 1: %d listed of %d, want 1 of 3", len(flows), total)
+	}
+	onlyWeb := func(id, _ uint32) (bool, bool) { return id == 1, false }
+	if flows, total, _ := b.lb.Flows(10, onlyWeb); total != 1 || len(flows) != 1 || flows[0].DPort != 80 {
+		t.Errorf("service 1 only: %+v of %d, want the TCP flow alone", flows, total)
+	}
+	if err := b.lb.TearFlow(flowOf(tcp), idDNS); err != nil {
+		t.Fatal(err)
+	}
+	if _, total, _ := b.lb.Flows(10, all); total != 2 {
+		t.Errorf("a torn entry is listed: %d flows, want 2", total)
+	}
+}

@@ -33,6 +33,7 @@ type LB struct {
 	links    map[string]link.Link
 	vips     *vipFilter // the VIP address filter (vipaddrs.go)
 	flowSeed uint64     // the flow table's hash seed (flowtable.go)
+	hz       uint32     // the kernel's HZ as the program was given it (0: it keeps ns)
 }
 
 // XDP attach modes as the kernel names them.
@@ -58,7 +59,8 @@ func LoadLB(opts Options) (*LB, error) {
 			return nil, fmt.Errorf("set node_addr6: %w", err)
 		}
 	}
-	if err := spec.Variables[lbVarKernelHz].Set(kernelHZ()); err != nil {
+	hz := kernelHZ()
+	if err := spec.Variables[lbVarKernelHz].Set(hz); err != nil {
 		return nil, fmt.Errorf("set kernel_hz: %w", err)
 	}
 	if opts.FlowTableSize > 0 {
@@ -74,7 +76,7 @@ func LoadLB(opts Options) (*LB, error) {
 	if err := spec.Variables[lbVarFlowSeed].Set(flowSeed); err != nil {
 		return nil, fmt.Errorf("set flow_seed: %w", err)
 	}
-	lb := &LB{links: map[string]link.Link{}, flowSeed: flowSeed,
+	lb := &LB{links: map[string]link.Link{}, flowSeed: flowSeed, hz: hz,
 		services: cmp.Or(opts.MaxServices, MaxServices), backends: cmp.Or(opts.MaxBackends, MaxBackends)}
 	for _, m := range []string{lbMapLbVips, lbMapLbMaglev, lbMapLbServiceStats} {
 		spec.Maps[m].MaxEntries = lb.services

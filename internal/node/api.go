@@ -32,7 +32,7 @@ func (n *Node) serveAPI() (func(), error) {
 		n.log.Warn("the API listens beyond loopback without a token: whoever reaches it can change the node (set node.api_token_file)", "address", ln.Addr().String())
 	}
 
-	n.api = &api.Server{Node: n, Store: n.file.Store(), Token: token, OpenReads: loopback, Log: n.log}
+	n.api = &api.Server{Node: n, Store: n.file.Store(), Token: token, OpenReads: loopback, Log: n.log, Flows: n.flows}
 	if n.edge != nil {
 		n.api.Tunnels = n.tunnelsStatus
 	}

@@ -56,6 +56,53 @@ func (n *Node) Status() api.Status {
 	return st
 }
 
+// flows lists the flow table (GET /api/v1/flows): entries of the node's services as
+// they are now, each decoded with its service's address family and named by service
+// and backend. An entry whose service or backend is gone (ids are reused) is left out:
+// the program re-chooses such a flow's backend at its next packet.
+func (n *Node) flows(service string, limit int) (api.FlowsView, error) {
+	type svc struct {
+		name     string
+		v6       bool
+		backends map[uint32]netip.Addr
+	}
+	byID := map[uint32]svc{}
+	for _, s := range n.ctrl.View().Services {
+		if service != "" && s.Config.Name != service {
+			continue
+		}
+		v := svc{name: s.Config.Name, v6: s.Config.VIP.Is6(), backends: map[uint32]netip.Addr{}}
+		for _, b := range s.Backends {
+			v.backends[b.ID] = b.Address
+		}
+		byID[s.ID] = v
+	}
+	if service != "" && len(byID) == 0 {
+		return api.FlowsView{}, api.ErrNoSuchService
+	}
+	entries, total, err := n.lb.Flows(limit, func(serviceID, backendID uint32) (bool, bool) {
+		s, ok := byID[serviceID]
+		_, known := s.backends[backendID]
+		return ok && known, s.v6
+	})
+	if err != nil {
+		return api.FlowsView{}, err
+	}
+	out := api.FlowsView{Total: total, Size: n.cfg.Node.FlowTableSize, Flows: []api.FlowStatus{}}
+	for _, e := range entries {
+		s := byID[e.ServiceID]
+		f := api.FlowStatus{Protocol: map[uint8]string{6: "tcp", 17: "udp"}[e.Proto],
+			Client: netip.AddrPortFrom(e.Src, e.SPort).String(), VIP: netip.AddrPortFrom(e.Dst, e.DPort).String(),
+			Service: s.name, Backend: s.backends[e.BackendID].String()}
+		if e.Idle >= 0 {
+			idle := e.Idle.Seconds()
+			f.IdleSeconds = &idle
+		}
+		out.Flows = append(out.Flows, f)
+	}
+	return out, nil
+}
+
 func (n *Node) serviceStatus(s reconcile.ServiceStatus, ann reconcile.Announcement, checks map[health.Target]health.Status) api.ServiceStatus {
 	ss := api.ServiceStatus{
 		Name: s.Config.Name, VIP: s.Config.VIP.String(), Port: s.Config.Port,

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -273,6 +274,44 @@ func TestAPIOperatorSurface(t *testing.T) {
 				t.Errorf("/metrics has no %s", want)
 			}
 		}
+	})
+
+	t.Run("flows", func(t *testing.T) {
+		for i := range 5 {
+			if _, err := HTTPGet(al.client.NS, v4.url(), 0); err != nil {
+				t.Fatalf("connection %d: %v", i, err)
+			}
+		}
+		backends := map[string]bool{}
+		for _, b := range al.backends {
+			backends[b.Addr4.String()] = true
+		}
+		x := exchange("GET", "/api/v1/flows?service=web-ipv4&limit=10000", "", "")
+		var v api.FlowsView
+		if x.Status != 200 || json.Unmarshal(x.Body, &v) != nil {
+			t.Fatalf("flows: %d %s", x.Status, x.Body)
+		}
+		if v.Total < 5 || len(v.Flows) != v.Total || v.Size != 262144 {
+			t.Errorf("after 5 connections the table lists %d of %d flows (size %d)", len(v.Flows), v.Total, v.Size)
+		}
+		for _, f := range v.Flows {
+			client, err := netip.ParseAddrPort(f.Client)
+			if err != nil || client.Addr() != al.client.Addr4 || f.VIP != "198.51.100.10:80" || f.Service != "web-ipv4" ||
+				f.Protocol != "tcp" || !backends[f.Backend] || f.IdleSeconds == nil || *f.IdleSeconds > 600 {
+				t.Errorf("a flow of web-ipv4 listed as %+v", f)
+			}
+		}
+		if x := exchange("GET", "/api/v1/flows?service=nope", "", ""); x.Status != 404 {
+			t.Errorf("flows of an unknown service: %d %s", x.Status, x.Body)
+		}
+		if x := exchange("GET", "/api/v1/flows?limit=0", "", ""); x.Status != 400 {
+			t.Errorf("flows with limit 0: %d %s", x.Status, x.Body)
+		}
+		out, err := al.lb.Output(hostprog.Built(manifoldBin), "ctl", "flows", "web-ipv4")
+		if err != nil || !strings.Contains(out, al.client.Addr4.String()+":") || !strings.Contains(out, "flows shown") {
+			t.Errorf("ctl flows: %v\n%s", err, out)
+		}
+		t.Logf("manifold ctl flows web-ipv4:\n%s", out)
 	})
 
 	t.Run("ctl", func(t *testing.T) {
