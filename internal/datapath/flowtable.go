@@ -82,10 +82,7 @@ func (lb *LB) FlowCount() (int, error) {
 // walkFlows calls visit with every way in use of the flow table (its bytes, valid for
 // the call only), read through the map's memory mapping a chunk at a time.
 func (lb *LB) walkFlows(visit func(entry []byte) error) error {
-	mm, err := lb.objs.LbFlows.Memory()
-	if err != nil {
-		return fmt.Errorf("flow table: %w", err)
-	}
+	mm := lb.flowMem
 	buf := make([]byte, 1<<16) // a whole number of entries
 	for off := 0; off < int(mm.Size()); off += len(buf) {
 		chunk := buf[:min(len(buf), int(mm.Size())-off)]

@@ -172,3 +172,28 @@ func TestFlowsListsTheTable(t *testing.T) {
 		t.Errorf("a torn entry is listed: %d flows, want 2", total)
 	}
 }
+
+// The node reads the table from its status, metrics and fleet goroutines at once: under
+// -race, reading it from several goroutines must not race (the memory mapping is made
+// once, at load).
+func TestFlowTableReadsFromManyGoroutines(t *testing.T) {
+	b := newBench(t)
+	b.sendTo(t, ack(42000))
+	errs := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			var err error
+			if i%2 == 0 {
+				_, err = b.lb.FlowCount()
+			} else {
+				_, _, err = b.lb.Flows(10, func(_, _ uint32) (bool, bool) { return true, false })
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -31,9 +31,10 @@ type LB struct {
 	services uint32        // capacity in services (ids 1..services-1)
 	backends uint32        // capacity in backend slots (ids 1..backends-1)
 	links    map[string]link.Link
-	vips     *vipFilter // the VIP address filter (vipaddrs.go)
-	flowSeed uint64     // the flow table's hash seed (flowtable.go)
-	hz       uint32     // the kernel's HZ as the program was given it (0: it keeps ns)
+	vips     *vipFilter   // the VIP address filter (vipaddrs.go)
+	flowSeed uint64       // the flow table's hash seed (flowtable.go)
+	hz       uint32       // the kernel's HZ as the program was given it (0: it keeps ns)
+	flowMem  *ebpf.Memory // lb_flows, mapped (read-only use: safe from any goroutine)
 }
 
 // XDP attach modes as the kernel names them.
@@ -97,6 +98,12 @@ func LoadLB(opts Options) (*LB, error) {
 		return nil, loadError("XDP program", err)
 	}
 	lb.vips = newVIPFilter("lb_vip", lb.objs.Lb4VipAddrs, lb.objs.Lb6VipAddrs, lb.objs.Lb4VipSlots, lb.objs.Lb6VipSlots)
+	// mapped once, here: Map.Memory caches its mapping without a lock, and the flow
+	// table is read from the status, the metrics and the fleet's goroutines at once
+	if lb.flowMem, err = lb.objs.LbFlows.Memory(); err != nil {
+		lb.objs.Close()
+		return nil, fmt.Errorf("map the flow table: %w", err)
+	}
 	return lb, nil
 }
 
