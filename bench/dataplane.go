@@ -114,7 +114,9 @@ const DataplaneMethod = "BPF_PROG_TEST_RUN on the XDP programs loaded into the k
 	"(a NAT reply is a backend's answer to an established NAT flow, translated back to its client). The " +
 	"thread is pinned to one CPU, and the flow table (262144 entries) is filled " +
 	"before the runs (by packets without SYN of flows never seen: a TCP flow is remembered from its " +
-	"first ACK, not its SYN), so that every new flow's first ACK evicts one as on a busy node."
+	"first ACK, not its SYN), so that every new flow's first ACK evicts one as on a busy node. Each run times its own " +
+	"load of manifold's program and maps (filled and warmed alike): where the JIT image and the maps land moves a " +
+	"load's figures by up to a tenth, so one load would be one draw of that; the references are loaded once."
 
 // Dataplane measures every case over `runs` runs of `calls` calls each, prints a table
 // to w and returns the figures (section "per_packet").
@@ -125,14 +127,6 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 		return part, fmt.Errorf("bench namespace (needs root): %w", err)
 	}
 	defer n.Close()
-	lb, err := datapath.LoadLB(datapath.Options{NodeAddr4: dptest.NodeAddr4, NodeAddr6: dptest.NodeAddr6})
-	if err != nil {
-		return part, err
-	}
-	defer lb.Close()
-	if err := reconcile.New(lb).Apply(benchConfig(), reconcile.AlwaysUp); err != nil {
-		return part, err
-	}
 	var ref referenceObjects
 	if err := loadReferenceObjects(&ref, nil); err != nil {
 		return part, err
@@ -177,26 +171,28 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 		quote(dptest.Packet{Src: benchVIP4, Dst: dptest.Client4, SPort: 80, DPort: 40000, Flags: dptest.ACK, Payload: make([]byte, 1360)}, 48))
 	tooBig := dptest.Packet{Src: dptest.Client4, Dst: benchVIP4, SPort: 40000, DPort: 80, Flags: dptest.ACK, DF: true, Payload: make([]byte, 1460)}.Bytes()
 
-	cases := []dpCase{
-		{"xdp_tx reference (swap MACs)", ref.ReferenceTx, [][]byte{est4}, 0},
-		{"xdp_drop reference", ref.ReferenceDrop, [][]byte{est4}, 0},
-		{"minimal XDP IPIP forwarder (pktrate's), UDP", minimal.PktrateIpip, [][]byte{udp4}, 0},
-		{"TCP new flow (SYN), full table", lb.Program(), syns, 4.5},
-		{"TCP new flow (SYN), full table, 65537-slot ring", lb.Program(), bigRingSyns, 0},
-		{"TCP new flow's first ACK, full table", lb.Program(), acks, 0},
-		{"TCP established", lb.Program(), [][]byte{est4}, 1.9},
-		{"UDP established", lb.Program(), [][]byte{udp4}, 1.9},
-		{"IPv6 TCP established", lb.Program(), [][]byte{est6}, 1.9},
-		{"non-VIP pass-through", lb.Program(), [][]byte{other}, 1.3},
-		{"GUE TCP established", lb.Program(), [][]byte{gue4}, 0},
-		{"GUE IPv6 TCP established", lb.Program(), [][]byte{gue6}, 0},
-		{"NAT TCP established", lb.Program(), [][]byte{nat4}, 0},
-		{"NAT IPv6 TCP established", lb.Program(), [][]byte{nat6}, 0},
-		{"NAT TCP reply", lb.Program(), nil, 0},
-		{"NAT IPv6 TCP reply", lb.Program(), nil, 0},
-		{"ICMP echo to VIP (answered)", lb.Program(), [][]byte{echo}, 0},
-		{"ICMP frag-needed to backend", lb.Program(), [][]byte{fragNeeded}, 0},
-		{"too big: frag-needed to client", lb.Program(), [][]byte{tooBig}, 0},
+	casesOf := func(lb *datapath.LB) []dpCase {
+		return []dpCase{
+			{"xdp_tx reference (swap MACs)", ref.ReferenceTx, [][]byte{est4}, 0},
+			{"xdp_drop reference", ref.ReferenceDrop, [][]byte{est4}, 0},
+			{"minimal XDP IPIP forwarder (pktrate's), UDP", minimal.PktrateIpip, [][]byte{udp4}, 0},
+			{"TCP new flow (SYN), full table", lb.Program(), syns, 4.5},
+			{"TCP new flow (SYN), full table, 65537-slot ring", lb.Program(), bigRingSyns, 0},
+			{"TCP new flow's first ACK, full table", lb.Program(), acks, 0},
+			{"TCP established", lb.Program(), [][]byte{est4}, 1.9},
+			{"UDP established", lb.Program(), [][]byte{udp4}, 1.9},
+			{"IPv6 TCP established", lb.Program(), [][]byte{est6}, 1.9},
+			{"non-VIP pass-through", lb.Program(), [][]byte{other}, 1.3},
+			{"GUE TCP established", lb.Program(), [][]byte{gue4}, 0},
+			{"GUE IPv6 TCP established", lb.Program(), [][]byte{gue6}, 0},
+			{"NAT TCP established", lb.Program(), [][]byte{nat4}, 0},
+			{"NAT IPv6 TCP established", lb.Program(), [][]byte{nat6}, 0},
+			{"NAT TCP reply", lb.Program(), nil, 0},
+			{"NAT IPv6 TCP reply", lb.Program(), nil, 0},
+			{"ICMP echo to VIP (answered)", lb.Program(), [][]byte{echo}, 0},
+			{"ICMP frag-needed to backend", lb.Program(), [][]byte{fragNeeded}, 0},
+			{"too big: frag-needed to client", lb.Program(), [][]byte{tooBig}, 0},
+		}
 	}
 	// A NAT reply answers the packet of a NAT case as the program sent it on: its
 	// packet is made once that case has run.
@@ -209,26 +205,23 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 			return err
 		}
 		defer unpin()
-		// New flows are measured at the steady state of a busy node, where every insert
-		// evicts the least recently used flow: the table is filled first.
-		if _, err := dptest.FloodTCP(lb.Program(), n.Port0.Index, benchVIP4, 80, dptest.ACK, config.DefaultFlowTableSize+config.DefaultFlowTableSize/4, 7); err != nil {
-			return err
-		}
-		// warm the flow table (and the FIB cache) for the established cases, and open
-		// the NAT flows whose replies are timed
-		sent := map[string][]byte{}
-		for ci := range cases[3:] {
-			c := &cases[3+ci]
-			if to, ok := replyTo[c.name]; ok {
-				c.packets = [][]byte{natReply(sent[to])}
-			}
-			_, out, err := dptest.RunXDP(c.prog, n.Port0.Index, c.packets[0])
+		runCases := make([][]dpCase, runs)
+		for run := range runs {
+			lb, err := datapath.LoadLB(datapath.Options{NodeAddr4: dptest.NodeAddr4, NodeAddr6: dptest.NodeAddr6})
 			if err != nil {
 				return err
 			}
-			sent[c.name] = out
+			defer lb.Close()
+			if err := reconcile.New(lb).Apply(benchConfig(), reconcile.AlwaysUp); err != nil {
+				return err
+			}
+			cases := casesOf(lb)
+			if err := warmUp(lb, cases, n.Port0.Index, replyTo); err != nil {
+				return err
+			}
+			runCases[run] = cases
 		}
-		figures, err := measureCases("per_packet", cases, n.Port0.Index, calls, runs)
+		figures, err := measureCasesOf("per_packet", func(run int) []dpCase { return runCases[run] }, n.Port0.Index, calls, runs)
 		part.Figures = append(part.Figures, figures...)
 		return err
 	})
@@ -239,15 +232,46 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 	return part, nil
 }
 
+// warmUp readies a load for timing: new flows are measured at the steady state of a
+// busy node, where every insert evicts the least recently used flow, so the table is
+// filled first; the established cases' flows (and FIB cache) are opened, and the NAT
+// flows whose replies are timed, whose reply packets are made from what the program
+// sent (replyTo: reply case → the case it answers).
+func warmUp(lb *datapath.LB, cases []dpCase, ifindex int, replyTo map[string]string) error {
+	if _, err := dptest.FloodTCP(lb.Program(), ifindex, benchVIP4, 80, dptest.ACK, config.DefaultFlowTableSize+config.DefaultFlowTableSize/4, 7); err != nil {
+		return err
+	}
+	sent := map[string][]byte{}
+	for ci := range cases[3:] {
+		c := &cases[3+ci]
+		if to, ok := replyTo[c.name]; ok {
+			c.packets = [][]byte{natReply(sent[to])}
+		}
+		_, out, err := dptest.RunXDP(c.prog, ifindex, c.packets[0])
+		if err != nil {
+			return err
+		}
+		sent[c.name] = out
+	}
+	return nil
+}
+
 // measureCases times every case over `runs` runs of `calls` calls each and returns,
 // per case, its median and mean figures in section, each compared run by run with the
 // first case's (the reference), against the case's target.
 func measureCases(section string, cases []dpCase, ifindex, calls, runs int) ([]Figure, error) {
+	return measureCasesOf(section, func(int) []dpCase { return cases }, ifindex, calls, runs)
+}
+
+// measureCasesOf is measureCases with each run's own cases (the same cases, by name
+// and order, of another load).
+func measureCasesOf(section string, casesOf func(run int) []dpCase, ifindex, calls, runs int) ([]Figure, error) {
+	cases := casesOf(0)
 	medians := make([][]float64, len(cases))
 	means := make([][]float64, len(cases))
 	verdicts := make([]uint32, len(cases))
 	for run := 0; run < runs; run++ {
-		times, err := dataplaneRun(cases, ifindex, calls, run*calls, verdicts)
+		times, err := dataplaneRun(casesOf(run), ifindex, calls, run*calls, verdicts)
 		if err != nil {
 			return nil, err
 		}
