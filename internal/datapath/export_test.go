@@ -159,3 +159,6 @@ const SYNSlots = 16384
 
 // DecapVIPSlot exposes the decapsulation's VIP slot function to the tests.
 func (d *Decap) DecapVIPSlot(a netip.Addr) uint32 { return d.vips.slotOf(a).slot }
+
+// DeleteTxPort takes ifindex out of the ports the program may redirect to.
+func (lb *LB) DeleteTxPort(ifindex int) error { return lb.objs.LbTxPorts.Delete(uint32(ifindex)) }

@@ -502,3 +502,30 @@ func TestXDPPackets(t *testing.T) {
 		})
 	}
 }
+
+// A backend whose route leaves by a port manifold may not redirect to is a counted
+// drop (no_tx_port), never a redirect, nor a forwarded packet in the counters.
+func TestRedirectToAPortNotOursIsDropped(t *testing.T) {
+	b := newBench(t)
+	p := dptest.Packet{Src: dptest.Client4, Dst: vipAny, SPort: 40000, DPort: 22, Flags: dptest.ACK}
+	if v, _ := b.run(t, p.Bytes()); v != dptest.XDPRedirect {
+		t.Fatalf("verdict %d, want XDP_REDIRECT while the port is one of manifold's", v)
+	}
+	before, _ := b.lb.BackendCounters(idRemote)
+	if err := b.net.Do(func() error { return b.lb.DeleteTxPort(b.net.Port1.Index) }); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := b.run(t, p.Bytes()); v != dptest.XDPDrop {
+		t.Fatalf("verdict %d, want XDP_DROP once the port is not manifold's", v)
+	}
+	drops, err := b.lb.Drops()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if drops["no_tx_port"] != 1 {
+		t.Errorf("drops %v, want one no_tx_port", drops)
+	}
+	if after, _ := b.lb.BackendCounters(idRemote); after.Packets != before.Packets {
+		t.Errorf("the dropped packet was counted as forwarded: %d → %d", before.Packets, after.Packets)
+	}
+}
