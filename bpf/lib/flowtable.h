@@ -40,7 +40,7 @@ static __always_inline __u64 flow_key_hash(const struct lb_flow_key *k)
 /* A flow may sit in either of two buckets: the first by the hash's high half, the
  * second by its low half. A new flow goes to the one with more free ways, and a
  * full pair evicts the least recently used of its eight: with two choices a table
- * filled to 75 % still holds 99.4 % of its flows, where one bucket of four holds 89 %,
+ * filled to 75 % still holds 99.3 % of its flows, where one bucket of four holds 89 %,
  * and the victim of an eviction is the oldest of eight flows instead of four. A lookup
  * reads the second bucket only when the first does not hold the flow (about a third of
  * the flows of a well-filled table). */
@@ -131,9 +131,8 @@ static __always_inline int flow_table_get(const struct lb_flow_key *k, struct lb
 	return b && flow_bucket_get(b, k, h, f) > 0;
 }
 
-/* Where in bucket b a flow of key k may go: its own way if b holds k (returns 1), else
- * the first free way and how many are free, and the way used least recently with its
- * age. */
+/* Where in bucket b a flow of key k may go: its own way if b holds k (p->own), else the
+ * first free way and how many are free, and the way used least recently with its age. */
 struct lb_flow_place {
 	struct lb_flow_entry *own, *free, *oldest;
 	__u32 nfree, age;
