@@ -23,23 +23,37 @@ func WithKernelHZ(hz uint32, f func()) {
 // ConfigHZ exposes the kernel config parser to the tests.
 var ConfigHZ = configHZ
 
-// flowEntry is f's entry in the flow table, found as the program finds it (nil when
-// neither of its buckets holds it).
-func (lb *LB) flowEntry(f Flow) (*lbLbFlowEntry, error) {
+// findFlow is where f's entry is, found by its key as the program finds it: its
+// bucket's index and contents and the way (-1 when neither bucket holds the key).
+func (lb *LB) findFlow(f Flow) (idx uint32, b lbLbFlowBucket, way int, err error) {
 	k := f.key()
 	h := flowKeyHash(k, lb.flowSeed)
 	for _, second := range []bool{false, true} {
-		var b lbLbFlowBucket
-		if err := lb.objs.LbFlows.Lookup(flowBucketIndex(h, second, lb.objs.LbFlows.MaxEntries()), &b); err != nil {
-			return nil, err
+		idx = flowBucketIndex(h, second, lb.objs.LbFlows.MaxEntries())
+		if err := lb.objs.LbFlows.Lookup(idx, &b); err != nil {
+			return 0, b, -1, err
 		}
 		for w := range b.Way {
-			if b.Way[w].Key == k && b.Way[w].Used != 0 && b.Way[w].Check == flowCheck(h, b.Way[w].Flow) {
-				return &b.Way[w], nil
+			if b.Way[w].Key == k && b.Way[w].Used != 0 {
+				return idx, b, w, nil
 			}
 		}
 	}
-	return nil, nil
+	return 0, b, -1, nil
+}
+
+// flowEntry is f's entry in the flow table as the program takes it: nil when neither
+// bucket holds it, or when its check word fails (torn).
+func (lb *LB) flowEntry(f Flow) (*lbLbFlowEntry, error) {
+	_, b, w, err := lb.findFlow(f)
+	if err != nil || w < 0 {
+		return nil, err
+	}
+	e := b.Way[w]
+	if e.Check != flowCheck(flowKeyHash(e.Key, lb.flowSeed), e.Flow) {
+		return nil, nil
+	}
+	return &e, nil
 }
 
 // FlowBackend returns the backend id the flow table holds for f, 0 when none.
@@ -55,8 +69,8 @@ func (lb *LB) FlowBackend(f Flow) (uint32, error) {
 // been idle that long.
 func (lb *LB) AgeFlow(f Flow, d time.Duration) error {
 	return lb.rewriteFlow(f, func(e *lbLbFlowEntry) {
-		if hz := kernelHZ(); hz != 0 {
-			e.Used -= uint32(d.Nanoseconds() * int64(hz) / int64(time.Second))
+		if lb.hz != 0 {
+			e.Used -= uint32(d.Nanoseconds() * int64(lb.hz) / int64(time.Second))
 		} else {
 			e.Used -= uint32(d.Nanoseconds() >> 20)
 		}
@@ -80,22 +94,15 @@ func (lb *LB) RepinFlow(f Flow, id uint32) error {
 
 // rewriteFlow changes f's entry in place with change.
 func (lb *LB) rewriteFlow(f Flow, change func(*lbLbFlowEntry)) error {
-	k := f.key()
-	h := flowKeyHash(k, lb.flowSeed)
-	for _, second := range []bool{false, true} {
-		i := flowBucketIndex(h, second, lb.objs.LbFlows.MaxEntries())
-		var b lbLbFlowBucket
-		if err := lb.objs.LbFlows.Lookup(i, &b); err != nil {
-			return err
-		}
-		for w := range b.Way {
-			if b.Way[w].Key == k && b.Way[w].Used != 0 {
-				change(&b.Way[w])
-				return lb.objs.LbFlows.Put(i, b)
-			}
-		}
+	idx, b, w, err := lb.findFlow(f)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("flow %+v: no entry", f)
+	if w < 0 {
+		return fmt.Errorf("flow %+v: no entry", f)
+	}
+	change(&b.Way[w])
+	return lb.objs.LbFlows.Put(idx, b)
 }
 
 // PutFlow pins flow f to backend id of service serviceID, as if the program had seen
