@@ -62,16 +62,16 @@ func (n *Node) Status() api.Status {
 // the program re-chooses such a flow's backend at its next packet.
 func (n *Node) flows(service string, limit int) (api.FlowsView, error) {
 	type svc struct {
-		name     string
-		v6       bool
-		backends map[uint32]netip.Addr
+		name, protocol string
+		v6             bool
+		backends       map[uint32]netip.Addr
 	}
 	byID := map[uint32]svc{}
 	for _, s := range n.ctrl.View().Services {
 		if service != "" && s.Config.Name != service {
 			continue
 		}
-		v := svc{name: s.Config.Name, v6: s.Config.VIP.Is6(), backends: map[uint32]netip.Addr{}}
+		v := svc{name: s.Config.Name, protocol: string(s.Config.Protocol), v6: s.Config.VIP.Is6(), backends: map[uint32]netip.Addr{}}
 		for _, b := range s.Backends {
 			v.backends[b.ID] = b.Address
 		}
@@ -91,7 +91,7 @@ func (n *Node) flows(service string, limit int) (api.FlowsView, error) {
 	out := api.FlowsView{Total: total, Size: n.cfg.Node.FlowTableSize, Flows: []api.FlowStatus{}}
 	for _, e := range entries {
 		s := byID[e.ServiceID]
-		f := api.FlowStatus{Protocol: map[uint8]string{6: "tcp", 17: "udp"}[e.Proto],
+		f := api.FlowStatus{Protocol: s.protocol, // a flow is of its service's protocol
 			Client: netip.AddrPortFrom(e.Src, e.SPort).String(), VIP: netip.AddrPortFrom(e.Dst, e.DPort).String(),
 			Service: s.name, Backend: s.backends[e.BackendID].String()}
 		if e.Idle >= 0 {
