@@ -63,6 +63,9 @@ type PktrateOptions struct {
 	Measure, Warmup time.Duration
 	// Flows are the flow counts each path is measured with.
 	Flows []int
+	// Paths, when set, are the only paths measured (their names as in the tables):
+	// a quick A/B of manifold against its references.
+	Paths []string
 }
 
 // Defaults of PktrateOptions.
@@ -116,6 +119,11 @@ func Pktrate(ctx context.Context, w io.Writer, opts PktrateOptions) (part Part, 
 			return Part{}, nil, fmt.Errorf("flow count %d: want 1 to %d", f, 65536-genSportBase)
 		}
 	}
+	for _, name := range opts.Paths {
+		if !slices.ContainsFunc(pktratePaths, func(p ratePath) bool { return p.name == name }) {
+			return Part{}, nil, fmt.Errorf("no packet-rate path %q", name)
+		}
+	}
 	// This process's own threads stay off the device core for the whole benchmark.
 	unpin, err := pinProcess(generatorCPU)
 	if err != nil {
@@ -130,6 +138,9 @@ func Pktrate(ctx context.Context, w io.Writer, opts PktrateOptions) (part Part, 
 
 	for round := range opts.Rounds {
 		for _, p := range pktratePaths {
+			if len(opts.Paths) > 0 && !slices.Contains(opts.Paths, p.name) {
+				continue
+			}
 			rs, err := rig.measurePath(ctx, p, round, opts)
 			runs = append(runs, rs...)
 			for _, r := range rs {

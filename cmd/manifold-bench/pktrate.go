@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,6 +32,7 @@ func rateLab(args []string, name, roundsDoc string, run func(context.Context, be
 	rounds := fs.Int("rounds", bench.DefaultPktrateRounds, roundsDoc)
 	seconds := fs.Float64("seconds", bench.DefaultPktrateMeasure.Seconds(), "measured seconds of each run (after a warm-up)")
 	out := fs.String("json", "", "also write the results part as JSON to this file")
+	paths := fs.String("paths", "", "comma-separated paths to measure, by their names in the table (default: all; pktrate only)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -43,6 +45,7 @@ func rateLab(args []string, name, roundsDoc string, run func(context.Context, be
 		Prefix:  os.Getenv("MANIFOLD_LAB_PREFIX"),
 		Rounds:  *rounds,
 		Measure: time.Duration(*seconds * float64(time.Second)),
+		Paths:   splitList(*paths),
 	})
 	if errors.Is(err, context.Canceled) {
 		return errors.New("interrupted (the lab is removed)")
@@ -63,4 +66,15 @@ func transit(args []string, w io.Writer) error {
 		fmt.Fprintf(w, "Transit forwarding through one node: XDP (node.forward_transit) and the kernel, 64-byte UDP, %d rounds of %.1f s runs per route count.\n\n", opts.Rounds, opts.Measure.Seconds())
 		return bench.Transit(ctx, w, bench.TransitOptions{PktrateOptions: opts})
 	})
+}
+
+// splitList splits a comma-separated flag value, leaving out empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
