@@ -24,6 +24,26 @@ static __always_inline __u16 ipv4_header_csum(const void *hdr)
 	return csum_fold(sum);
 }
 
+/* Writes a 20-byte IPv4 header (no options, id 0) in three stores, its checksum summed
+ * from the values in registers. A header written field by field (byte, 16- and 32-bit
+ * stores) and then read back for its checksum is loaded in words no single store
+ * covers, which the CPU cannot forward from its store buffer: it waits for the stores to
+ * retire, and did on every encapsulated packet. Values are as the program holds them
+ * (network-order fields loaded on a little-endian host), so each 16-bit word of the sum
+ * is the one the header's bytes make. */
+static __always_inline void ipv4_header_write(void *hdr, __u8 tos, __be16 tot_len, __be16 frag_off,
+					      __u8 ttl, __u8 proto, __be32 saddr, __be32 daddr)
+{
+	__u32 w0 = 0x45 | (__u32)tos << 8, w4 = ttl | (__u32)proto << 8;
+	__u32 sum = w0 + tot_len + frag_off + w4 + (saddr & 0xffff) + (saddr >> 16) + (daddr & 0xffff) +
+		    (daddr >> 16);
+	__u64 *w = hdr;
+
+	w[0] = w0 | (__u64)tot_len << 16 | (__u64)frag_off << 48; /* id 0 in bits 32-47 */
+	w[1] = w4 | (__u64)csum_fold(sum) << 16 | (__u64)saddr << 32;
+	((__u32 *)hdr)[4] = daddr;
+}
+
 /* Folds a 64-bit sum of 16-bit words (or of bpf_csum_diff results) into a checksum. */
 static __always_inline __u16 csum_fold64(__u64 sum)
 {

@@ -84,18 +84,9 @@ static __always_inline int encap4(struct xdp_md *ctx, const struct lb_packet *pk
 
 	if (!ip)
 		return -LB_DROP_ENCAP;
-	ip->version = 4;
-	ip->ihl = IPV4_HDR_LEN / 4;
-	ip->tos = pkt->tos;
-	ip->tot_len = bpf_htons(pkt->l3_len + encap_overhead(LB_FAMILY_V4, b));
-	ip->id = 0;
-	ip->frag_off = pkt->df ? IP_DF_BE : 0;
-	ip->ttl = LB_OUTER_TTL;
-	ip->protocol = gue ? IPPROTO_UDP : IPPROTO_IPIP_V4;
-	ip->check = 0;
-	ip->saddr = outer_src4(hash);
-	ip->daddr = b->addr[0];
-	ip->check = ipv4_header_csum(ip);
+	ipv4_header_write(ip, pkt->tos, bpf_htons(pkt->l3_len + encap_overhead(LB_FAMILY_V4, b)),
+			  pkt->df ? IP_DF_BE : 0, LB_OUTER_TTL, gue ? IPPROTO_UDP : IPPROTO_IPIP_V4,
+			  outer_src4(hash), b->addr[0]);
 	/* UDP checksum 0: optional over IPv4 (RFC 768), as fou, VXLAN and Katran send it */
 	if (gue)
 		gue_udp((void *)(ip + 1), pkt, b, hash);

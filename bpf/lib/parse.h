@@ -59,6 +59,16 @@ enum {
 	LB_PARSE_OTHER = 3, /* an IP packet for another address: family set, nothing else */
 };
 
+/* The flow key as the five 64-bit words the flow table hashes and compares. Parsing
+ * writes it a word at a time: a word loaded soon after narrower stores into it (an
+ * address, two ports, a protocol byte) cannot be forwarded from the store buffer, and
+ * the CPU waits for the stores to retire, which the flow table's first compare did on
+ * every packet. */
+static __always_inline __u64 *flow_key_words(struct lb_flow_key *k)
+{
+	return (__u64 *)k;
+}
+
 /* Parse TCP/UDP ports (and TCP flags) of a packet whose IP part ends at l3_end. */
 static __always_inline int parse_l4(void *l4, void *l3_end, void *data_end, __u8 proto,
 				    struct lb_packet *pkt)
@@ -72,8 +82,6 @@ static __always_inline int parse_l4(void *l4, void *l3_end, void *data_end, __u8
 			return -LB_DROP_MALFORMED;
 		if (l4 + tcp->doff * 4 > l3_end)
 			return -LB_DROP_TRUNCATED;
-		pkt->flow.sport = tcp->source;
-		pkt->flow.dport = tcp->dest;
 		pkt->tcp_flags = ((__u8 *)tcp)[13];
 	} else {
 		struct udphdr *udp = l4;
@@ -82,9 +90,9 @@ static __always_inline int parse_l4(void *l4, void *l3_end, void *data_end, __u8
 			return -LB_DROP_TRUNCATED;
 		if (bpf_ntohs(udp->len) < sizeof(*udp))
 			return -LB_DROP_MALFORMED;
-		pkt->flow.sport = udp->source;
-		pkt->flow.dport = udp->dest;
 	}
+	/* ports and protocol, the key's last word, in one store (see flow_key_words) */
+	flow_key_words(&pkt->flow)[4] = *(__u32 *)l4 | (__u64)proto << 32;
 	return LB_PARSE_VIP;
 }
 
@@ -131,8 +139,8 @@ static __always_inline int parse_ipv4(void *data, void *data_end, __u64 off,
 
 	pkt->tos = iph->tos;
 	pkt->df = !!(iph->frag_off & IP_DF_BE);
-	pkt->flow.src[0] = iph->saddr;
-	pkt->flow.dst[0] = iph->daddr;
+	flow_key_words(&pkt->flow)[0] = iph->saddr; /* and src[1] = 0 */
+	flow_key_words(&pkt->flow)[2] = iph->daddr; /* and dst[1] = 0 */
 	parse_l3_done(pkt, data, (void *)iph + hlen, LB_FAMILY_V4, tot, iph->protocol);
 	if (iph->protocol == IPPROTO_ICMP)
 		return LB_PARSE_ICMP;
@@ -177,8 +185,15 @@ static __always_inline int parse_ipv6(void *data, void *data_end, __u64 off,
 
 	/* traffic class straddles the first two bytes: low nibble of byte 0, high of byte 1 */
 	pkt->tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
-	__builtin_memcpy(pkt->flow.src, &ip6->saddr, sizeof(pkt->flow.src));
-	__builtin_memcpy(pkt->flow.dst, &ip6->daddr, sizeof(pkt->flow.dst));
+	{
+		const __u64 *a = (const void *)&ip6->saddr; /* saddr, then daddr */
+		__u64 *key = flow_key_words(&pkt->flow);
+
+		key[0] = a[0];
+		key[1] = a[1];
+		key[2] = a[2];
+		key[3] = a[3];
+	}
 	parse_l3_done(pkt, data, ip6 + 1, LB_FAMILY_V6, sizeof(*ip6) + bpf_ntohs(ip6->payload_len),
 		      nexthdr);
 	if (nexthdr == IPPROTO_ICMPV6)
