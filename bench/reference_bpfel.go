@@ -16,10 +16,11 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	referenceProgReferenceDrop = "reference_drop"
-	referenceProgReferencePass = "reference_pass"
-	referenceProgReferenceTcOk = "reference_tc_ok"
-	referenceProgReferenceTx   = "reference_tx"
+	referenceProgReferenceDrop    = "reference_drop"
+	referenceProgReferencePass    = "reference_pass"
+	referenceProgReferenceTcOk    = "reference_tc_ok"
+	referenceProgReferenceTcStrip = "reference_tc_strip"
+	referenceProgReferenceTx      = "reference_tx"
 )
 
 // loadReference returns the embedded CollectionSpec for reference.
@@ -64,10 +65,11 @@ type referenceSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type referenceProgramSpecs struct {
-	ReferenceDrop *ebpf.ProgramSpec `ebpf:"reference_drop"`
-	ReferencePass *ebpf.ProgramSpec `ebpf:"reference_pass"`
-	ReferenceTcOk *ebpf.ProgramSpec `ebpf:"reference_tc_ok"`
-	ReferenceTx   *ebpf.ProgramSpec `ebpf:"reference_tx"`
+	ReferenceDrop    *ebpf.ProgramSpec `ebpf:"reference_drop"`
+	ReferencePass    *ebpf.ProgramSpec `ebpf:"reference_pass"`
+	ReferenceTcOk    *ebpf.ProgramSpec `ebpf:"reference_tc_ok"`
+	ReferenceTcStrip *ebpf.ProgramSpec `ebpf:"reference_tc_strip"`
+	ReferenceTx      *ebpf.ProgramSpec `ebpf:"reference_tx"`
 }
 
 // referenceMapSpecs contains maps before they are loaded into the kernel.
@@ -118,10 +120,11 @@ type referenceVariables struct {
 //
 // It can be passed to loadReferenceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type referencePrograms struct {
-	ReferenceDrop *ebpf.Program `ebpf:"reference_drop"`
-	ReferencePass *ebpf.Program `ebpf:"reference_pass"`
-	ReferenceTcOk *ebpf.Program `ebpf:"reference_tc_ok"`
-	ReferenceTx   *ebpf.Program `ebpf:"reference_tx"`
+	ReferenceDrop    *ebpf.Program `ebpf:"reference_drop"`
+	ReferencePass    *ebpf.Program `ebpf:"reference_pass"`
+	ReferenceTcOk    *ebpf.Program `ebpf:"reference_tc_ok"`
+	ReferenceTcStrip *ebpf.Program `ebpf:"reference_tc_strip"`
+	ReferenceTx      *ebpf.Program `ebpf:"reference_tx"`
 }
 
 func (p *referencePrograms) Close() error {
@@ -129,6 +132,7 @@ func (p *referencePrograms) Close() error {
 		p.ReferenceDrop,
 		p.ReferencePass,
 		p.ReferenceTcOk,
+		p.ReferenceTcStrip,
 		p.ReferenceTx,
 	)
 }
