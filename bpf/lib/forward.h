@@ -53,27 +53,21 @@ static __always_inline int fib_lookup_backend(struct xdp_md *ctx, const struct l
 	}
 }
 
-/* Finds the next hop towards backend b (id) for a packet of outer IP length
- * outer_len: from this CPU's cache while it is fresh and has seen packets this large
- * pass the MTU check, from the FIB otherwise. The cache is keyed by backend only, so
- * the ingress port (an input of the FIB lookup) does not matter for a hit: routes to
- * backends do not depend on where the client's packet came in. On -LB_DROP_TOO_BIG,
- * *mtu is the largest outer IP length the route takes. */
+/* Makes nh, this CPU's cached next hop towards backend b, good for a packet of outer IP
+ * length outer_len: as it is while it is fresh and has seen packets this large pass the
+ * MTU check, from the FIB otherwise. The cache is per backend only, so the ingress port
+ * (an input of the FIB lookup) does not matter for a hit: routes to backends do not
+ * depend on where the client's packet came in. On -LB_DROP_TOO_BIG, *mtu is the largest
+ * outer IP length the route takes. */
 static __always_inline int route_to_backend(struct xdp_md *ctx, const struct lb_packet *pkt,
-					    const struct lb_backend *b, __u32 id, __u16 outer_len,
-					    struct lb_nexthop **out, __u32 *mtu)
+					    const struct lb_backend *b, struct lb_nexthop *nh,
+					    __u16 outer_len, __u32 *mtu)
 {
-	struct lb_nexthop *nh = bpf_map_lookup_elem(&lb_fib_cache, &id);
-	__u64 now;
+	__u64 now = lb_now();
 	int rc;
 
-	if (!nh)
-		return -LB_DROP_NO_ROUTE;
-	now = lb_now();
-	if (now < nh->expires && outer_len <= nh->max_len) {
-		*out = nh;
+	if (now < nh->expires && outer_len <= nh->max_len)
 		return 0;
-	}
 	/* in its own scope, so that a cache hit does not pay for zeroing it */
 	{
 		struct bpf_fib_lookup fib = {};
@@ -90,7 +84,6 @@ static __always_inline int route_to_backend(struct xdp_md *ctx, const struct lb_
 		__builtin_memcpy(nh->smac, fib.smac, ETH_ALEN);
 	}
 	nh->expires = now + lb_ticks(LB_FIB_CACHE_NS);
-	*out = nh;
 	return 0;
 }
 
@@ -149,27 +142,27 @@ static __always_inline int forward(struct xdp_md *ctx, struct lb_packet *pkt,
 				   const struct lb_choice *c)
 {
 	__u16 overhead = encap_overhead(pkt->family, c->backend);
-	struct lb_nexthop *nh = NULL;
-	__u32 mtu = 0;
+	__u32 id = c->backend_id, mtu = 0;
+	struct lb_backend_cpu_state *bc = bpf_map_lookup_elem(&lb_backend_cpu, &id);
 	int rc;
 
-	rc = route_to_backend(ctx, pkt, c->backend, c->backend_id, pkt->l3_len + overhead, &nh, &mtu);
+	if (!bc)
+		return -LB_DROP_NO_ROUTE;
+	rc = route_to_backend(ctx, pkt, c->backend, &bc->nh, pkt->l3_len + overhead, &mtu);
 	if (rc == -LB_DROP_TOO_BIG)
 		return icmp_too_big(ctx, pkt, mtu - overhead);
 	if (rc < 0)
 		return rc;
-	if (!nh)
-		return -LB_DROP_NO_ROUTE;
 	if (c->backend->encap == LB_ENCAP_NAT)
 		rc = nat_translate(ctx, pkt, c);
 	else
 		rc = encap(ctx, pkt, c->backend, c->hash);
 	if (rc < 0)
 		return rc;
-	rc = transmit(ctx, pkt, nh);
+	rc = transmit(ctx, pkt, &bc->nh);
 	if (rc < 0)
 		return rc;
-	count_forward(c->service_id, c->backend_id, pkt->l3_len, c->new_flow);
+	count_forward(&bc->stats, pkt->l3_len, c->new_flow);
 	return rc;
 }
 

@@ -116,27 +116,16 @@ struct {
 	__type(value, __u32);
 } lb_tx_ports SEC(".maps");
 
-/* Per-CPU cache of FIB answers per backend id (see LB_FIB_CACHE_NS). */
+/* Per CPU and backend id: the cached FIB answer (see LB_FIB_CACHE_NS) and the
+ * counters, one lookup for both. There are no per-service counters in the data plane: a
+ * packet would pay a second lookup and three more adds for what user space sums from
+ * the service's backends. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, LB_MAX_BACKENDS);
 	__type(key, __u32); /* backend id */
-	__type(value, struct lb_nexthop);
-} lb_fib_cache SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, LB_MAX_BACKENDS);
-	__type(key, __u32); /* backend id */
-	__type(value, struct lb_counters);
-} lb_backend_stats SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, LB_MAX_SERVICES);
-	__type(key, __u32); /* service id */
-	__type(value, struct lb_counters);
-} lb_service_stats SEC(".maps");
+	__type(value, struct lb_backend_cpu_state);
+} lb_backend_cpu SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

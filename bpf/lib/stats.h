@@ -22,22 +22,12 @@ static __always_inline void count_event(enum lb_event event)
 		*n += 1;
 }
 
-static __always_inline void count_forward(__u32 service_id, __u32 backend_id, __u64 bytes, __u32 new_flow)
+/* Counts a packet sent to a backend, into the backend's counters of this CPU. */
+static __always_inline void count_forward(struct lb_counters *c, __u64 bytes, __u32 new_flow)
 {
-	struct lb_counters *c;
-
-	c = bpf_map_lookup_elem(&lb_backend_stats, &backend_id);
-	if (c) {
-		c->packets++;
-		c->bytes += bytes;
-		c->new_flows += new_flow;
-	}
-	c = bpf_map_lookup_elem(&lb_service_stats, &service_id);
-	if (c) {
-		c->packets++;
-		c->bytes += bytes;
-		c->new_flows += new_flow;
-	}
+	c->packets++;
+	c->bytes += bytes;
+	c->new_flows += new_flow;
 }
 
 #endif

@@ -55,7 +55,7 @@ enum lb_vip_flags {
 };
 
 struct lb_vip {
-	__u32 service_id;  /* index into lb_maglev and lb_service_stats */
+	__u32 service_id;  /* index into lb_maglev and lb_vips' values */
 	__u32 table_size;  /* entries of this service's Maglev ring */
 	enum lb_vip_flags flags; /* an OR of LB_VIP_F_* */
 };
@@ -168,7 +168,7 @@ struct lb_nat_flow {
 	__u8 pad[2];
 };
 
-/* lb_fib_cache value: where the last FIB lookup sent a backend's packets. */
+/* Where the last FIB lookup sent a backend's packets (lb_backend_cpu). */
 struct lb_nexthop {
 	__u64 expires;     /* lb_now() from which on to ask the FIB again */
 	__u32 ifindex;     /* egress device */
@@ -178,11 +178,19 @@ struct lb_nexthop {
 	__u8 pad[2];
 };
 
-/* Per-CPU packet and byte counters (per backend id, per service id). */
+/* Packet and byte counters of a backend, on one CPU. A service's are the sum of its
+ * backends', taken in user space (internal/datapath/counters.go). */
 struct lb_counters {
 	__u64 packets;
 	__u64 bytes;
 	__u64 new_flows; /* flows this node picked a backend for from the ring: its load in flows/s */
+};
+
+/* lb_backend_cpu value: all that a packet to a backend reads and writes of this CPU's
+ * own, side by side (56 bytes): the next hop its packets took and its counters. */
+struct lb_backend_cpu_state {
+	struct lb_nexthop nh;
+	struct lb_counters stats;
 };
 
 /* Why a packet for a VIP was dropped. Index into lb_drops; names exported to metrics. */

@@ -77,10 +77,8 @@ func TestConstantsAgreeWithObjects(t *testing.T) {
 	for name, want := range map[string]uint32{
 		lbMapLbVips:          MaxServices,
 		lbMapLbMaglev:        MaxServices,
-		lbMapLbServiceStats:  MaxServices,
 		lbMapLbBackends:      MaxBackends,
-		lbMapLbBackendStats:  MaxBackends,
-		lbMapLbFibCache:      MaxBackends,
+		lbMapLbBackendCpu:    MaxBackends,
 		lbMapLb4VipSlots:     vipSlots,
 		lbMapLb6VipSlots:     vipSlots,
 		lbMapLbDrops:         uint32(lbLbDropReasonLB_DROP_MAX),

@@ -2,8 +2,7 @@ package datapath
 
 import (
 	"fmt"
-
-	"github.com/cilium/ebpf"
+	"sync"
 )
 
 // Counters are packets, bytes and new flows (flows whose backend the ring chose, on this
@@ -14,36 +13,102 @@ type Counters struct {
 	NewFlows uint64
 }
 
-func sumCounters(m *ebpf.Map, id uint32) (Counters, error) {
-	var per []lbLbCounters
-	if err := m.Lookup(id, &per); err != nil {
-		return Counters{}, err
-	}
-	var c Counters
-	for _, p := range per {
-		c.Packets += p.Packets
-		c.Bytes += p.Bytes
-		c.NewFlows += p.NewFlows
-	}
-	return c, nil
+func (c *Counters) add(o Counters) {
+	c.Packets += o.Packets
+	c.Bytes += o.Bytes
+	c.NewFlows += o.NewFlows
 }
 
 // BackendCounters are the packets and bytes sent to backend slot id.
 func (lb *LB) BackendCounters(id uint32) (Counters, error) {
-	c, err := sumCounters(lb.objs.LbBackendStats, id)
-	if err != nil {
-		return c, fmt.Errorf("lb_backend_stats %d: %w", id, err)
+	var per []lbLbBackendCpuState
+	if err := lb.objs.LbBackendCpu.Lookup(id, &per); err != nil {
+		return Counters{}, fmt.Errorf("lb_backend_cpu %d: %w", id, err)
+	}
+	var c Counters
+	for _, p := range per {
+		c.add(Counters{Packets: p.Stats.Packets, Bytes: p.Stats.Bytes, NewFlows: p.Stats.NewFlows})
 	}
 	return c, nil
 }
 
-// ServiceCounters are the packets and bytes forwarded for service id.
+// ServiceCounters are the packets and bytes forwarded for service id: the sum of its
+// backends' counters, and of those its deleted backends had. The program counts per
+// backend only, so that a packet pays one counter lookup, not two.
 func (lb *LB) ServiceCounters(id uint32) (Counters, error) {
-	c, err := sumCounters(lb.objs.LbServiceStats, id)
-	if err != nil {
-		return c, fmt.Errorf("lb_service_stats %d: %w", id, err)
+	backends, c := lb.tally.of(id)
+	for _, b := range backends {
+		bc, err := lb.BackendCounters(b)
+		if err != nil {
+			return Counters{}, err
+		}
+		c.add(bc)
 	}
 	return c, nil
+}
+
+// serviceTally is what ServiceCounters needs besides the backends' counters: which
+// backend ids are a service's, and what the service's deleted backends had counted.
+// The reconciler writes it, the API and the rate meter read it.
+type serviceTally struct {
+	mu       sync.Mutex
+	service  map[uint32]uint32              // backend id → its service id
+	backends map[uint32]map[uint32]struct{} // service id → its backend ids
+	carried  map[uint32]Counters            // service id → its deleted backends' counts
+}
+
+func newServiceTally() *serviceTally {
+	return &serviceTally{service: map[uint32]uint32{}, backends: map[uint32]map[uint32]struct{}{}, carried: map[uint32]Counters{}}
+}
+
+// of returns service id's backend ids and its carried counts.
+func (t *serviceTally) of(id uint32) ([]uint32, Counters) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ids := make([]uint32, 0, len(t.backends[id]))
+	for b := range t.backends[id] {
+		ids = append(ids, b)
+	}
+	return ids, t.carried[id]
+}
+
+// put makes backend id one of service's.
+func (t *serviceTally) put(id, service uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if old, ok := t.service[id]; ok && old != service {
+		delete(t.backends[old], id)
+	}
+	t.service[id] = service
+	if t.backends[service] == nil {
+		t.backends[service] = map[uint32]struct{}{}
+	}
+	t.backends[service][id] = struct{}{}
+}
+
+// remove takes backend id out of its service, whose carried counts keep final.
+func (t *serviceTally) remove(id uint32, final Counters) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	service, ok := t.service[id]
+	if !ok {
+		return
+	}
+	delete(t.service, id)
+	delete(t.backends[service], id)
+	if len(t.backends[service]) == 0 {
+		delete(t.backends, service)
+	}
+	c := t.carried[service]
+	c.add(final)
+	t.carried[service] = c
+}
+
+// reset forgets service id's carried counts, before the id serves another service.
+func (t *serviceTally) reset(id uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.carried, id)
 }
 
 // dropReasonNames are the metric label values of enum lb_drop_reason; a test fails

@@ -400,3 +400,54 @@ func TestCounters(t *testing.T) {
 		t.Errorf("a freed backend slot keeps its counters: %+v", c)
 	}
 }
+
+// A service's counters are its backends' summed (the program counts per backend only).
+// A deleted backend's counts stay in its service's while its slot starts afresh, and
+// resetting the service id (about to serve another service) forgets them.
+func TestServiceCountersSumItsBackends(t *testing.T) {
+	b := newBench(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const flows = 40
+	for i := range flows {
+		b.sendTo(t, dptest.Packet{Src: dptest.Client4, Dst: vipMany, SPort: uint16(42000 + i), DPort: 80, Flags: dptest.ACK})
+	}
+	per := map[uint32]datapath.Counters{}
+	var sum datapath.Counters
+	var gone uint32
+	for i := range 5 {
+		id := uint32(idManyFirst + i)
+		c, err := b.lb.BackendCounters(id)
+		must(err)
+		per[id] = c
+		sum.Packets, sum.Bytes, sum.NewFlows = sum.Packets+c.Packets, sum.Bytes+c.Bytes, sum.NewFlows+c.NewFlows
+		if c.Packets > 0 && gone == 0 {
+			gone = id
+		}
+	}
+	svc, err := b.lb.ServiceCounters(7)
+	must(err)
+	if svc != sum || svc.Packets != flows || svc.NewFlows != flows || per[gone].Packets == flows {
+		t.Fatalf("service %+v, its backends %+v: want the sum, %d packets and new flows over more than one backend", svc, per, flows)
+	}
+	must(b.lb.DeleteBackend(gone))
+	if after, err := b.lb.ServiceCounters(7); err != nil || after != svc {
+		t.Errorf("after backend %d was deleted the service counts %+v (%v), want %+v as before", gone, after, err, svc)
+	}
+	if c, err := b.lb.BackendCounters(gone); err != nil || c != (datapath.Counters{}) {
+		t.Errorf("the deleted backend's slot counts %+v (%v), want nothing", c, err)
+	}
+	if web, err := b.lb.ServiceCounters(1); err != nil || web != (datapath.Counters{}) {
+		t.Errorf("another service counts %+v (%v), want nothing", web, err)
+	}
+	must(b.lb.ResetServiceCounters(7))
+	want := svc
+	want.Packets, want.Bytes, want.NewFlows = svc.Packets-per[gone].Packets, svc.Bytes-per[gone].Bytes, svc.NewFlows-per[gone].NewFlows
+	if reset, err := b.lb.ServiceCounters(7); err != nil || reset != want {
+		t.Errorf("after a reset the service counts %+v (%v), want its live backends' %+v", reset, err, want)
+	}
+}

@@ -31,10 +31,11 @@ type LB struct {
 	services uint32        // capacity in services (ids 1..services-1)
 	backends uint32        // capacity in backend slots (ids 1..backends-1)
 	links    map[string]link.Link
-	vips     *vipFilter   // the VIP address filter (vipaddrs.go)
-	flowSeed uint64       // the flow table's hash seed (flowtable.go)
-	hz       uint32       // the kernel's HZ as the program was given it (0: it keeps ns)
-	flowMem  *ebpf.Memory // lb_flows, mapped (read-only use: safe from any goroutine)
+	vips     *vipFilter    // the VIP address filter (vipaddrs.go)
+	flowSeed uint64        // the flow table's hash seed (flowtable.go)
+	hz       uint32        // the kernel's HZ as the program was given it (0: it keeps ns)
+	flowMem  *ebpf.Memory  // lb_flows, mapped (read-only use: safe from any goroutine)
+	tally    *serviceTally // which backends are a service's, for its counters (counters.go)
 }
 
 // XDP attach modes as the kernel names them.
@@ -77,12 +78,12 @@ func LoadLB(opts Options) (*LB, error) {
 	if err := spec.Variables[lbVarFlowSeed].Set(flowSeed); err != nil {
 		return nil, fmt.Errorf("set flow_seed: %w", err)
 	}
-	lb := &LB{links: map[string]link.Link{}, flowSeed: flowSeed, hz: hz,
+	lb := &LB{links: map[string]link.Link{}, flowSeed: flowSeed, hz: hz, tally: newServiceTally(),
 		services: cmp.Or(opts.MaxServices, MaxServices), backends: cmp.Or(opts.MaxBackends, MaxBackends)}
-	for _, m := range []string{lbMapLbVips, lbMapLbMaglev, lbMapLbServiceStats} {
+	for _, m := range []string{lbMapLbVips, lbMapLbMaglev} {
 		spec.Maps[m].MaxEntries = lb.services
 	}
-	for _, m := range []string{lbMapLbBackends, lbMapLbBackendStats, lbMapLbFibCache} {
+	for _, m := range []string{lbMapLbBackends, lbMapLbBackendCpu} {
 		spec.Maps[m].MaxEntries = lb.backends
 	}
 	// every service may have a VIP address of its own

@@ -45,6 +45,12 @@ type lbLbBackend struct {
 	Pad       [2]uint8
 }
 
+type lbLbBackendCpuState struct {
+	_     structs.HostLayout
+	Nh    lbLbNexthop
+	Stats lbLbCounters
+}
+
 type lbLbBackendState uint32
 
 const (
@@ -244,31 +250,29 @@ type lbLbVipKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	lbMapLb4VipAddrs    = "lb4_vip_addrs"
-	lbMapLb4VipSlots    = "lb4_vip_slots"
-	lbMapLb6VipAddrs    = "lb6_vip_addrs"
-	lbMapLb6VipSlots    = "lb6_vip_slots"
-	lbMapLbBackendStats = "lb_backend_stats"
-	lbMapLbBackends     = "lb_backends"
-	lbMapLbDrops        = "lb_drops"
-	lbMapLbEvents       = "lb_events"
-	lbMapLbFibCache     = "lb_fib_cache"
-	lbMapLbFlows        = "lb_flows"
-	lbMapLbMaglev       = "lb_maglev"
-	lbMapLbNatFlows     = "lb_nat_flows"
-	lbMapLbNats         = "lb_nats"
-	lbMapLbNewFlows     = "lb_new_flows"
-	lbMapLbServiceStats = "lb_service_stats"
-	lbMapLbSyns         = "lb_syns"
-	lbMapLbTxPorts      = "lb_tx_ports"
-	lbMapLbVips         = "lb_vips"
-	lbProgManifoldLb    = "manifold_lb"
-	lbVarFlowBuckets    = "flow_buckets"
-	lbVarFlowSeed       = "flow_seed"
-	lbVarKernelHz       = "kernel_hz"
-	lbVarNodeAddr4      = "node_addr4"
-	lbVarNodeAddr6      = "node_addr6"
-	lbVarNodeSettings   = "node_settings"
+	lbMapLb4VipAddrs  = "lb4_vip_addrs"
+	lbMapLb4VipSlots  = "lb4_vip_slots"
+	lbMapLb6VipAddrs  = "lb6_vip_addrs"
+	lbMapLb6VipSlots  = "lb6_vip_slots"
+	lbMapLbBackendCpu = "lb_backend_cpu"
+	lbMapLbBackends   = "lb_backends"
+	lbMapLbDrops      = "lb_drops"
+	lbMapLbEvents     = "lb_events"
+	lbMapLbFlows      = "lb_flows"
+	lbMapLbMaglev     = "lb_maglev"
+	lbMapLbNatFlows   = "lb_nat_flows"
+	lbMapLbNats       = "lb_nats"
+	lbMapLbNewFlows   = "lb_new_flows"
+	lbMapLbSyns       = "lb_syns"
+	lbMapLbTxPorts    = "lb_tx_ports"
+	lbMapLbVips       = "lb_vips"
+	lbProgManifoldLb  = "manifold_lb"
+	lbVarFlowBuckets  = "flow_buckets"
+	lbVarFlowSeed     = "flow_seed"
+	lbVarKernelHz     = "kernel_hz"
+	lbVarNodeAddr4    = "node_addr4"
+	lbVarNodeAddr6    = "node_addr6"
+	lbVarNodeSettings = "node_settings"
 )
 
 // loadLb returns the embedded CollectionSpec for lb.
@@ -320,24 +324,22 @@ type lbProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbMapSpecs struct {
-	Lb4VipAddrs    *ebpf.MapSpec `ebpf:"lb4_vip_addrs"`
-	Lb4VipSlots    *ebpf.MapSpec `ebpf:"lb4_vip_slots"`
-	Lb6VipAddrs    *ebpf.MapSpec `ebpf:"lb6_vip_addrs"`
-	Lb6VipSlots    *ebpf.MapSpec `ebpf:"lb6_vip_slots"`
-	LbBackendStats *ebpf.MapSpec `ebpf:"lb_backend_stats"`
-	LbBackends     *ebpf.MapSpec `ebpf:"lb_backends"`
-	LbDrops        *ebpf.MapSpec `ebpf:"lb_drops"`
-	LbEvents       *ebpf.MapSpec `ebpf:"lb_events"`
-	LbFibCache     *ebpf.MapSpec `ebpf:"lb_fib_cache"`
-	LbFlows        *ebpf.MapSpec `ebpf:"lb_flows"`
-	LbMaglev       *ebpf.MapSpec `ebpf:"lb_maglev"`
-	LbNatFlows     *ebpf.MapSpec `ebpf:"lb_nat_flows"`
-	LbNats         *ebpf.MapSpec `ebpf:"lb_nats"`
-	LbNewFlows     *ebpf.MapSpec `ebpf:"lb_new_flows"`
-	LbServiceStats *ebpf.MapSpec `ebpf:"lb_service_stats"`
-	LbSyns         *ebpf.MapSpec `ebpf:"lb_syns"`
-	LbTxPorts      *ebpf.MapSpec `ebpf:"lb_tx_ports"`
-	LbVips         *ebpf.MapSpec `ebpf:"lb_vips"`
+	Lb4VipAddrs  *ebpf.MapSpec `ebpf:"lb4_vip_addrs"`
+	Lb4VipSlots  *ebpf.MapSpec `ebpf:"lb4_vip_slots"`
+	Lb6VipAddrs  *ebpf.MapSpec `ebpf:"lb6_vip_addrs"`
+	Lb6VipSlots  *ebpf.MapSpec `ebpf:"lb6_vip_slots"`
+	LbBackendCpu *ebpf.MapSpec `ebpf:"lb_backend_cpu"`
+	LbBackends   *ebpf.MapSpec `ebpf:"lb_backends"`
+	LbDrops      *ebpf.MapSpec `ebpf:"lb_drops"`
+	LbEvents     *ebpf.MapSpec `ebpf:"lb_events"`
+	LbFlows      *ebpf.MapSpec `ebpf:"lb_flows"`
+	LbMaglev     *ebpf.MapSpec `ebpf:"lb_maglev"`
+	LbNatFlows   *ebpf.MapSpec `ebpf:"lb_nat_flows"`
+	LbNats       *ebpf.MapSpec `ebpf:"lb_nats"`
+	LbNewFlows   *ebpf.MapSpec `ebpf:"lb_new_flows"`
+	LbSyns       *ebpf.MapSpec `ebpf:"lb_syns"`
+	LbTxPorts    *ebpf.MapSpec `ebpf:"lb_tx_ports"`
+	LbVips       *ebpf.MapSpec `ebpf:"lb_vips"`
 }
 
 // lbVariableSpecs contains global variables before they are loaded into the kernel.
@@ -372,24 +374,22 @@ func (o *lbObjects) Close() error {
 //
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbMaps struct {
-	Lb4VipAddrs    *ebpf.Map `ebpf:"lb4_vip_addrs"`
-	Lb4VipSlots    *ebpf.Map `ebpf:"lb4_vip_slots"`
-	Lb6VipAddrs    *ebpf.Map `ebpf:"lb6_vip_addrs"`
-	Lb6VipSlots    *ebpf.Map `ebpf:"lb6_vip_slots"`
-	LbBackendStats *ebpf.Map `ebpf:"lb_backend_stats"`
-	LbBackends     *ebpf.Map `ebpf:"lb_backends"`
-	LbDrops        *ebpf.Map `ebpf:"lb_drops"`
-	LbEvents       *ebpf.Map `ebpf:"lb_events"`
-	LbFibCache     *ebpf.Map `ebpf:"lb_fib_cache"`
-	LbFlows        *ebpf.Map `ebpf:"lb_flows"`
-	LbMaglev       *ebpf.Map `ebpf:"lb_maglev"`
-	LbNatFlows     *ebpf.Map `ebpf:"lb_nat_flows"`
-	LbNats         *ebpf.Map `ebpf:"lb_nats"`
-	LbNewFlows     *ebpf.Map `ebpf:"lb_new_flows"`
-	LbServiceStats *ebpf.Map `ebpf:"lb_service_stats"`
-	LbSyns         *ebpf.Map `ebpf:"lb_syns"`
-	LbTxPorts      *ebpf.Map `ebpf:"lb_tx_ports"`
-	LbVips         *ebpf.Map `ebpf:"lb_vips"`
+	Lb4VipAddrs  *ebpf.Map `ebpf:"lb4_vip_addrs"`
+	Lb4VipSlots  *ebpf.Map `ebpf:"lb4_vip_slots"`
+	Lb6VipAddrs  *ebpf.Map `ebpf:"lb6_vip_addrs"`
+	Lb6VipSlots  *ebpf.Map `ebpf:"lb6_vip_slots"`
+	LbBackendCpu *ebpf.Map `ebpf:"lb_backend_cpu"`
+	LbBackends   *ebpf.Map `ebpf:"lb_backends"`
+	LbDrops      *ebpf.Map `ebpf:"lb_drops"`
+	LbEvents     *ebpf.Map `ebpf:"lb_events"`
+	LbFlows      *ebpf.Map `ebpf:"lb_flows"`
+	LbMaglev     *ebpf.Map `ebpf:"lb_maglev"`
+	LbNatFlows   *ebpf.Map `ebpf:"lb_nat_flows"`
+	LbNats       *ebpf.Map `ebpf:"lb_nats"`
+	LbNewFlows   *ebpf.Map `ebpf:"lb_new_flows"`
+	LbSyns       *ebpf.Map `ebpf:"lb_syns"`
+	LbTxPorts    *ebpf.Map `ebpf:"lb_tx_ports"`
+	LbVips       *ebpf.Map `ebpf:"lb_vips"`
 }
 
 func (m *lbMaps) Close() error {
@@ -398,17 +398,15 @@ func (m *lbMaps) Close() error {
 		m.Lb4VipSlots,
 		m.Lb6VipAddrs,
 		m.Lb6VipSlots,
-		m.LbBackendStats,
+		m.LbBackendCpu,
 		m.LbBackends,
 		m.LbDrops,
 		m.LbEvents,
-		m.LbFibCache,
 		m.LbFlows,
 		m.LbMaglev,
 		m.LbNatFlows,
 		m.LbNats,
 		m.LbNewFlows,
-		m.LbServiceStats,
 		m.LbSyns,
 		m.LbTxPorts,
 		m.LbVips,

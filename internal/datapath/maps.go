@@ -203,31 +203,33 @@ func (lb *LB) PutBackend(id uint32, b Backend) error {
 	if err := lb.objs.LbBackends.Put(id, v); err != nil {
 		return fmt.Errorf("lb_backends put %d (%s): %w", id, b.Addr, err)
 	}
+	lb.tally.put(id, b.ServiceID)
 	return nil
 }
 
-// DeleteBackend frees slot id: flows still pointing at it are re-hashed, and its
-// counters and cached next hop start afresh for whoever gets the slot next.
+// DeleteBackend frees slot id: flows still pointing at it are re-hashed, its counts
+// stay in its service's, and its counters and cached next hop start afresh for whoever
+// gets the slot next.
 func (lb *LB) DeleteBackend(id uint32) error {
 	if err := lb.objs.LbBackends.Put(id, lbLbBackend{}); err != nil {
 		return fmt.Errorf("lb_backends clear %d: %w", id, err)
 	}
-	zero := make([]lbLbCounters, ebpf.MustPossibleCPU())
-	if err := lb.objs.LbBackendStats.Put(id, zero); err != nil {
-		return fmt.Errorf("lb_backend_stats clear %d: %w", id, err)
+	// no packet counts into the slot from here on: the program takes no backend
+	// whose entry is empty
+	final, err := lb.BackendCounters(id)
+	if err != nil {
+		return err
 	}
+	lb.tally.remove(id, final)
 	// the next holder of this id may live elsewhere: forget where this one was
-	if err := lb.objs.LbFibCache.Put(id, make([]lbLbNexthop, ebpf.MustPossibleCPU())); err != nil {
-		return fmt.Errorf("lb_fib_cache clear %d: %w", id, err)
+	if err := lb.objs.LbBackendCpu.Put(id, make([]lbLbBackendCpuState, ebpf.MustPossibleCPU())); err != nil {
+		return fmt.Errorf("lb_backend_cpu clear %d: %w", id, err)
 	}
 	return nil
 }
 
 // ResetServiceCounters zeroes a service id's counters before the id is (re)used.
 func (lb *LB) ResetServiceCounters(id uint32) error {
-	zero := make([]lbLbCounters, ebpf.MustPossibleCPU())
-	if err := lb.objs.LbServiceStats.Put(id, zero); err != nil {
-		return fmt.Errorf("lb_service_stats clear %d: %w", id, err)
-	}
+	lb.tally.reset(id)
 	return nil
 }
