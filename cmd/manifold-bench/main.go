@@ -5,6 +5,7 @@
 //	manifold-bench transit        transit packets/s routed in XDP or by the kernel, 10 and 800 000 routes
 //	manifold-bench controlplane   Maglev builds and programming services into the kernel
 //	manifold-bench report         merge the parts' JSON into latest.json and latest.md
+//	manifold-bench profile        a perf profile's samples inside a loaded program, by source line
 //
 // It is a binary of its own so that bin/manifold, the binary operators run, does not
 // carry the test rig the benchmarks are built on (gopacket, the namespace helpers).
@@ -27,10 +28,11 @@ const usage = `manifold-bench — manifold's benchmarks (dataplane, pktrate and 
 
 Usage:
   manifold-bench dataplane [--calls N] [--runs N] [--flood N] [--json FILE]
-  manifold-bench pktrate [--rounds N] [--seconds S] [--json FILE]
+  manifold-bench pktrate [--rounds N] [--seconds S] [--paths P1,P2] [--json FILE]
   manifold-bench transit [--rounds N] [--seconds S] [--json FILE]
   manifold-bench controlplane [--runs N] [--json FILE]
   manifold-bench report [--out DIR] [--commit REV] PART.json...
+  perf script -F ip,sym | manifold-bench profile [--prog NAME] [--top N]
 `
 
 func main() {
@@ -51,6 +53,8 @@ func main() {
 		err = controlplane(args, os.Stdout)
 	case "report":
 		err = report(args, os.Stdout)
+	case "profile":
+		err = profile(args, os.Stdin, os.Stdout)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 	default:
