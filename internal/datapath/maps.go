@@ -214,8 +214,9 @@ func (lb *LB) DeleteBackend(id uint32) error {
 	if err := lb.objs.LbBackends.Put(id, lbLbBackend{}); err != nil {
 		return fmt.Errorf("lb_backends clear %d: %w", id, err)
 	}
-	// no packet counts into the slot from here on: the program takes no backend
-	// whose entry is empty
+	// no packet chooses the slot from here on (the program takes no backend whose
+	// entry is empty); one that chose it just before and counts after this read is
+	// lost to the service's total, a few packets at most
 	final, err := lb.BackendCounters(id)
 	if err != nil {
 		return err
