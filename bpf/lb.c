@@ -9,6 +9,7 @@
 #include "lib/forward.h"
 #include "lib/transit.h"
 #include "lib/nat_reply.h"
+#include "lib/nat_icmp.h"
 #include "lib/stats.h"
 
 static __always_inline const struct lb_vip *vip_lookup(const struct lb_packet *pkt)
@@ -80,7 +81,8 @@ static __always_inline int balance(struct xdp_md *ctx, struct lb_packet *pkt)
 
 /* ICMP to a VIP address: echo requests are answered; an error quoting a VIP flow goes
  * to the flow's backend, by the same choice as the flow's own packets but without
- * creating a flow entry; the rest passes to the kernel. */
+ * creating a flow entry (to a NAT backend translated, as its reply was); the rest
+ * passes to the kernel. */
 static __always_inline int handle_icmp(struct xdp_md *ctx, struct lb_packet *pkt)
 {
 	struct lb_choice c = {};
@@ -101,11 +103,15 @@ static __always_inline int handle_icmp(struct xdp_md *ctx, struct lb_packet *pkt
 		if (!maglev_select(pkt, vip, flow_hash(&pkt->flow, vip->flags), &c))
 			return -LB_DROP_NO_BACKEND;
 	}
-	/* a NAT backend could not tell this packet from its own traffic to the client */
-	if (c.backend && c.backend->encap == LB_ENCAP_NAT)
-		return XDP_PASS;
-	rc = forward(ctx, pkt, &c);
-	if (rc >= 0)
+	if (!c.backend)
+		return -LB_DROP_NO_BACKEND;
+	/* a NAT backend gets the message about its own packet: translated back, not
+	 * encapsulated (nat_icmp.h) */
+	if (c.backend->encap == LB_ENCAP_NAT)
+		rc = icmp_to_nat_backend(ctx, pkt, &c);
+	else
+		rc = forward(ctx, pkt, &c);
+	if (rc >= 0 && rc != XDP_PASS)
 		count_event(LB_EV_ICMP_TO_BACKEND);
 	return rc;
 }

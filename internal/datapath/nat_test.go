@@ -311,3 +311,105 @@ func TestNATFlowKeepsItsPortWithoutItsIndex(t *testing.T) {
 		}
 	}
 }
+
+// A router on the client's side that cannot forward a NAT backend's reply (translated:
+// from the VIP to the client) answers the VIP with "fragmentation needed" / "packet too
+// big". The node sends it to the backend translated back, as an error about the packet
+// the backend itself sent (from its port to the node's address and the flow's node
+// port): the outer destination, the quote's addresses, ports, IPv4 header checksum and
+// TCP checksum, and the ICMP checksum (over IPv6 with its pseudo-header) all as the
+// backend's stack expects them. Without a NAT flow of that 5-tuple it passes untouched.
+func TestNATICMPTooBigToBackend(t *testing.T) {
+	b := newNATBench(t)
+	router4, router6 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8:ff::1")
+	for _, f := range []struct {
+		name                string
+		client, vip, router netip.Addr
+		node, backend       netip.Addr
+		backendID           int
+		typ, code           uint8
+		quote               int
+	}{
+		{"IPv4", dptest.Client4, vipNAT4, router4, dptest.NodeAddr4, dptest.Backend4(idNATWeb), idNATWeb, 3, 4, 20 + 20},
+		{"IPv6", dptest.Client6, vipNAT6, router6, dptest.NodeAddr6, dptest.Backend6(idNAT6), idNAT6, 2, 0, 40 + 20},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			flow := dptest.Packet{Src: f.client, Dst: f.vip, SPort: 40100, DPort: 80, Flags: dptest.SYN}
+			syn := flow.Bytes()
+			verdict, out := b.run(t, syn)
+			if verdict != dptest.XDPTX {
+				t.Fatalf("client's SYN: verdict %d, want XDP_TX", verdict)
+			}
+			nport := checkNAT(t, syn, out, dptest.NeighMAC(f.backendID)).sport
+
+			in := icmpTo(f.router, f.vip, f.typ, f.code, 1400, reply(flow, f.quote))
+			before := b.events(t)["icmp_to_backend"]
+			verdict, out = b.run(t, in)
+			if verdict != dptest.XDPTX {
+				t.Fatalf("too-big about the reply: verdict %d, want XDP_TX to the backend\n%s", verdict, dptest.Decode(in).Dump())
+			}
+			if n := b.events(t)["icmp_to_backend"] - before; n != 1 {
+				t.Errorf("icmp_to_backend grew by %d, want 1", n)
+			}
+			fail := func(format string, args ...any) {
+				t.Helper()
+				t.Fatalf(format+"\n--- in:\n%s--- out:\n%s", append(args, dptest.Decode(in).Dump(), dptest.Decode(out).Dump())...)
+			}
+			out = out[:len(in)]
+			if !bytes.Equal(out[0:6], dptest.NeighMAC(f.backendID)) {
+				fail("dst MAC %x, want the backend's", out[0:6])
+			}
+			ip := ipPacket(out[14:])
+			hl := 40
+			if f.vip.Is4() {
+				hl = 20
+				if !validIPv4Checksum(ip[:20]) {
+					fail("outer IPv4 header checksum is wrong")
+				}
+			}
+			src, dst, _ := addrsOf(ip)
+			if src != f.router || dst != f.backend {
+				fail("outer %s → %s, want %s → %s", src, dst, f.router, f.backend)
+			}
+			if !validICMPChecksum(ip, ip[hl:]) {
+				fail("ICMP checksum is wrong")
+			}
+			if got := binary.BigEndian.Uint32(ip[hl+4:]); got != 1400 && !(f.vip.Is4() && got&0xffff == 1400) {
+				fail("MTU field %#x, want 1400 as sent", got)
+			}
+			// the quote is now the start of the packet the backend sent, byte for byte
+			sent := dptest.Packet{Src: f.backend, Dst: f.node, SPort: 8080, DPort: nport, Flags: dptest.ACK, Payload: make([]byte, 1400)}
+			want := ipPacket(sent.Bytes()[14:])[:f.quote]
+			if f.vip.Is4() {
+				// the reply's TTL and id were the backend's too: only addresses, ports and
+				// checksums changed, and want is built with the same TTL and id
+				if !validIPv4Checksum(ip[hl+8 : hl+8+20]) {
+					fail("quoted IPv4 header checksum is wrong")
+				}
+			}
+			if got := ip[hl+8 : hl+8+f.quote]; !bytes.Equal(got, want) {
+				fail("quote\n%x\nwant the backend's own packet\n%x", got, want)
+			}
+
+			// a 5-tuple the node holds no NAT flow of is the kernel's
+			other := flow
+			other.SPort++
+			in = icmpTo(f.router, f.vip, f.typ, f.code, 1400, reply(other, f.quote))
+			if verdict, out := b.run(t, in); verdict != dptest.XDPPass || !bytes.Equal(out, in) {
+				t.Errorf("too-big about a flow without NAT entry: verdict %d (want XDP_PASS, untouched)", verdict)
+			}
+		})
+	}
+}
+
+// addrsOf returns an IP packet's source and destination and its header length.
+func addrsOf(ip []byte) (src, dst netip.Addr, hl int) {
+	if ip[0]>>4 == 4 {
+		src, _ = netip.AddrFromSlice(ip[12:16])
+		dst, _ = netip.AddrFromSlice(ip[16:20])
+		return src, dst, 20
+	}
+	src, _ = netip.AddrFromSlice(ip[8:24])
+	dst, _ = netip.AddrFromSlice(ip[24:40])
+	return src, dst, 40
+}
