@@ -3,9 +3,12 @@
  * (from the VIP to the client); a router on the client's side that could not forward
  * it answers the VIP, quoting the translated packet. The backend only knows the packet
  * it sent (to the node's address and the flow's node port), so the message is
- * translated the same way back: addressed to the backend, its quote from the backend to
- * the node. Without it a NAT backend's path MTU discovery towards its clients fails,
- * and large replies are lost. */
+ * translated the same way back: from the node to the backend, its quote from the
+ * backend to the node. From the node, not from the router that wrote it: the backend
+ * only ever talks to the node, and that router may well be on the node's way to the
+ * backend, where it would drop a packet bearing its own address as source (Linux
+ * does, as a martian). Without it a NAT backend's path MTU discovery towards its
+ * clients fails, and large replies are lost. */
 #ifndef LB_NAT_ICMP_H
 #define LB_NAT_ICMP_H
 
@@ -84,8 +87,10 @@ static __always_inline int icmp_to_nat_backend(struct xdp_md *ctx, struct lb_pac
 
 		if ((void *)(iph + 1) > data_end || !nat_icmp_has(q, sizeof(*q), l3_end, data_end) || q->ihl < 5)
 			return -LB_DROP_TRUNCATED;
-		/* outer: to the backend instead of the VIP (no pseudo-header in ICMPv4) */
-		iph->check = csum_apply(iph->check, csum_diff32(0, iph->daddr, b->addr[0]));
+		/* outer: from the node to the backend (no pseudo-header in ICMPv4) */
+		iph->check = csum_apply(iph->check, csum_diff32(csum_diff32(0, iph->saddr, node_addr4), iph->daddr,
+								b->addr[0]));
+		iph->saddr = node_addr4;
 		iph->daddr = b->addr[0];
 		/* quote: from the backend to the node instead of from the VIP to the client */
 		qdiff = csum_diff32(0, q->saddr, b->addr[0]);
@@ -106,8 +111,10 @@ static __always_inline int icmp_to_nat_backend(struct xdp_md *ctx, struct lb_pac
 			return -LB_DROP_TRUNCATED;
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
-			/* the outer destination is in ICMPv6's pseudo-header */
+			/* the outer addresses are in ICMPv6's pseudo-header */
+			pdiff = csum_diff32(pdiff, ip6->saddr.in6_u.u6_addr32[i], node_addr6[i]);
 			pdiff = csum_diff32(pdiff, ip6->daddr.in6_u.u6_addr32[i], b->addr[i]);
+			ip6->saddr.in6_u.u6_addr32[i] = node_addr6[i];
 			ip6->daddr.in6_u.u6_addr32[i] = b->addr[i];
 			qdiff = csum_diff32(qdiff, q->saddr.in6_u.u6_addr32[i], b->addr[i]);
 			qdiff = csum_diff32(qdiff, q->daddr.in6_u.u6_addr32[i], node_addr6[i]);
