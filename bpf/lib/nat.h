@@ -12,6 +12,10 @@
 #include "flow.h"
 #include "jhash.h"
 
+/* What the NAT paths (nat_reply.h, nat_icmp.h) answer for a packet that is none of
+ * theirs (not an XDP action). */
+#define LB_NAT_NO_ENTRY 0x100
+
 #define LB_NS_PER_SEC 1000000000ULL
 
 static __always_inline __u64 nat_timeout(enum lb_nat_state s)

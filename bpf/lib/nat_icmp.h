@@ -141,4 +141,159 @@ static __always_inline int icmp_to_nat_backend(struct xdp_md *ctx, struct lb_pac
 	return rc;
 }
 
+/* Routes a packet to a NAT flow's client: fib holds its family and addresses (from the
+ * VIP to the client); the next hop goes into nh. The flow's replies (nat_reply.h) and
+ * errors about its packets take this route. */
+static __always_inline int nat_route_to_client(struct xdp_md *ctx, const struct lb_packet *pkt, __u8 proto,
+					       struct bpf_fib_lookup *fib, struct lb_nexthop *nh)
+{
+	int rc;
+
+	fib->ifindex = ctx->ingress_ifindex;
+	fib->l4_protocol = proto;
+	fib->tot_len = pkt->l3_len;
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return -LB_DROP_NO_NEIGH;
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return -LB_DROP_TOO_BIG;
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return -LB_DROP_NO_ROUTE;
+	nh->ifindex = fib->ifindex;
+	__builtin_memcpy(nh->dmac, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(nh->smac, fib->smac, ETH_ALEN);
+	return 0;
+}
+
+/* The other way: "fragmentation needed" / "packet too big" about a client's packet
+ * after translation (from the node's address and the flow's node port to the backend),
+ * which a router on the backend's side sent to the node's address. The client only knows
+ * the packet it sent (to the VIP), so the message goes to it translated back: from the
+ * VIP (as the node's own too-big answers, mtu.h), its quote from the client to the VIP.
+ * pkt is a packet to no VIP (parse_packet's LB_PARSE_OTHER), l3 its IP header; fib, key
+ * and nh are nat_reply's, zeroed (the stack has no room for a second set). Returns an
+ * XDP action, a negative drop reason, or LB_NAT_NO_ENTRY for any other packet. */
+static __always_inline int nat_icmp_to_client(struct xdp_md *ctx, struct lb_packet *pkt, void *l3,
+					      struct bpf_fib_lookup *fib, struct lb_nat_key *key,
+					      struct lb_nexthop *nh)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 qdiff = 0, mdiff = 0;
+	struct lb_icmp *icmp;
+	struct lb_nat *e;
+	void *l3_end, *ql4;
+	__u8 proto;
+	int rc;
+
+	key->family = pkt->family;
+	if (pkt->family == LB_FAMILY_V4) {
+		struct iphdr *iph = l3;
+		struct iphdr *q;
+		__u16 old;
+
+		/* to the node, ICMP, no options (then the message is at a constant offset), whole */
+		if ((void *)(iph + 1) > data_end || iph->daddr != node_addr4 || !node_addr4 ||
+		    iph->protocol != IPPROTO_ICMP || iph->ihl != 5 || (iph->frag_off & IP_MF_OFFSET_BE))
+			return LB_NAT_NO_ENTRY;
+		pkt->l3_len = bpf_ntohs(iph->tot_len);
+		l3_end = l3 + (pkt->l3_len & 0xffff);
+		icmp = (void *)(iph + 1);
+		q = (void *)(icmp + 1);
+		if (!nat_icmp_has(q, sizeof(*q), l3_end, data_end) || icmp->type != ICMP_DEST_UNREACH ||
+		    icmp->code != ICMP_FRAG_NEEDED || q->version != 4 || q->ihl < 5 || q->saddr != node_addr4 ||
+		    (q->frag_off & bpf_htons(0x1fff)) || (q->protocol != IPPROTO_TCP && q->protocol != IPPROTO_UDP))
+			return LB_NAT_NO_ENTRY;
+		proto = q->protocol;
+		ql4 = (void *)q + (q->ihl & 0xf) * 4;
+		if (!nat_icmp_has(ql4, 4, l3_end, data_end))
+			return LB_NAT_NO_ENTRY;
+		key->backend[0] = q->daddr;
+		key->node_port = ((struct udphdr *)ql4)->source;
+		key->backend_port = ((struct udphdr *)ql4)->dest;
+		key->proto = proto;
+		e = bpf_map_lookup_elem(&lb_nats, key);
+		if (!e || lb_now() >= e->expires)
+			return LB_NAT_NO_ENTRY;
+		/* outer: from the VIP to the client */
+		iph->check = csum_apply(iph->check, csum_diff32(csum_diff32(0, iph->saddr, e->vip[0]), iph->daddr,
+								e->client[0]));
+		iph->saddr = e->vip[0];
+		iph->daddr = e->client[0];
+		/* quote: from the client to the VIP, as the client sent it */
+		qdiff = csum_diff32(0, q->saddr, e->client[0]);
+		qdiff = csum_diff32(qdiff, q->daddr, e->vip[0]);
+		q->saddr = e->client[0];
+		q->daddr = e->vip[0];
+		old = q->check;
+		q->check = csum_apply(old, qdiff);
+		mdiff = csum_diff16(qdiff, old, q->check);
+		mdiff += nat_icmp_quoted_l4(ql4, l3_end, data_end, proto, qdiff,
+					    nat_ports(e->client_port, e->vip_port), 1);
+		fib->family = LB_AF_INET;
+		fib->ipv4_src = e->vip[0];
+		fib->ipv4_dst = e->client[0];
+	} else {
+		struct ipv6hdr *ip6 = l3;
+		struct ipv6hdr *q;
+		const __u32 *d;
+		__u32 pdiff = 0;
+
+		if ((void *)(ip6 + 1) > data_end || ip6->nexthdr != IPPROTO_ICMPV6)
+			return LB_NAT_NO_ENTRY;
+		d = ip6->daddr.in6_u.u6_addr32;
+		if (d[0] != node_addr6[0] || d[1] != node_addr6[1] || d[2] != node_addr6[2] ||
+		    d[3] != node_addr6[3] || !(d[0] | d[1] | d[2] | d[3]))
+			return LB_NAT_NO_ENTRY;
+		pkt->l3_len = IPV6_HDR_LEN + bpf_ntohs(ip6->payload_len);
+		l3_end = l3 + (pkt->l3_len & 0xffff);
+		icmp = (void *)(ip6 + 1);
+		q = (void *)(icmp + 1);
+		if (!nat_icmp_has(q, sizeof(*q), l3_end, data_end) || icmp->type != ICMPV6_PKT_TOOBIG ||
+		    q->version != 6 || q->saddr.in6_u.u6_addr32[0] != node_addr6[0] ||
+		    q->saddr.in6_u.u6_addr32[1] != node_addr6[1] || q->saddr.in6_u.u6_addr32[2] != node_addr6[2] ||
+		    q->saddr.in6_u.u6_addr32[3] != node_addr6[3] ||
+		    (q->nexthdr != IPPROTO_TCP && q->nexthdr != IPPROTO_UDP))
+			return LB_NAT_NO_ENTRY;
+		proto = q->nexthdr;
+		ql4 = q + 1;
+		if (!nat_icmp_has(ql4, 4, l3_end, data_end))
+			return LB_NAT_NO_ENTRY;
+		__builtin_memcpy(key->backend, &q->daddr, sizeof(key->backend));
+		key->node_port = ((struct udphdr *)ql4)->source;
+		key->backend_port = ((struct udphdr *)ql4)->dest;
+		key->proto = proto;
+		e = bpf_map_lookup_elem(&lb_nats, key);
+		if (!e || lb_now() >= e->expires)
+			return LB_NAT_NO_ENTRY;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			/* the outer addresses are in ICMPv6's pseudo-header */
+			pdiff = csum_diff32(pdiff, ip6->saddr.in6_u.u6_addr32[i], e->vip[i]);
+			pdiff = csum_diff32(pdiff, ip6->daddr.in6_u.u6_addr32[i], e->client[i]);
+			ip6->saddr.in6_u.u6_addr32[i] = e->vip[i];
+			ip6->daddr.in6_u.u6_addr32[i] = e->client[i];
+			qdiff = csum_diff32(qdiff, q->saddr.in6_u.u6_addr32[i], e->client[i]);
+			qdiff = csum_diff32(qdiff, q->daddr.in6_u.u6_addr32[i], e->vip[i]);
+			q->saddr.in6_u.u6_addr32[i] = e->client[i];
+			q->daddr.in6_u.u6_addr32[i] = e->vip[i];
+		}
+		mdiff = pdiff + qdiff +
+			nat_icmp_quoted_l4(ql4, l3_end, data_end, proto, qdiff, nat_ports(e->client_port, e->vip_port), 0);
+		fib->family = LB_AF_INET6;
+		__builtin_memcpy(fib->ipv6_src, e->vip, sizeof(fib->ipv6_src));
+		__builtin_memcpy(fib->ipv6_dst, e->client, sizeof(fib->ipv6_dst));
+	}
+	if ((void *)(icmp + 1) > data_end)
+		return -LB_DROP_TRUNCATED;
+	icmp->check = csum_apply(icmp->check, mdiff);
+
+	rc = nat_route_to_client(ctx, pkt, pkt->family == LB_FAMILY_V4 ? IPPROTO_ICMP : IPPROTO_ICMPV6, fib, nh);
+	if (rc < 0)
+		return rc;
+	rc = transmit(ctx, pkt, nh);
+	if (rc >= 0)
+		count_event(LB_EV_NAT_ICMP_TO_CLIENT);
+	return rc;
+}
+
 #endif

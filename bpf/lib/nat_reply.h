@@ -5,10 +5,8 @@
 #define LB_NAT_REPLY_H
 
 #include "nat.h"
+#include "nat_icmp.h"
 #include "forward.h"
-
-/* nat_reply's answer for a packet that is no NAT reply (not an XDP action). */
-#define LB_NAT_NO_ENTRY 0x100
 
 /* A packet parse_packet found not for a VIP address: if it is a backend's reply to a
  * NAT flow (to the node's address and a node port of a live entry), it is translated
@@ -31,6 +29,8 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct lb_packet *pkt)
 
 		if ((void *)(iph + 1) > data_end || iph->daddr != node_addr4 || !node_addr4)
 			return LB_NAT_NO_ENTRY;
+		if (iph->protocol == IPPROTO_ICMP)
+			return nat_icmp_to_client(ctx, pkt, l3, &fib, &key, &nh);
 		if ((iph->protocol != IPPROTO_TCP && iph->protocol != IPPROTO_UDP) ||
 		    (iph->frag_off & IP_MF_OFFSET_BE) || iph->ihl < 5)
 			return LB_NAT_NO_ENTRY;
@@ -48,6 +48,8 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct lb_packet *pkt)
 		if (d[0] != node_addr6[0] || d[1] != node_addr6[1] || d[2] != node_addr6[2] ||
 		    d[3] != node_addr6[3] || !(d[0] | d[1] | d[2] | d[3]))
 			return LB_NAT_NO_ENTRY;
+		if (ip6->nexthdr == IPPROTO_ICMPV6)
+			return nat_icmp_to_client(ctx, pkt, l3, &fib, &key, &nh);
 		if (ip6->nexthdr != IPPROTO_TCP && ip6->nexthdr != IPPROTO_UDP)
 			return LB_NAT_NO_ENTRY;
 		__builtin_memcpy(key.backend, &ip6->saddr, sizeof(key.backend));
@@ -67,9 +69,6 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct lb_packet *pkt)
 	if (!e || now >= e->expires)
 		return LB_NAT_NO_ENTRY;
 
-	fib.ifindex = ctx->ingress_ifindex;
-	fib.l4_protocol = key.proto;
-	fib.tot_len = pkt->l3_len;
 	if (pkt->family == LB_FAMILY_V4) {
 		fib.family = LB_AF_INET;
 		fib.ipv4_src = e->vip[0];
@@ -79,22 +78,15 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct lb_packet *pkt)
 		__builtin_memcpy(fib.ipv6_src, e->vip, sizeof(fib.ipv6_src));
 		__builtin_memcpy(fib.ipv6_dst, e->client, sizeof(fib.ipv6_dst));
 	}
-	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
-		return -LB_DROP_NO_NEIGH;
-	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
-		return -LB_DROP_TOO_BIG;
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return -LB_DROP_NO_ROUTE;
+	rc = nat_route_to_client(ctx, pkt, key.proto, &fib, &nh);
+	if (rc < 0)
+		return rc;
 
 	nat_track(e, key.proto, flags, 1, now);
 	rc = nat_rewrite(l3, l4, data_end, pkt->family, key.proto, e->vip, e->client,
 			 nat_ports(e->vip_port, e->client_port));
 	if (rc < 0)
 		return rc;
-	nh.ifindex = fib.ifindex;
-	__builtin_memcpy(nh.dmac, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(nh.smac, fib.smac, ETH_ALEN);
 	rc = transmit(ctx, pkt, &nh);
 	if (rc >= 0)
 		count_event(LB_EV_NAT_REPLY);

@@ -154,12 +154,13 @@ func (lb *LB) Drops() (map[string]uint64, error) {
 // eventNames are the names of enum lb_event: what the program did besides forwarding
 // and dropping.
 var eventNames = map[lbLbEvent]string{
-	lbLbEventLB_EV_FLOW_NOT_INSERTED: "flow_not_inserted",
-	lbLbEventLB_EV_ICMP_ECHO_REPLY:   "icmp_echo_reply",
-	lbLbEventLB_EV_ICMP_TO_BACKEND:   "icmp_to_backend",
-	lbLbEventLB_EV_ICMP_TOO_BIG_SENT: "icmp_too_big_sent",
-	lbLbEventLB_EV_TRANSIT_FORWARDED: "transit_forwarded",
-	lbLbEventLB_EV_NAT_REPLY:         "nat_reply",
+	lbLbEventLB_EV_FLOW_NOT_INSERTED:  "flow_not_inserted",
+	lbLbEventLB_EV_ICMP_ECHO_REPLY:    "icmp_echo_reply",
+	lbLbEventLB_EV_ICMP_TO_BACKEND:    "icmp_to_backend",
+	lbLbEventLB_EV_ICMP_TOO_BIG_SENT:  "icmp_too_big_sent",
+	lbLbEventLB_EV_TRANSIT_FORWARDED:  "transit_forwarded",
+	lbLbEventLB_EV_NAT_REPLY:          "nat_reply",
+	lbLbEventLB_EV_NAT_ICMP_TO_CLIENT: "nat_icmp_to_client",
 }
 
 func eventName(e lbLbEvent) string {

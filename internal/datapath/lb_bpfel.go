@@ -96,13 +96,14 @@ const (
 type lbLbEvent uint32
 
 const (
-	lbLbEventLB_EV_FLOW_NOT_INSERTED lbLbEvent = 0
-	lbLbEventLB_EV_ICMP_ECHO_REPLY   lbLbEvent = 1
-	lbLbEventLB_EV_ICMP_TO_BACKEND   lbLbEvent = 2
-	lbLbEventLB_EV_ICMP_TOO_BIG_SENT lbLbEvent = 3
-	lbLbEventLB_EV_TRANSIT_FORWARDED lbLbEvent = 4
-	lbLbEventLB_EV_NAT_REPLY         lbLbEvent = 5
-	lbLbEventLB_EV_MAX               lbLbEvent = 6
+	lbLbEventLB_EV_FLOW_NOT_INSERTED  lbLbEvent = 0
+	lbLbEventLB_EV_ICMP_ECHO_REPLY    lbLbEvent = 1
+	lbLbEventLB_EV_ICMP_TO_BACKEND    lbLbEvent = 2
+	lbLbEventLB_EV_ICMP_TOO_BIG_SENT  lbLbEvent = 3
+	lbLbEventLB_EV_TRANSIT_FORWARDED  lbLbEvent = 4
+	lbLbEventLB_EV_NAT_REPLY          lbLbEvent = 5
+	lbLbEventLB_EV_NAT_ICMP_TO_CLIENT lbLbEvent = 6
+	lbLbEventLB_EV_MAX                lbLbEvent = 7
 )
 
 type lbLbFamily uint8

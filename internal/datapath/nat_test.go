@@ -312,6 +312,17 @@ func TestNATFlowKeepsItsPortWithoutItsIndex(t *testing.T) {
 	}
 }
 
+// natICMPCase is a NAT flow's family in the ICMP tests: its addresses, the router that
+// writes the message, the message's type and code, and how many bytes it quotes.
+type natICMPCase struct {
+	name                string
+	client, vip, router netip.Addr
+	node, backend       netip.Addr
+	backendID           int
+	typ, code           uint8
+	quote               int
+}
+
 // A router on the client's side that cannot forward a NAT backend's reply (translated:
 // from the VIP to the client) answers the VIP with "fragmentation needed" / "packet too
 // big". The node sends it to the backend translated back, as an error about the packet
@@ -322,14 +333,7 @@ func TestNATFlowKeepsItsPortWithoutItsIndex(t *testing.T) {
 func TestNATICMPTooBigToBackend(t *testing.T) {
 	b := newNATBench(t)
 	router4, router6 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8:ff::1")
-	for _, f := range []struct {
-		name                string
-		client, vip, router netip.Addr
-		node, backend       netip.Addr
-		backendID           int
-		typ, code           uint8
-		quote               int
-	}{
+	for _, f := range []natICMPCase{
 		{"IPv4", dptest.Client4, vipNAT4, router4, dptest.NodeAddr4, dptest.Backend4(idNATWeb), idNATWeb, 3, 4, 20 + 20},
 		{"IPv6", dptest.Client6, vipNAT6, router6, dptest.NodeAddr6, dptest.Backend6(idNAT6), idNAT6, 2, 0, 40 + 20},
 	} {
@@ -343,53 +347,10 @@ func TestNATICMPTooBigToBackend(t *testing.T) {
 			nport := checkNAT(t, syn, out, dptest.NeighMAC(f.backendID)).sport
 
 			in := icmpTo(f.router, f.vip, f.typ, f.code, 1400, reply(flow, f.quote))
-			before := b.events(t)["icmp_to_backend"]
-			verdict, out = b.run(t, in)
-			if verdict != dptest.XDPTX {
-				t.Fatalf("too-big about the reply: verdict %d, want XDP_TX to the backend\n%s", verdict, dptest.Decode(in).Dump())
-			}
-			if n := b.events(t)["icmp_to_backend"] - before; n != 1 {
-				t.Errorf("icmp_to_backend grew by %d, want 1", n)
-			}
-			fail := func(format string, args ...any) {
-				t.Helper()
-				t.Fatalf(format+"\n--- in:\n%s--- out:\n%s", append(args, dptest.Decode(in).Dump(), dptest.Decode(out).Dump())...)
-			}
-			out = out[:len(in)]
-			if !bytes.Equal(out[0:6], dptest.NeighMAC(f.backendID)) {
-				fail("dst MAC %x, want the backend's", out[0:6])
-			}
-			ip := ipPacket(out[14:])
-			hl := 40
-			if f.vip.Is4() {
-				hl = 20
-				if !validIPv4Checksum(ip[:20]) {
-					fail("outer IPv4 header checksum is wrong")
-				}
-			}
-			src, dst, _ := addrsOf(ip)
-			if src != f.node || dst != f.backend {
-				fail("outer %s → %s, want %s → %s (from the node: the router that wrote it may be on the way)", src, dst, f.node, f.backend)
-			}
-			if !validICMPChecksum(ip, ip[hl:]) {
-				fail("ICMP checksum is wrong")
-			}
-			if got := binary.BigEndian.Uint32(ip[hl+4:]); got != 1400 && !(f.vip.Is4() && got&0xffff == 1400) {
-				fail("MTU field %#x, want 1400 as sent", got)
-			}
 			// the quote is now the start of the packet the backend sent, byte for byte
 			sent := dptest.Packet{Src: f.backend, Dst: f.node, SPort: 8080, DPort: nport, Flags: dptest.ACK, Payload: make([]byte, 1400)}
-			want := ipPacket(sent.Bytes()[14:])[:f.quote]
-			if f.vip.Is4() {
-				// the reply's TTL and id were the backend's too: only addresses, ports and
-				// checksums changed, and want is built with the same TTL and id
-				if !validIPv4Checksum(ip[hl+8 : hl+8+20]) {
-					fail("quoted IPv4 header checksum is wrong")
-				}
-			}
-			if got := ip[hl+8 : hl+8+f.quote]; !bytes.Equal(got, want) {
-				fail("quote\n%x\nwant the backend's own packet\n%x", got, want)
-			}
+			checkTranslatedICMP(t, b, in, "icmp_to_backend", dptest.NeighMAC(f.backendID), f.node, f.backend,
+				ipPacket(sent.Bytes()[14:])[:f.quote])
 
 			// a 5-tuple the node holds no NAT flow of is the kernel's
 			other := flow
@@ -399,6 +360,47 @@ func TestNATICMPTooBigToBackend(t *testing.T) {
 				t.Errorf("too-big about a flow without NAT entry: verdict %d (want XDP_PASS, untouched)", verdict)
 			}
 		})
+	}
+}
+
+// checkTranslatedICMP runs an ICMP error the node translates and checks what it sends:
+// XDP_TX to the next hop's MAC, event counted once, outer addresses src → dst with a
+// valid IPv4 header checksum, a valid ICMP checksum (ICMPv6: with its pseudo-header), the
+// MTU as sent (1400), and a quote that is wantQuote byte for byte.
+func checkTranslatedICMP(t *testing.T, b *bench, in []byte, event string, mac []byte, src, dst netip.Addr, wantQuote []byte) {
+	t.Helper()
+	before := b.events(t)[event]
+	verdict, out := b.run(t, in)
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format+"\n--- in:\n%s--- out:\n%s", append(args, dptest.Decode(in).Dump(), dptest.Decode(out).Dump())...)
+	}
+	if verdict != dptest.XDPTX {
+		fail("verdict %d, want XDP_TX", verdict)
+	}
+	if n := b.events(t)[event] - before; n != 1 {
+		t.Errorf("%s grew by %d, want 1", event, n)
+	}
+	out = out[:len(in)]
+	if !bytes.Equal(out[0:6], mac) {
+		fail("dst MAC %x, want %x", out[0:6], mac)
+	}
+	ip := ipPacket(out[14:])
+	gotSrc, gotDst, hl := addrsOf(ip)
+	if hl == 20 && !validIPv4Checksum(ip[:20]) {
+		fail("outer IPv4 header checksum is wrong")
+	}
+	if gotSrc != src || gotDst != dst {
+		fail("outer %s → %s, want %s → %s", gotSrc, gotDst, src, dst)
+	}
+	if !validICMPChecksum(ip, ip[hl:]) {
+		fail("ICMP checksum is wrong")
+	}
+	if got := binary.BigEndian.Uint32(ip[hl+4:]); got != 1400 && !(hl == 20 && got&0xffff == 1400) {
+		fail("MTU field %#x, want 1400 as sent", got)
+	}
+	if got := ip[hl+8 : hl+8+len(wantQuote)]; !bytes.Equal(got, wantQuote) {
+		fail("quote\n%x\nwant\n%x", got, wantQuote)
 	}
 }
 
@@ -412,4 +414,40 @@ func addrsOf(ip []byte) (src, dst netip.Addr, hl int) {
 	src, _ = netip.AddrFromSlice(ip[8:24])
 	dst, _ = netip.AddrFromSlice(ip[24:40])
 	return src, dst, 40
+}
+
+// The other way: a router on the backend's side that cannot forward a client's packet
+// after translation (from the node's address and the flow's node port to the backend)
+// answers the node's address. The node sends the message to the client translated
+// back: from the VIP, its quote the client's own packet to the VIP, byte for byte,
+// checksums and all. A quote of a node port without a live NAT entry passes untouched.
+func TestNATICMPTooBigToClient(t *testing.T) {
+	b := newNATBench(t)
+	routerB4, routerB6 := netip.MustParseAddr("10.0.0.250"), netip.MustParseAddr("2001:db8:ff::250")
+	for _, f := range []natICMPCase{
+		{"IPv4", dptest.Client4, vipNAT4, routerB4, dptest.NodeAddr4, dptest.Backend4(idNATWeb), idNATWeb, 3, 4, 20 + 20},
+		{"IPv6", dptest.Client6, vipNAT6, routerB6, dptest.NodeAddr6, dptest.Backend6(idNAT6), idNAT6, 2, 0, 40 + 20},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			flow := dptest.Packet{Src: f.client, Dst: f.vip, SPort: 40200, DPort: 80, Flags: dptest.ACK, Payload: make([]byte, 1400)}
+			pkt := flow.Bytes()
+			verdict, out := b.run(t, pkt)
+			if verdict != dptest.XDPTX {
+				t.Fatalf("client's packet: verdict %d, want XDP_TX", verdict)
+			}
+			nport := checkNAT(t, pkt, out, dptest.NeighMAC(f.backendID)).sport
+			translated := dptest.Packet{Src: f.node, Dst: f.backend, SPort: nport, DPort: 8080, Flags: dptest.ACK, Payload: make([]byte, 1400)}
+
+			in := icmpTo(f.router, f.node, f.typ, f.code, 1400, ipPacket(translated.Bytes()[14:])[:f.quote])
+			checkTranslatedICMP(t, b, in, "nat_icmp_to_client", dptest.NeighMAC(dptest.ClientRouter), f.vip, f.client,
+				ipPacket(pkt[14:])[:f.quote])
+
+			other := translated
+			other.SPort = nport + 1
+			in = icmpTo(f.router, f.node, f.typ, f.code, 1400, ipPacket(other.Bytes()[14:])[:f.quote])
+			if verdict, out := b.run(t, in); verdict != dptest.XDPPass || !bytes.Equal(out, in) {
+				t.Errorf("too-big about a node port without NAT entry: verdict %d (want XDP_PASS, untouched)", verdict)
+			}
+		})
+	}
 }

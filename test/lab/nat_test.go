@@ -3,9 +3,11 @@ package lab
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -117,8 +119,8 @@ func TestNATBackendWithoutAgent(t *testing.T) {
 	}
 }
 
-// serveBytes runs a plain HTTP server in h's namespace answering every request with n
-// bytes. It stops when the test ends.
+// serveBytes runs a plain HTTP server in h's namespace answering a GET with n bytes and
+// a POST with the number of bytes it read. It stops when the test ends.
 func serveBytes(t *testing.T, h *Host, port uint16, n int) {
 	t.Helper()
 	var ln net.Listener
@@ -131,6 +133,11 @@ func serveBytes(t *testing.T, h *Host, port uint16, n int) {
 	}
 	body := strings.Repeat("x", n)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			got, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprint(w, got)
+			return
+		}
 		fmt.Fprint(w, body)
 	}), ReadHeaderTimeout: RequestTimeout}
 	done := make(chan error, 1)
@@ -143,13 +150,16 @@ func serveBytes(t *testing.T, h *Host, port uint16, n int) {
 	})
 }
 
-// Path MTU discovery through a NAT node: the router's link to the client takes 1300
-// bytes, the client (MTU 1500) asks for full-sized segments, and a NAT backend's
-// 1500-byte replies reach the router translated, which answers the VIP with
-// "fragmentation needed" / "packet too big". The node sends that to the backend as an
-// error about its own packet; the backend's kernel lowers the route's MTU and resends,
-// and a 200 KB answer arrives whole. Without the translation the message reached the
-// node's kernel, which has no socket for it, and the transfer stalled.
+// Path MTU discovery through a NAT node, both ways, over IPv4 and IPv6. Downloads: the
+// router's link to the client takes 1300 bytes; the client (MTU 1500) asks for
+// full-sized segments, and the backend's 1500-byte replies reach the router translated,
+// which answers the VIP with "fragmentation needed" / "packet too big"; the node sends
+// that to the backend as an error about its own packet. Uploads: the router's link to
+// the backend takes 1300 bytes; the client's translated segments are refused there, the
+// router answers the node's address, and the node sends that to the client as an error
+// about its packet to the VIP. Either way the sender lowers its path MTU and resends,
+// and 200 KB arrive whole. Without the translations both messages ended in the node's
+// kernel, which has no socket for them, and every transfer stalled.
 func TestNATPathMTUDiscovery(t *testing.T) {
 	requireManifold(t)
 	l := newLab(t, "lb1")
@@ -172,22 +182,56 @@ func TestNATPathMTUDiscovery(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := l.Router.Exec(hostprog.IP, "link", "set", "dev", client.RouterLink, "mtu", "1300"); err != nil {
-		t.Fatal(err)
+	// A veth drops frames longer than its MTU on the way in, so only the router's end
+	// of a link is narrowed, and only the link the big packets leave the router by.
+	narrow := func(h *Host, mtu int) {
+		t.Helper()
+		if err := l.Router.Exec(hostprog.IP, "link", "set", "dev", h.RouterLink, "mtu", strconv.Itoa(mtu)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	before := eventCount(t, lb, "icmp_to_backend")
+
+	narrow(client, 1300)
+	toBackend := eventCount(t, lb, "icmp_to_backend")
 	for _, f := range families {
-		t.Run(f.name, func(t *testing.T) {
+		t.Run("download/"+f.name, func(t *testing.T) {
 			body, err := HTTPGet(client.NS, f.url(), 0)
 			if err != nil {
-				t.Fatalf("GET %s through a 1300-byte link: %v", f.url(), err)
+				t.Fatalf("GET %s through a 1300-byte link to the client: %v", f.url(), err)
 			}
 			if len(body) != size {
 				t.Fatalf("GET %s: %d bytes, want %d", f.url(), len(body), size)
 			}
 		})
 	}
-	if n := eventCount(t, lb, "icmp_to_backend") - before; n == 0 {
-		t.Error("no ICMP message went to the backend: the transfers never met the 1300-byte link")
+	if n := eventCount(t, lb, "icmp_to_backend") - toBackend; n == 0 {
+		t.Error("no ICMP message went to the backend: the downloads never met the 1300-byte link")
+	}
+
+	narrow(client, 1500)
+	narrow(be, 1300)
+	// the downloads taught the backend a 1300-byte path to the node, which it would
+	// advertise to the uploading clients as its MSS: forget it
+	for _, args := range [][]string{{"route", "flush", "cache"}, {"-6", "route", "flush", "cache"}} {
+		if err := be.Exec(hostprog.IP, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toClient := eventCount(t, lb, "nat_icmp_to_client")
+	for _, f := range families {
+		t.Run("upload/"+f.name, func(t *testing.T) {
+			resp, err := HTTPClient(client.NS, RequestTimeout).Post(f.url(), "application/octet-stream", strings.NewReader(strings.Repeat("y", size)))
+			if err != nil {
+				t.Fatalf("POST %d bytes to %s through a 1300-byte link to the backend: %v", size, f.url(), err)
+			}
+			defer resp.Body.Close()
+			got, err := io.ReadAll(resp.Body)
+			if err != nil || strings.TrimSpace(string(got)) != strconv.Itoa(size) {
+				t.Fatalf("POST to %s: the backend read %q bytes (%v), want %d", f.url(), got, err, size)
+			}
+		})
+	}
+	if n := eventCount(t, lb, "nat_icmp_to_client") - toClient; n == 0 {
+		t.Error("no ICMP message went to the client: the uploads never met the 1300-byte link")
 	}
 }
