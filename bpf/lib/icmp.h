@@ -23,7 +23,10 @@ struct lb_icmp {
 #define ICMP_DEST_UNREACH 3
 #define ICMP_FRAG_NEEDED 4 /* code of ICMP_DEST_UNREACH */
 #define ICMP_ECHO 8
+#define ICMP_TIME_EXCEEDED 11
+#define ICMPV6_DEST_UNREACH 1
 #define ICMPV6_PKT_TOOBIG 2
+#define ICMPV6_TIME_EXCEED 3
 #define ICMPV6_ECHO_REQUEST 128
 #define ICMPV6_ECHO_REPLY 129
 /* IPv4 precedence "internetwork control", the TOS Linux gives its ICMP errors */

@@ -165,11 +165,26 @@ static __always_inline int nat_route_to_client(struct xdp_md *ctx, const struct 
 	return 0;
 }
 
-/* The other way: "fragmentation needed" / "packet too big" about a client's packet
- * after translation (from the node's address and the flow's node port to the backend),
- * which a router on the backend's side sent to the node's address. The client only knows
- * the packet it sent (to the VIP), so the message goes to it translated back: from the
- * VIP (as the node's own too-big answers, mtu.h), its quote from the client to the VIP.
+/* ICMP errors a client must see: destination unreachable (its frag-needed above all,
+ * and port unreachable from a backend with no UDP socket on the port) and time exceeded
+ * (traceroute); for ICMPv6 the same and packet too big. */
+static __always_inline int nat_icmp_error4(const struct lb_icmp *icmp)
+{
+	return icmp->type == ICMP_DEST_UNREACH || icmp->type == ICMP_TIME_EXCEEDED;
+}
+
+static __always_inline int nat_icmp_error6(const struct lb_icmp *icmp)
+{
+	return icmp->type == ICMPV6_DEST_UNREACH || icmp->type == ICMPV6_PKT_TOOBIG ||
+	       icmp->type == ICMPV6_TIME_EXCEED;
+}
+
+/* The other way: an ICMP error about a client's packet after translation (from the
+ * node's address and the flow's node port to the backend), which the backend or a
+ * router on its side sent to the node's address: "fragmentation needed" / "packet too
+ * big", port unreachable, time exceeded. The client only knows the packet it sent (to
+ * the VIP), so the message goes to it translated back: from the VIP (as the node's own
+ * too-big answers, mtu.h), its quote from the client to the VIP.
  * pkt is a packet to no VIP (parse_packet's LB_PARSE_OTHER), l3 its IP header; fib, key
  * and nh are nat_reply's, zeroed (the stack has no room for a second set). Returns an
  * XDP action, a negative drop reason, or LB_NAT_NO_ENTRY for any other packet. */
@@ -199,8 +214,8 @@ static __always_inline int nat_icmp_to_client(struct xdp_md *ctx, struct lb_pack
 		l3_end = l3 + (pkt->l3_len & 0xffff);
 		icmp = (void *)(iph + 1);
 		q = (void *)(icmp + 1);
-		if (!nat_icmp_has(q, sizeof(*q), l3_end, data_end) || icmp->type != ICMP_DEST_UNREACH ||
-		    icmp->code != ICMP_FRAG_NEEDED || q->version != 4 || q->ihl < 5 || q->saddr != node_addr4 ||
+		if (!nat_icmp_has(q, sizeof(*q), l3_end, data_end) || !nat_icmp_error4(icmp) || q->version != 4 ||
+		    q->ihl < 5 || q->saddr != node_addr4 ||
 		    (q->frag_off & bpf_htons(0x1fff)) || (q->protocol != IPPROTO_TCP && q->protocol != IPPROTO_UDP))
 			return LB_NAT_NO_ENTRY;
 		proto = q->protocol;
@@ -248,7 +263,7 @@ static __always_inline int nat_icmp_to_client(struct xdp_md *ctx, struct lb_pack
 		l3_end = l3 + (pkt->l3_len & 0xffff);
 		icmp = (void *)(ip6 + 1);
 		q = (void *)(icmp + 1);
-		if (!nat_icmp_has(q, sizeof(*q), l3_end, data_end) || icmp->type != ICMPV6_PKT_TOOBIG ||
+		if (!nat_icmp_has(q, sizeof(*q), l3_end, data_end) || !nat_icmp_error6(icmp) ||
 		    q->version != 6 || q->saddr.in6_u.u6_addr32[0] != node_addr6[0] ||
 		    q->saddr.in6_u.u6_addr32[1] != node_addr6[1] || q->saddr.in6_u.u6_addr32[2] != node_addr6[2] ||
 		    q->saddr.in6_u.u6_addr32[3] != node_addr6[3] ||

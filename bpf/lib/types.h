@@ -219,7 +219,7 @@ enum lb_event {
 	LB_EV_ICMP_TOO_BIG_SENT,     /* client told its packet does not fit after encapsulation */
 	LB_EV_TRANSIT_FORWARDED,     /* a packet for neither a VIP nor the node routed in XDP */
 	LB_EV_NAT_REPLY,             /* a backend's reply to a NAT flow translated back to its client */
-	LB_EV_NAT_ICMP_TO_CLIENT,    /* frag-needed / packet-too-big about a NAT flow's packet, to its client */
+	LB_EV_NAT_ICMP_TO_CLIENT,    /* an ICMP error about a NAT flow's packet, translated to its client */
 	LB_EV_MAX,
 };
 

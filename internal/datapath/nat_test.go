@@ -350,7 +350,7 @@ func TestNATICMPTooBigToBackend(t *testing.T) {
 			// the quote is now the start of the packet the backend sent, byte for byte
 			sent := dptest.Packet{Src: f.backend, Dst: f.node, SPort: 8080, DPort: nport, Flags: dptest.ACK, Payload: make([]byte, 1400)}
 			checkTranslatedICMP(t, b, in, "icmp_to_backend", dptest.NeighMAC(f.backendID), f.node, f.backend,
-				ipPacket(sent.Bytes()[14:])[:f.quote])
+				ipPacket(sent.Bytes()[14:])[:f.quote], 1400)
 
 			// a 5-tuple the node holds no NAT flow of is the kernel's
 			other := flow
@@ -366,8 +366,8 @@ func TestNATICMPTooBigToBackend(t *testing.T) {
 // checkTranslatedICMP runs an ICMP error the node translates and checks what it sends:
 // XDP_TX to the next hop's MAC, event counted once, outer addresses src → dst with a
 // valid IPv4 header checksum, a valid ICMP checksum (ICMPv6: with its pseudo-header), the
-// MTU as sent (1400), and a quote that is wantQuote byte for byte.
-func checkTranslatedICMP(t *testing.T, b *bench, in []byte, event string, mac []byte, src, dst netip.Addr, wantQuote []byte) {
+// MTU as sent, and a quote that is wantQuote byte for byte.
+func checkTranslatedICMP(t *testing.T, b *bench, in []byte, event string, mac []byte, src, dst netip.Addr, wantQuote []byte, mtu uint32) {
 	t.Helper()
 	before := b.events(t)[event]
 	verdict, out := b.run(t, in)
@@ -396,8 +396,8 @@ func checkTranslatedICMP(t *testing.T, b *bench, in []byte, event string, mac []
 	if !validICMPChecksum(ip, ip[hl:]) {
 		fail("ICMP checksum is wrong")
 	}
-	if got := binary.BigEndian.Uint32(ip[hl+4:]); got != 1400 && !(hl == 20 && got&0xffff == 1400) {
-		fail("MTU field %#x, want 1400 as sent", got)
+	if got := binary.BigEndian.Uint32(ip[hl+4:]); got != mtu && !(hl == 20 && got&0xffff == mtu) {
+		fail("the word after the checksum (the MTU) %#x, want %#x as sent", got, mtu)
 	}
 	if got := ip[hl+8 : hl+8+len(wantQuote)]; !bytes.Equal(got, wantQuote) {
 		fail("quote\n%x\nwant\n%x", got, wantQuote)
@@ -416,12 +416,14 @@ func addrsOf(ip []byte) (src, dst netip.Addr, hl int) {
 	return src, dst, 40
 }
 
-// The other way: a router on the backend's side that cannot forward a client's packet
-// after translation (from the node's address and the flow's node port to the backend)
-// answers the node's address. The node sends the message to the client translated
-// back: from the VIP, its quote the client's own packet to the VIP, byte for byte,
-// checksums and all. A quote of a node port without a live NAT entry passes untouched.
-func TestNATICMPTooBigToClient(t *testing.T) {
+// The other way: an ICMP error about a client's packet after translation (from the
+// node's address and the flow's node port to the backend), sent to the node's address
+// by a router on the backend's side ("fragmentation needed" / "packet too big") or by
+// the backend itself (port unreachable: no UDP socket there). The node sends the message
+// to the client translated back: from the VIP, its quote the client's own packet to the
+// VIP, byte for byte, checksums and all. A quote of a node port without a live NAT
+// entry, and an ICMP message that is no error, pass untouched.
+func TestNATICMPErrorToClient(t *testing.T) {
 	b := newNATBench(t)
 	routerB4, routerB6 := netip.MustParseAddr("10.0.0.250"), netip.MustParseAddr("2001:db8:ff::250")
 	for _, f := range []natICMPCase{
@@ -440,7 +442,7 @@ func TestNATICMPTooBigToClient(t *testing.T) {
 
 			in := icmpTo(f.router, f.node, f.typ, f.code, 1400, ipPacket(translated.Bytes()[14:])[:f.quote])
 			checkTranslatedICMP(t, b, in, "nat_icmp_to_client", dptest.NeighMAC(dptest.ClientRouter), f.vip, f.client,
-				ipPacket(pkt[14:])[:f.quote])
+				ipPacket(pkt[14:])[:f.quote], 1400)
 
 			other := translated
 			other.SPort = nport + 1
@@ -450,4 +452,24 @@ func TestNATICMPTooBigToClient(t *testing.T) {
 			}
 		})
 	}
+	t.Run("IPv4 UDP, port unreachable from the backend", func(t *testing.T) {
+		flow := dptest.Packet{Src: dptest.Client4, Dst: vipNAT4, SPort: 40300, DPort: 53, UDP: true, Payload: []byte("query")}
+		pkt := flow.Bytes()
+		verdict, out := b.run(t, pkt)
+		if verdict != dptest.XDPTX {
+			t.Fatalf("client's datagram: verdict %d, want XDP_TX", verdict)
+		}
+		nport := checkNAT(t, pkt, out, dptest.NeighMAC(idNATDNS)).sport
+		backend := dptest.Backend4(idNATDNS)
+		translated := dptest.Packet{Src: dptest.NodeAddr4, Dst: backend, SPort: nport, DPort: 53, UDP: true, Payload: []byte("query")}
+		quote := ipPacket(translated.Bytes()[14:])
+		in := icmpTo(backend, dptest.NodeAddr4, 3, 3, 0, quote)
+		checkTranslatedICMP(t, b, in, "nat_icmp_to_client", dptest.NeighMAC(dptest.ClientRouter), vipNAT4, dptest.Client4,
+			ipPacket(pkt[14:]), 0)
+		// an echo request to the node is the node's own business
+		echo := icmpTo(backend, dptest.NodeAddr4, 8, 0, 0x12340001, quote)
+		if verdict, out := b.run(t, echo); verdict != dptest.XDPPass || !bytes.Equal(out, echo) {
+			t.Errorf("echo request to the node: verdict %d (want XDP_PASS, untouched)", verdict)
+		}
+	})
 }

@@ -69,7 +69,7 @@ var (
 	dropsDesc = desc("manifold_drops_total",
 		"Packets for a VIP dropped by the data plane, by reason.", "reason")
 	eventsDesc = desc("manifold_events_total",
-		"Data-plane events that are not drops: flow_not_inserted (new-flow bound), icmp_echo_reply, icmp_to_backend, icmp_too_big_sent, transit_forwarded (router mode), nat_reply (a NAT backend's reply translated back), nat_icmp_to_client (frag-needed / packet-too-big about a NAT flow's packet, translated to its client).", "event")
+		"Data-plane events that are not drops: flow_not_inserted (new-flow bound), icmp_echo_reply, icmp_to_backend, icmp_too_big_sent, transit_forwarded (router mode), nat_reply (a NAT backend's reply translated back), nat_icmp_to_client (an ICMP error about a NAT flow's packet, translated to its client).", "event")
 	upDesc = desc("manifold_backend_up",
 		"1 when the backend takes new flows of the service (healthy, weight > 0), else 0.", "service", "backend")
 	weightDesc = desc("manifold_backend_weight",
