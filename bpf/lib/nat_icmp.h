@@ -1,14 +1,20 @@
-/* nat_icmp.h: "fragmentation needed" / "packet too big" about a NAT flow's reply, sent
- * to the backend as an error about its own packet. The reply left the node translated
- * (from the VIP to the client); a router on the client's side that could not forward
- * it answers the VIP, quoting the translated packet. The backend only knows the packet
- * it sent (to the node's address and the flow's node port), so the message is
- * translated the same way back: from the node to the backend, its quote from the
- * backend to the node. From the node, not from the router that wrote it: the backend
- * only ever talks to the node, and that router may well be on the node's way to the
- * backend, where it would drop a packet bearing its own address as source (Linux
- * does, as a martian). Without it a NAT backend's path MTU discovery towards its
- * clients fails, and large replies are lost. */
+/* nat_icmp.h: ICMP errors about a NAT flow, translated as its packets are, so that
+ * each end gets an error about the packet it sent itself.
+ *
+ * About a reply: "fragmentation needed" / "packet too big". The reply left the node
+ * translated (from the VIP to the client); a router on the client's side that could not
+ * forward it answers the VIP, quoting the translated packet. The backend only knows the
+ * packet it sent (to the node's address and the flow's node port), so the message goes
+ * to it translated back: from the node, its quote from the backend to the node. From the
+ * node, not from the router that wrote it: the backend only ever talks to the node, and
+ * that router may well be on the node's way to the backend, where it would drop a
+ * packet bearing its own address as source (Linux does, as a martian).
+ *
+ * About a client's packet: any error the backend or a router on its side sends to the
+ * node's address (nat_icmp_to_client, below).
+ *
+ * Without them path MTU discovery through a NAT node fails both ways and large
+ * transfers stall, and a UDP client of a closed port waits for its timeout. */
 #ifndef LB_NAT_ICMP_H
 #define LB_NAT_ICMP_H
 
@@ -40,7 +46,7 @@ static __always_inline __u32 nat_icmp_quoted_l4(void *ql4, void *l3_end, void *d
 	__u16 *check = NULL, old;
 
 	if (!nat_icmp_has(ql4, 4, l3_end, data_end))
-		return 0; /* cannot happen: icmp_classify read the ports */
+		return 0; /* cannot happen: the callers read the ports */
 	l4_diff = csum_diff32(addr_diff, *(__be32 *)ql4, ports);
 	msg_diff = csum_diff32(0, *(__be32 *)ql4, ports);
 	*(__be32 *)ql4 = ports;
