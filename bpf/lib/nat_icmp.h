@@ -171,6 +171,23 @@ static __always_inline int nat_route_to_client(struct xdp_md *ctx, const struct 
 	return 0;
 }
 
+/* The live NAT entry of a quoted packet from the node: its TCP/UDP header at ql4 gives
+ * the node port and the backend port, key->backend and key->family are set by the
+ * caller. NULL when the quote is cut before the ports or no live entry has them. */
+static __always_inline struct lb_nat *nat_icmp_entry(struct lb_nat_key *key, void *ql4, __u8 proto,
+						     void *l3_end, void *data_end)
+{
+	struct lb_nat *e;
+
+	if (!nat_icmp_has(ql4, 4, l3_end, data_end))
+		return NULL;
+	key->node_port = ((struct udphdr *)ql4)->source;
+	key->backend_port = ((struct udphdr *)ql4)->dest;
+	key->proto = proto;
+	e = bpf_map_lookup_elem(&lb_nats, key);
+	return e && lb_now() < e->expires ? e : NULL;
+}
+
 /* ICMP errors a client must see: destination unreachable (its frag-needed above all,
  * and port unreachable from a backend with no UDP socket on the port) and time exceeded
  * (traceroute); for ICMPv6 the same and packet too big. */
@@ -226,14 +243,9 @@ static __always_inline int nat_icmp_to_client(struct xdp_md *ctx, struct lb_pack
 			return LB_NAT_NO_ENTRY;
 		proto = q->protocol;
 		ql4 = (void *)q + (q->ihl & 0xf) * 4;
-		if (!nat_icmp_has(ql4, 4, l3_end, data_end))
-			return LB_NAT_NO_ENTRY;
 		key->backend[0] = q->daddr;
-		key->node_port = ((struct udphdr *)ql4)->source;
-		key->backend_port = ((struct udphdr *)ql4)->dest;
-		key->proto = proto;
-		e = bpf_map_lookup_elem(&lb_nats, key);
-		if (!e || lb_now() >= e->expires)
+		e = nat_icmp_entry(key, ql4, proto, l3_end, data_end);
+		if (!e)
 			return LB_NAT_NO_ENTRY;
 		/* outer: from the VIP to the client */
 		iph->check = csum_apply(iph->check, csum_diff32(csum_diff32(0, iph->saddr, e->vip[0]), iph->daddr,
@@ -277,14 +289,9 @@ static __always_inline int nat_icmp_to_client(struct xdp_md *ctx, struct lb_pack
 			return LB_NAT_NO_ENTRY;
 		proto = q->nexthdr;
 		ql4 = q + 1;
-		if (!nat_icmp_has(ql4, 4, l3_end, data_end))
-			return LB_NAT_NO_ENTRY;
 		__builtin_memcpy(key->backend, &q->daddr, sizeof(key->backend));
-		key->node_port = ((struct udphdr *)ql4)->source;
-		key->backend_port = ((struct udphdr *)ql4)->dest;
-		key->proto = proto;
-		e = bpf_map_lookup_elem(&lb_nats, key);
-		if (!e || lb_now() >= e->expires)
+		e = nat_icmp_entry(key, ql4, proto, l3_end, data_end);
+		if (!e)
 			return LB_NAT_NO_ENTRY;
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
