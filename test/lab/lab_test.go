@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -805,4 +807,28 @@ func keys[V any](m map[string]V) []string {
 	}
 	slices.Sort(ks)
 	return ks
+}
+
+// serveHTTP runs a plain HTTP server (net/http, nothing of manifold's) with handler in
+// h's namespace, listening on addr (":port" for every address). It stops when the test
+// ends, which fails if the server ended otherwise.
+func serveHTTP(t *testing.T, h *Host, addr string, handler http.HandlerFunc) {
+	t.Helper()
+	var ln net.Listener
+	err := InNamespace(h.NS, func() (err error) {
+		ln, err = net.Listen("tcp", addr) // the socket stays in the namespace
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: RequestTimeout}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("HTTP server on %s: %v", h.Role, err)
+		}
+	})
 }

@@ -1,10 +1,8 @@
 package lab
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -23,42 +21,24 @@ const natBackendPort = 8080
 // came from, as the server sees them. It stops when the test ends.
 func serveRemoteAddr(t *testing.T, h *Host, port uint16) {
 	t.Helper()
-	var ln net.Listener
-	err := InNamespace(h.NS, func() (err error) {
-		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port)) // the socket stays in the namespace
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	serveHTTP(t, h, fmt.Sprintf(":%d", port), func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, r.RemoteAddr)
-	}), ReadHeaderTimeout: RequestTimeout}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		srv.Close()
-		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("HTTP server on %s: %v", h.Role, err)
-		}
 	})
 }
 
-// A backend with no agent (no decapsulation, no VIP on lo), only a plain HTTP server
-// on another port, serves the VIP through a node with forwarding: nat: the client gets
-// its answers from the VIP, and the backend sees the node's address and a node port
-// (1024..32767), never the client's.
-func TestNATBackendWithoutAgent(t *testing.T) {
-	requireManifold(t)
-	l := newLab(t, "lb1")
-	client, lb, be := l.Host("client"), l.Host("lb1"), l.Host("be1")
+// newNATLab builds a lab with a client, one node (lb1) and backends, starts the server
+// serve puts on be1, and runs the node with a service per family whose backend is be1,
+// forwarding: nat to natBackendPort; the router sends the VIPs to the node.
+func newNATLab(t *testing.T, serve func(be *Host)) (l *Lab, client, lb, be *Host) {
+	t.Helper()
+	l = newLab(t, "lb1")
+	client, lb, be = l.Host("client"), l.Host("lb1"), l.Host("be1")
 	// A real NIC finishes the checksums it sends; a veth leaves them to an offload that
 	// never happens, which the node's in-place rewrite would carry on (see lab.go).
 	if err := be.Exec(hostprog.Ethtool, "-K", HostLink, "tx", "off"); err != nil {
 		t.Fatal(err)
 	}
-	serveRemoteAddr(t, be, natBackendPort)
-
+	serve(be)
 	cfg := NodeConfig{Name: lb.Role, Address: lb.Addr4, Address6: lb.Addr6}
 	for _, f := range families {
 		cfg.Services = append(cfg.Services, Service{Name: "nat-" + strings.ToLower(f.name), VIP: f.vip, Port: 80,
@@ -72,6 +52,16 @@ func TestNATBackendWithoutAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return l, client, lb, be
+}
+
+// A backend with no agent (no decapsulation, no VIP on lo), only a plain HTTP server
+// on another port, serves the VIP through a node with forwarding: nat: the client gets
+// its answers from the VIP, and the backend sees the node's address and a node port
+// (1024..32767), never the client's.
+func TestNATBackendWithoutAgent(t *testing.T) {
+	requireManifold(t)
+	_, client, lb, _ := newNATLab(t, func(be *Host) { serveRemoteAddr(t, be, natBackendPort) })
 	for _, f := range families {
 		t.Run(f.name, func(t *testing.T) {
 			ports := map[uint16]bool{}
@@ -123,30 +113,14 @@ func TestNATBackendWithoutAgent(t *testing.T) {
 // a POST with the number of bytes it read. It stops when the test ends.
 func serveBytes(t *testing.T, h *Host, port uint16, n int) {
 	t.Helper()
-	var ln net.Listener
-	err := InNamespace(h.NS, func() (err error) {
-		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	body := strings.Repeat("x", n)
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	serveHTTP(t, h, fmt.Sprintf(":%d", port), func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
 			got, _ := io.Copy(io.Discard, r.Body)
 			fmt.Fprint(w, got)
 			return
 		}
 		fmt.Fprint(w, body)
-	}), ReadHeaderTimeout: RequestTimeout}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		srv.Close()
-		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("HTTP server on %s: %v", h.Role, err)
-		}
 	})
 }
 
@@ -162,26 +136,8 @@ func serveBytes(t *testing.T, h *Host, port uint16, n int) {
 // kernel, which has no socket for them, and every transfer stalled.
 func TestNATPathMTUDiscovery(t *testing.T) {
 	requireManifold(t)
-	l := newLab(t, "lb1")
-	client, lb, be := l.Host("client"), l.Host("lb1"), l.Host("be1")
-	if err := be.Exec(hostprog.Ethtool, "-K", HostLink, "tx", "off"); err != nil {
-		t.Fatal(err)
-	}
 	const size = 200 << 10
-	serveBytes(t, be, natBackendPort, size)
-	cfg := NodeConfig{Name: lb.Role, Address: lb.Addr4, Address6: lb.Addr6}
-	for _, f := range families {
-		cfg.Services = append(cfg.Services, Service{Name: "nat-" + strings.ToLower(f.name), VIP: f.vip, Port: 80,
-			Forwarding: "nat", BackendPort: natBackendPort, Backends: []netip.Addr{f.addr(be)}})
-	}
-	if _, err := l.StartNode(manifoldBin, lb, cfg); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if err := l.RouteVIP(f.vip, lb); err != nil {
-			t.Fatal(err)
-		}
-	}
+	l, client, lb, be := newNATLab(t, func(be *Host) { serveBytes(t, be, natBackendPort, size) })
 	// A veth drops frames longer than its MTU on the way in, so only the router's end
 	// of a link is narrowed, and only the link the big packets leave the router by.
 	narrow := func(h *Host, mtu int) {

@@ -6,7 +6,6 @@ package lab
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -99,24 +98,15 @@ func newTunnelLab(t *testing.T, origins ...string) *tunnelLab {
 // 300 ms, so that a drain has requests in flight.
 func (tl *tunnelLab) startOrigin(t *testing.T, h *Host) {
 	t.Helper()
-	var ln net.Listener
-	if err := InNamespace(h.NS, func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(h.Addr4, 8000).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
 	served := new(atomic.Int64)
 	tl.servedByOrigin.Store(h.Role, served)
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	serveHTTP(t, h, netip.AddrPortFrom(h.Addr4, 8000).String(), func(w http.ResponseWriter, r *http.Request) {
 		served.Add(1)
 		if r.URL.Path == "/slow" {
 			time.Sleep(300 * time.Millisecond) // the origin's own work, not the test's wait
 		}
 		fmt.Fprintln(w, h.Role)
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	})
 }
 
 func (tl *tunnelLab) nodeConfig(e *Host, fleet *Fleet, services ...Service) NodeConfig {
