@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,11 +34,20 @@ func rateLab(args []string, name, roundsDoc string, run func(context.Context, be
 	seconds := fs.Float64("seconds", bench.DefaultPktrateMeasure.Seconds(), "measured seconds of each run (after a warm-up)")
 	out := fs.String("json", "", "also write the results part as JSON to this file")
 	paths := fs.String("paths", "", "comma-separated paths to measure, by their names in the table (default: all; pktrate only)")
+	flows := fs.String("flows", "", "comma-separated flow counts to measure each path with (default: 1,10000)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *rounds < 1 || *seconds <= 0 {
 		return errors.New("--rounds must be ≥ 1 and --seconds > 0")
+	}
+	var flowCounts []int
+	for _, item := range splitList(*flows) {
+		n, err := strconv.Atoi(item)
+		if err != nil {
+			return fmt.Errorf("--flows: %q is not a number", item)
+		}
+		flowCounts = append(flowCounts, n)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -46,6 +56,7 @@ func rateLab(args []string, name, roundsDoc string, run func(context.Context, be
 		Rounds:  *rounds,
 		Measure: time.Duration(*seconds * float64(time.Second)),
 		Paths:   splitList(*paths),
+		Flows:   flowCounts,
 	})
 	if errors.Is(err, context.Canceled) {
 		return errors.New("interrupted (the lab is removed)")
