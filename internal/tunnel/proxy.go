@@ -10,7 +10,16 @@ import (
 	"github.com/quic-go/quic-go"
 )
 
-var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+// A copy starts with a small buffer and moves to a large one once a read fills the
+// small one: a bulk stream then hands the stream (or the socket) a quarter of the
+// writes, each a wake-up of quic-go's connection loop (one TCP stream through a tunnel
+// on loopback: 2.2–2.7 → 2.4–3.0 Gbit/s, README "Tunnels' throughput and latency"),
+// while the many connections that carry a request now and then, and block in Read
+// holding their buffer for their whole life, keep 32 KiB each.
+var (
+	smallCopyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+	largeCopyBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+)
 
 // proxy joins a TCP connection to a stream until both directions have ended, each
 // closed on its own (a client's half-close reaches the origin). When either direction
@@ -49,8 +58,9 @@ func proxy(conn net.Conn, s *quic.Stream, toStream, fromStream byteCounters) err
 }
 
 func copyCounting(dst io.Writer, src io.Reader, n byteCounters) error {
-	buf := copyBuffers.Get().(*[]byte)
-	defer copyBuffers.Put(buf)
+	pool := &smallCopyBuffers
+	buf := pool.Get().(*[]byte)
+	defer func() { pool.Put(buf) }()
 	for {
 		r, rerr := src.Read(*buf)
 		if r > 0 {
@@ -65,6 +75,11 @@ func copyCounting(dst io.Writer, src io.Reader, n byteCounters) error {
 		}
 		if rerr != nil {
 			return rerr
+		}
+		if r == len(*buf) && pool == &smallCopyBuffers {
+			pool.Put(buf)
+			pool = &largeCopyBuffers
+			buf = pool.Get().(*[]byte)
 		}
 	}
 }

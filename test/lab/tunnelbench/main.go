@@ -32,6 +32,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -84,16 +85,17 @@ func main() {
 	jsonPath := flag.String("json", "", "also write the results to this file (a bench.Part)")
 	rounds := flag.Int("rounds", 3, "rounds; each measures every tool once")
 	duration := flag.Duration("duration", 5*time.Second, "length of one measurement, whole seconds")
+	only := flag.String("tools", "", "comma-separated tools to measure (default: all of manifold, rathole, \""+ratholeNoise+"\", bore)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *manifold, *jsonPath, *rounds, *duration); err != nil {
+	if err := run(ctx, *manifold, *jsonPath, *rounds, *duration, *only); err != nil {
 		fmt.Fprintf(os.Stderr, "\ntunnelbench failed: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, manifold, jsonPath string, rounds int, d time.Duration) error {
+func run(ctx context.Context, manifold, jsonPath string, rounds int, d time.Duration, only string) error {
 	if d < time.Second || d%time.Second != 0 || rounds < 1 {
 		return fmt.Errorf("-duration %s -rounds %d: whole seconds, at least one round", d, rounds)
 	}
@@ -118,6 +120,17 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int, d time.Dura
 	tools := []*tool{{name: "manifold", http: 21080, iperf: 21201}, {name: "rathole", http: 22080, iperf: 22201},
 		{name: ratholeNoise, http: 24080, iperf: 24201}, {name: "bore", http: 23080, iperf: 23201}}
 	starts := map[string]func(string, *tool) error{"manifold": startManifold(abs), "rathole": startRathole, ratholeNoise: startRatholeNoise, "bore": startBore}
+	if only != "" {
+		var chosen []*tool
+		for _, name := range strings.Split(only, ",") {
+			i := slices.IndexFunc(tools, func(t *tool) bool { return t.name == strings.TrimSpace(name) })
+			if i < 0 {
+				return fmt.Errorf("-tools: no tool %q (manifold, rathole, %q, bore)", name, ratholeNoise)
+			}
+			chosen = append(chosen, tools[i])
+		}
+		tools = chosen
+	}
 	defer func() {
 		for _, t := range tools {
 			for _, p := range t.processes {
