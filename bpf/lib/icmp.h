@@ -1,8 +1,9 @@
-/* icmp.h: ICMP and ICMPv6 at a VIP address. Echo requests are answered by the node;
- * "fragmentation needed" / "packet too big" quoting a VIP flow is recognised so that it
- * can go to the backend that sent the packet that did not fit (with DSR the node never
- * saw it). Every other ICMP message to a VIP address passes to the kernel. The node's
- * own "too big" answers are in mtu.h. */
+/* icmp.h: ICMP and ICMPv6 at a VIP address. Echo requests are answered by the node; an
+ * error quoting a VIP flow's reply (icmp_error4/6: "fragmentation needed" / "packet too
+ * big" above all, from a router that could not forward it) is recognised so that it can
+ * go to the backend that sent the reply (with DSR the node never saw it). Every other
+ * ICMP message to a VIP address passes to the kernel. The node's own "too big" answers
+ * are in mtu.h. */
 #ifndef LB_ICMP_H
 #define LB_ICMP_H
 
@@ -38,6 +39,22 @@ enum {
 	LB_ICMP_QUOTE = 2, /* an error quoting a TCP/UDP packet from a VIP: pkt->flow is its flow */
 };
 
+/* The ICMP errors an end of a flow must see, as IPVS forwards them: destination
+ * unreachable (frag-needed above all, for path MTU discovery; port unreachable from a
+ * client gone, for a backend's UDP socket) and time exceeded; for ICMPv6 the same and
+ * packet too big. Redirects, source quench, parameter problems and everything
+ * informational (neighbour discovery among it) are the kernel's. */
+static __always_inline int icmp_error4(const struct lb_icmp *icmp)
+{
+	return icmp->type == ICMP_DEST_UNREACH || icmp->type == ICMP_TIME_EXCEEDED;
+}
+
+static __always_inline int icmp_error6(const struct lb_icmp *icmp)
+{
+	return icmp->type == ICMPV6_DEST_UNREACH || icmp->type == ICMPV6_PKT_TOOBIG ||
+	       icmp->type == ICMPV6_TIME_EXCEED;
+}
+
 static __always_inline void swap_macs(struct ethhdr *eth)
 {
 	__u8 tmp[ETH_ALEN];
@@ -68,7 +85,7 @@ static __always_inline int icmp4_classify(struct lb_packet *pkt, struct lb_icmp 
 
 	if (icmp->type == ICMP_ECHO && icmp->code == 0)
 		return LB_ICMP_ECHO;
-	if (icmp->type != ICMP_DEST_UNREACH || icmp->code != ICMP_FRAG_NEEDED)
+	if (!icmp_error4(icmp))
 		return LB_ICMP_PASS;
 	if ((void *)(q + 1) > data_end || (void *)(q + 1) > l3_end)
 		return -LB_DROP_TRUNCATED;
@@ -95,7 +112,7 @@ static __always_inline int icmp6_classify(struct lb_packet *pkt, struct lb_icmp 
 
 	if (icmp->type == ICMPV6_ECHO_REQUEST && icmp->code == 0)
 		return LB_ICMP_ECHO;
-	if (icmp->type != ICMPV6_PKT_TOOBIG)
+	if (!icmp_error6(icmp))
 		return LB_ICMP_PASS; /* neighbour discovery for the VIP among them */
 	if ((void *)(q + 1) > data_end || (void *)(q + 1) > l3_end)
 		return -LB_DROP_TRUNCATED;

@@ -1,11 +1,12 @@
 /* nat_icmp.h: ICMP errors about a NAT flow, translated as its packets are, so that
  * each end gets an error about the packet it sent itself.
  *
- * About a reply: "fragmentation needed" / "packet too big". The reply left the node
- * translated (from the VIP to the client); a router on the client's side that could not
- * forward it answers the VIP, quoting the translated packet. The backend only knows the
- * packet it sent (to the node's address and the flow's node port), so the message goes
- * to it translated back: from the node, its quote from the backend to the node. From the
+ * About a reply: any error icmp_error4/6 names (icmp.h). The reply left the node
+ * translated (from the VIP to the client); the client, or a router on its side that
+ * could not forward it ("fragmentation needed" / "packet too big" above all), answers
+ * the VIP, quoting the translated packet. The backend only knows the packet it sent (to
+ * the node's address and the flow's node port), so the message goes to it translated
+ * back: from the node, its quote from the backend to the node. From the
  * node, not from the router that wrote it: the backend only ever talks to the node, and
  * that router may well be on the node's way to the backend, where it would drop a
  * packet bearing its own address as source (Linux does, as a martian).
@@ -14,7 +15,8 @@
  * node's address (nat_icmp_to_client, below).
  *
  * Without them path MTU discovery through a NAT node fails both ways and large
- * transfers stall, and a UDP client of a closed port waits for its timeout. */
+ * transfers stall, and a UDP client of a closed port, or a backend answering a client
+ * gone, waits for its timeout. */
 #ifndef LB_NAT_ICMP_H
 #define LB_NAT_ICMP_H
 
@@ -188,20 +190,6 @@ static __always_inline struct lb_nat *nat_icmp_entry(struct lb_nat_key *key, voi
 	return e && lb_now() < e->expires ? e : NULL;
 }
 
-/* ICMP errors a client must see: destination unreachable (its frag-needed above all,
- * and port unreachable from a backend with no UDP socket on the port) and time exceeded
- * (traceroute); for ICMPv6 the same and packet too big. */
-static __always_inline int nat_icmp_error4(const struct lb_icmp *icmp)
-{
-	return icmp->type == ICMP_DEST_UNREACH || icmp->type == ICMP_TIME_EXCEEDED;
-}
-
-static __always_inline int nat_icmp_error6(const struct lb_icmp *icmp)
-{
-	return icmp->type == ICMPV6_DEST_UNREACH || icmp->type == ICMPV6_PKT_TOOBIG ||
-	       icmp->type == ICMPV6_TIME_EXCEED;
-}
-
 /* The other way: an ICMP error about a client's packet after translation (from the
  * node's address and the flow's node port to the backend), which the backend or a
  * router on its side sent to the node's address: "fragmentation needed" / "packet too
@@ -237,7 +225,7 @@ static __always_inline int nat_icmp_to_client(struct xdp_md *ctx, struct lb_pack
 		l3_end = l3 + (pkt->l3_len & 0xffff);
 		icmp = (void *)(iph + 1);
 		q = (void *)(icmp + 1);
-		if (!nat_icmp_has(q, sizeof(*q), l3_end, data_end) || !nat_icmp_error4(icmp) || q->version != 4 ||
+		if (!nat_icmp_has(q, sizeof(*q), l3_end, data_end) || !icmp_error4(icmp) || q->version != 4 ||
 		    q->ihl < 5 || q->saddr != node_addr4 ||
 		    (q->frag_off & bpf_htons(0x1fff)) || (q->protocol != IPPROTO_TCP && q->protocol != IPPROTO_UDP))
 			return LB_NAT_NO_ENTRY;
@@ -281,7 +269,7 @@ static __always_inline int nat_icmp_to_client(struct xdp_md *ctx, struct lb_pack
 		l3_end = l3 + (pkt->l3_len & 0xffff);
 		icmp = (void *)(ip6 + 1);
 		q = (void *)(icmp + 1);
-		if (!nat_icmp_has(q, sizeof(*q), l3_end, data_end) || !nat_icmp_error6(icmp) ||
+		if (!nat_icmp_has(q, sizeof(*q), l3_end, data_end) || !icmp_error6(icmp) ||
 		    q->version != 6 || q->saddr.in6_u.u6_addr32[0] != node_addr6[0] ||
 		    q->saddr.in6_u.u6_addr32[1] != node_addr6[1] || q->saddr.in6_u.u6_addr32[2] != node_addr6[2] ||
 		    q->saddr.in6_u.u6_addr32[3] != node_addr6[3] ||

@@ -142,9 +142,9 @@ func (b *bench) events(t testing.TB) map[string]uint64 {
 	return e
 }
 
-// "Fragmentation needed" / "packet too big" about a VIP flow goes to the flow's backend,
-// the one that sent the packet that did not fit, whatever the ring says now; and it
-// creates no flow entry.
+// An ICMP error about a VIP flow's reply ("fragmentation needed" / "packet too big",
+// port unreachable, time exceeded) goes to the flow's backend, the one that sent the
+// reply, whatever the ring says now; and it creates no flow entry.
 func TestICMPErrorsGoToTheFlowsBackend(t *testing.T) {
 	b := newBench(t)
 	router4, router6 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8:ff::1")
@@ -165,6 +165,10 @@ func TestICMPErrorsGoToTheFlowsBackend(t *testing.T) {
 	tooBig := func(p dptest.Packet) []byte {
 		return icmpTo(router6, p.Dst, 2, 0, 1280, reply(p, 40+200))
 	}
+	portUnreachable := func(p dptest.Packet) []byte { return icmpTo(dptest.Client4, p.Dst, 3, 3, 0, reply(p, 28)) }
+	timeExceeded := func(p dptest.Packet) []byte { return icmpTo(router4, p.Dst, 11, 0, 0, reply(p, 28)) }
+	portUnreachable6 := func(p dptest.Packet) []byte { return icmpTo(dptest.Client6, p.Dst, 1, 4, 0, reply(p, 48)) }
+	timeExceeded6 := func(p dptest.Packet) []byte { return icmpTo(router6, p.Dst, 3, 0, 0, reply(p, 48)) }
 	backend := func(id uint32) netip.Addr { return dptest.Backend4(10 + int(id-idManyFirst)) }
 	mac := func(id uint32) []byte { return dptest.NeighMAC(10 + int(id-idManyFirst)) }
 	cases := []struct {
@@ -176,6 +180,10 @@ func TestICMPErrorsGoToTheFlowsBackend(t *testing.T) {
 		{"IPv4, flow unknown here: the ring's choice", fragNeeded(fresh), expectEncap{backend: backend(freshBackend), dstMAC: mac(freshBackend)}},
 		{"IPv6 packet too big", tooBig(v6), expectEncap{backend: dptest.Backend6(3), dstMAC: dptest.NeighMAC(3)}},
 		{"IPv6 packet too big, GUE service", tooBig(gue6), expectEncap{backend: dptest.Backend6(9), dstMAC: dptest.NeighMAC(9), guePort: 6081}},
+		{"IPv4 port unreachable, flow in the table", portUnreachable(pinned), expectEncap{backend: backend(other), dstMAC: mac(other)}},
+		{"IPv4 time exceeded, flow unknown here", timeExceeded(fresh), expectEncap{backend: backend(freshBackend), dstMAC: mac(freshBackend)}},
+		{"IPv6 port unreachable", portUnreachable6(v6), expectEncap{backend: dptest.Backend6(3), dstMAC: dptest.NeighMAC(3)}},
+		{"IPv6 time exceeded", timeExceeded6(v6), expectEncap{backend: dptest.Backend6(3), dstMAC: dptest.NeighMAC(3)}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -204,6 +212,7 @@ func TestICMPOther(t *testing.T) {
 	p := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 42000, DPort: 80}
 	notOurs := dptest.Packet{Src: dptest.Client4, Dst: netip.MustParseAddr("198.51.100.99"), SPort: 42000, DPort: 80}
 	noService := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: 42000, DPort: 8080}
+	p6 := dptest.Packet{Src: dptest.Client6, Dst: vip6, SPort: 42000, DPort: 80}
 	echoWithOptions := tamperICMPv4(icmpTo(dptest.Client4, vipWeb, 8, 0, 1, nil))
 	cases := []struct {
 		name    string
@@ -211,7 +220,11 @@ func TestICMPOther(t *testing.T) {
 		verdict uint32
 		drop    string
 	}{
-		{"port unreachable passes", icmpTo(router, vipWeb, 3, 3, 0, reply(p, 28)), dptest.XDPPass, ""},
+		{"redirect passes", icmpTo(router, vipWeb, 5, 1, 0, reply(p, 28)), dptest.XDPPass, ""},
+		{"source quench passes", icmpTo(router, vipWeb, 4, 0, 0, reply(p, 28)), dptest.XDPPass, ""},
+		{"parameter problem passes", icmpTo(router, vipWeb, 12, 0, 0, reply(p, 28)), dptest.XDPPass, ""},
+		{"IPv6 parameter problem passes", icmpTo(netip.MustParseAddr("2001:db8:ff::1"), vip6, 4, 0, 0, reply(p6, 48)), dptest.XDPPass, ""},
+		{"port unreachable quoting a port without service passes", icmpTo(dptest.Client4, vipWeb, 3, 3, 0, reply(noService, 28)), dptest.XDPPass, ""},
 		{"echo reply to the VIP passes", icmpTo(dptest.Client4, vipWeb, 0, 0, 1, nil), dptest.XDPPass, ""},
 		{"echo request with IP options passes", echoWithOptions, dptest.XDPPass, ""},
 		{"frag-needed quoting another source passes", icmpTo(router, vipWeb, 3, 4, 1400, reply(notOurs, 28)), dptest.XDPPass, ""},

@@ -325,20 +325,27 @@ type natICMPCase struct {
 
 // A router on the client's side that cannot forward a NAT backend's reply (translated:
 // from the VIP to the client) answers the VIP with "fragmentation needed" / "packet too
-// big". The node sends it to the backend translated back, as an error about the packet
+// big"; a client gone answers "port unreachable", a router on a loop "time exceeded".
+// The node sends each to the backend translated back, as an error about the packet
 // the backend itself sent (from its port to the node's address and the flow's node
 // port): the outer addresses (from the node), the quote's addresses, ports, IPv4 header checksum and
 // TCP checksum, and the ICMP checksum (over IPv6 with its pseudo-header) all as the
 // backend's stack expects them. Without a NAT flow of that 5-tuple it passes untouched.
-func TestNATICMPTooBigToBackend(t *testing.T) {
+func TestNATICMPErrorsToBackend(t *testing.T) {
 	b := newNATBench(t)
 	router4, router6 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8:ff::1")
-	for _, f := range []natICMPCase{
-		{"IPv4", dptest.Client4, vipNAT4, router4, dptest.NodeAddr4, dptest.Backend4(idNATWeb), idNATWeb, 3, 4, 20 + 20},
-		{"IPv6", dptest.Client6, vipNAT6, router6, dptest.NodeAddr6, dptest.Backend6(idNAT6), idNAT6, 2, 0, 40 + 20},
+	v4 := natICMPCase{"IPv4", dptest.Client4, vipNAT4, router4, dptest.NodeAddr4, dptest.Backend4(idNATWeb), idNATWeb, 0, 0, 20 + 20}
+	v6 := natICMPCase{"IPv6", dptest.Client6, vipNAT6, router6, dptest.NodeAddr6, dptest.Backend6(idNAT6), idNAT6, 0, 0, 40 + 20}
+	kind := func(f natICMPCase, name string, typ, code uint8) natICMPCase {
+		f.name, f.typ, f.code = f.name+" "+name, typ, code
+		return f
+	}
+	for i, f := range []natICMPCase{
+		kind(v4, "frag-needed", 3, 4), kind(v4, "port unreachable", 3, 3), kind(v4, "time exceeded", 11, 0),
+		kind(v6, "packet too big", 2, 0), kind(v6, "port unreachable", 1, 4), kind(v6, "time exceeded", 3, 0),
 	} {
 		t.Run(f.name, func(t *testing.T) {
-			flow := dptest.Packet{Src: f.client, Dst: f.vip, SPort: 40100, DPort: 80, Flags: dptest.SYN}
+			flow := dptest.Packet{Src: f.client, Dst: f.vip, SPort: 40100 + uint16(i), DPort: 80, Flags: dptest.SYN}
 			syn := flow.Bytes()
 			verdict, out := b.run(t, syn)
 			if verdict != dptest.XDPTX {
@@ -354,10 +361,10 @@ func TestNATICMPTooBigToBackend(t *testing.T) {
 
 			// a 5-tuple the node holds no NAT flow of is the kernel's
 			other := flow
-			other.SPort++
+			other.SPort += 100
 			in = icmpTo(f.router, f.vip, f.typ, f.code, 1400, reply(other, f.quote))
 			if verdict, out := b.run(t, in); verdict != dptest.XDPPass || !bytes.Equal(out, in) {
-				t.Errorf("too-big about a flow without NAT entry: verdict %d (want XDP_PASS, untouched)", verdict)
+				t.Errorf("an error about a flow without NAT entry: verdict %d (want XDP_PASS, untouched)", verdict)
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -84,6 +85,7 @@ type Service struct {
 	Name      string
 	VIP       netip.Addr
 	Port      uint16
+	Protocol  string       // tcp | udp; "" is tcp
 	Backends  []netip.Addr // each with weight 1
 	Health    *Health      // nil: no health section
 	TableSize int          // 0 keeps the default
@@ -164,7 +166,8 @@ func (c NodeConfig) YAML() []byte {
 	}
 	b.WriteString("services:\n")
 	for _, s := range c.Services {
-		fmt.Fprintf(&b, "  - name: %s\n    vip: %s\n    port: %d\n    protocol: tcp\n", s.Name, s.VIP, s.Port)
+		proto := cmp.Or(s.Protocol, "tcp")
+		fmt.Fprintf(&b, "  - name: %s\n    vip: %s\n    port: %d\n    protocol: %s\n", s.Name, s.VIP, s.Port, proto)
 		if s.TableSize != 0 {
 			fmt.Fprintf(&b, "    table_size: %d\n", s.TableSize)
 		}

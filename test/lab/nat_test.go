@@ -1,13 +1,19 @@
 package lab
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
 )
@@ -15,6 +21,9 @@ import (
 // natBackendPort is where the agentless backend listens; the service is on port 80, so
 // the node rewrites the port too.
 const natBackendPort = 8080
+
+// natUDPPort is the NAT lab's UDP service's port on the VIP.
+const natUDPPort = 5353
 
 // serveRemoteAddr runs a plain HTTP server (net/http, nothing of manifold's) in h's
 // namespace on every address, answering each request with the address and port it
@@ -27,8 +36,9 @@ func serveRemoteAddr(t *testing.T, h *Host, port uint16) {
 }
 
 // newNATLab builds a lab with a client, one node (lb1) and backends, starts the server
-// serve puts on be1, and runs the node with a service per family whose backend is be1,
-// forwarding: nat to natBackendPort; the router sends the VIPs to the node.
+// serve puts on be1, and runs the node with two services per family whose backend is
+// be1, forwarding: nat to natBackendPort: TCP on port 80 and UDP on natUDPPort; the
+// router sends the VIPs to the node.
 func newNATLab(t *testing.T, serve func(be *Host)) (l *Lab, client, lb, be *Host) {
 	t.Helper()
 	l = newLab(t, "lb1")
@@ -42,7 +52,9 @@ func newNATLab(t *testing.T, serve func(be *Host)) (l *Lab, client, lb, be *Host
 	cfg := NodeConfig{Name: lb.Role, Address: lb.Addr4, Address6: lb.Addr6}
 	for _, f := range families {
 		cfg.Services = append(cfg.Services, Service{Name: "nat-" + strings.ToLower(f.name), VIP: f.vip, Port: 80,
-			Forwarding: "nat", BackendPort: natBackendPort, Backends: []netip.Addr{f.addr(be)}})
+			Forwarding: "nat", BackendPort: natBackendPort, Backends: []netip.Addr{f.addr(be)}},
+			Service{Name: "nat-udp-" + strings.ToLower(f.name), VIP: f.vip, Port: natUDPPort, Protocol: "udp",
+				Forwarding: "nat", BackendPort: natBackendPort, Backends: []netip.Addr{f.addr(be)}})
 	}
 	if _, err := l.StartNode(manifoldBin, lb, cfg); err != nil {
 		t.Fatal(err)
@@ -190,4 +202,84 @@ func TestNATPathMTUDiscovery(t *testing.T) {
 	if n := eventCount(t, lb, "nat_icmp_to_client") - toClient; n == 0 {
 		t.Error("no ICMP message went to the client: the uploads never met the 1300-byte link")
 	}
+}
+
+// A NAT flow's client that has gone (its UDP socket closed) answers the backend's next
+// datagram with "port unreachable" to the VIP. The node sends the message on to the
+// backend translated, and the backend's own kernel matches it to the socket that sent
+// the datagram: with IP_RECVERR that socket's next read fails with "connection
+// refused". The message used to end in the node's kernel, which has no socket for it,
+// and the backend went on sending to a client long gone.
+func TestNATClientGoneReachesTheBackend(t *testing.T) {
+	requireManifold(t)
+	_, client, _, be := newNATLab(t, func(*Host) {})
+	for _, f := range families {
+		t.Run(f.name, func(t *testing.T) {
+			srv := listenUDPRecvErr(t, be, netip.AddrPortFrom(f.addr(be), natBackendPort))
+			var cl *net.UDPConn
+			err := InNamespace(client.NS, func() (err error) {
+				cl, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(f.vip, natUDPPort)))
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			buf := make([]byte, 64)
+			deadline := time.Now().Add(RequestTimeout)
+			if _, err := cl.Write([]byte("hello")); err != nil {
+				t.Fatal(err)
+			}
+			_ = srv.SetReadDeadline(deadline)
+			_, peer, err := srv.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				t.Fatalf("the backend got no datagram through the node: %v", err)
+			}
+			if _, err := srv.WriteToUDPAddrPort([]byte("answer"), peer); err != nil {
+				t.Fatal(err)
+			}
+			_ = cl.SetReadDeadline(deadline)
+			if n, err := cl.Read(buf); err != nil || string(buf[:n]) != "answer" {
+				t.Fatalf("the client's answer through the node: %q, %v", buf[:n], err)
+			}
+
+			cl.Close() // the client goes: its kernel answers the next datagram "port unreachable"
+			if _, err := srv.WriteToUDPAddrPort([]byte("anyone there?"), peer); err != nil {
+				t.Fatal(err)
+			}
+			_ = srv.SetReadDeadline(time.Now().Add(RequestTimeout))
+			if _, _, err := srv.ReadFromUDPAddrPort(buf); !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Fatalf("the backend's socket after its client went: %v, want connection refused (the client's port unreachable, translated by the node)", err)
+			}
+		})
+	}
+}
+
+// listenUDPRecvErr opens a UDP socket on addr in h's namespace with IP_RECVERR (or
+// IPV6_RECVERR), so that an ICMP error about a datagram it sent fails its next read,
+// as it would a connected socket's. It is closed when the test ends.
+func listenUDPRecvErr(t *testing.T, h *Host, addr netip.AddrPort) *net.UDPConn {
+	t.Helper()
+	var c *net.UDPConn
+	err := InNamespace(h.NS, func() (err error) {
+		c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	level, opt := unix.IPPROTO_IP, unix.IP_RECVERR
+	if addr.Addr().Is6() {
+		level, opt = unix.IPPROTO_IPV6, unix.IPV6_RECVERR
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), level, opt, 1) }); err != nil || serr != nil {
+		t.Fatalf("IP_RECVERR: %v %v", err, serr)
+	}
+	return c
 }
