@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -24,6 +25,7 @@ type fakeDP struct {
 	settings datapath.Settings
 	writes   int
 	failAt   int // the failAt-th write fails (0: never)
+	failFrom int // every write from the failFrom-th on fails (0: never)
 	// capacities of the maps in ids (0 included); 0: the compiled ones
 	maxServices, maxBackends uint32
 }
@@ -37,7 +39,7 @@ var errInjected = errors.New("injected map error")
 
 func (f *fakeDP) write() error {
 	f.writes++
-	if f.failAt != 0 && f.writes == f.failAt {
+	if f.failAt != 0 && f.writes == f.failAt || f.failFrom != 0 && f.writes >= f.failFrom {
 		return errInjected
 	}
 	return nil
@@ -469,5 +471,135 @@ func TestCapacityComesFromTheDataplane(t *testing.T) {
 				t.Errorf("after the refusal: %d services, %d backends, want the 2 and 2 of before", len(f.services), len(f.backends))
 			}
 		})
+	}
+}
+
+// An Apply writes only the services that changed: with 200 services in, an identical
+// Apply writes nothing, a changed backend writes only its service, a health change
+// only the backend's state and its ring, and a change the data plane does not read
+// (BGP) nothing, though the reconciler takes it. A service whose last Apply failed
+// half-way is written again even with its config unchanged.
+func TestApplyWritesOnlyWhatChanged(t *testing.T) {
+	f := newFake(t)
+	r := New(f)
+	var services []config.Service
+	for i := range 200 {
+		services = append(services, svc(fmt.Sprintf("svc%03d", i), fmt.Sprintf("198.51.100.%d", i), 80,
+			fmt.Sprintf("10.1.%d.1", i), fmt.Sprintf("10.1.%d.2", i)))
+	}
+	if err := r.Apply(cfgOf(services...), AlwaysUp); err != nil {
+		t.Fatal(err)
+	}
+	writes := func(what string, cfg *config.Config, healthy HealthFunc, want int) {
+		t.Helper()
+		before := f.writes
+		if err := r.Apply(cfg, healthy); err != nil {
+			t.Fatal(err)
+		}
+		if n := f.writes - before; n != want {
+			t.Errorf("%s: %d map writes, want %d", what, n, want)
+		}
+	}
+	writes("the same config again", cfgOf(services...), AlwaysUp, 0)
+
+	services[7].Backends[1].Address = netip.MustParseAddr("10.9.9.9")
+	// the new backend's slot, the ring, the old backend's slot deleted
+	writes("one backend of one service replaced", cfgOf(services...), AlwaysUp, 3)
+	if owners := ringOwners(r, "svc007"); owners[netip.MustParseAddr("10.9.9.9")] == 0 {
+		t.Errorf("svc007's ring %v lacks its new backend", owners)
+	}
+
+	sick := netip.MustParseAddr("10.1.42.1")
+	health := func(_ *config.Service, b *config.Backend) bool { return b.Address != sick }
+	// the ring without it, then its slot down
+	writes("one backend fails its health check", cfgOf(services...), health, 2)
+	if s := f.backends[r.services["svc042"].backends[sick].id].State; s != datapath.BackendDown {
+		t.Errorf("the unhealthy backend's slot is %v, want down", s)
+	}
+	writes("health unchanged", cfgOf(services...), health, 0)
+
+	med := uint32(50)
+	services[3].BGP.MED = &med
+	writes("a BGP attribute changed", cfgOf(services...), health, 0)
+	if got := r.services["svc003"].cfg.BGP.MED; got == nil || *got != med {
+		t.Errorf("the reconciler did not take the service's new BGP settings: MED %v", got)
+	}
+
+	// An Apply fails half-way (its ring written, not its backend's state) and so does
+	// the restore after it: the kernel now holds neither config. The next Apply of the
+	// old config must write that service again, although the reconciler's record of
+	// its config is the old one.
+	old := services[9]
+	old.Backends = slices.Clone(old.Backends)
+	services[9].Backends[0].Weight = 0
+	f.failFrom = f.writes + 2
+	if err := r.Apply(cfgOf(services...), health); !errors.Is(err, errInjected) {
+		t.Fatalf("Apply with failing writes: %v", err)
+	}
+	f.failFrom = 0
+	services[9] = old
+	if err := r.Apply(cfgOf(services...), health); err != nil {
+		t.Fatal(err)
+	}
+	if owners := ringOwners(r, "svc009"); len(owners) != 2 {
+		t.Errorf("svc009's ring has %d backends after the retry, want both again: %v", len(owners), owners)
+	}
+	id := r.services["svc009"].id
+	if got := len(f.rings[id]); got != 251 || slices.Contains(f.rings[id], 0) {
+		t.Errorf("svc009's ring in the map: %d slots", got)
+	}
+	first := r.services["svc009"].backends[netip.MustParseAddr("10.1.9.1")].id
+	if !slices.Contains(f.rings[id], first) {
+		t.Error("svc009's ring in the map still lacks the backend the failed Apply drained")
+	}
+}
+
+// Every field of a service's config is compared by sameDataplane or sameRest: a field
+// neither compares would be dropped by an Apply that skips the service as unchanged.
+// Adding a field to config.Service fails this test until one of them (and the
+// changes below) names it.
+func TestUnchangedComparesEveryField(t *testing.T) {
+	base := svc("web", "198.51.100.10", 80, "10.0.1.1")
+	typ := reflect.TypeOf(base)
+	for i := range typ.NumField() {
+		changed := base
+		changed.Backends = slices.Clone(base.Backends)
+		f := reflect.ValueOf(&changed).Elem().Field(i)
+		switch v := f.Addr().Interface().(type) {
+		case *string:
+			*v += "x"
+		case *netip.Addr:
+			*v = v.Next()
+		case *uint16:
+			*v++
+		case *uint32:
+			*v++
+		case *config.Protocol:
+			*v = config.UDP
+		case *config.Forwarding:
+			*v = config.GUE
+		case *config.Scheduler:
+			*v = config.MaglevSource
+		case *[]config.Origin:
+			*v = append(*v, config.Origin{Name: "dc1"})
+		case *[]config.Backend:
+			(*v)[0].Weight++
+		case *config.Health:
+			v.Port++
+		case *config.ServiceBGP:
+			v.Prepend++
+		default:
+			t.Fatalf("config.Service.%s (%s): compare it in sameDataplane or sameRest, and change it here", typ.Field(i).Name, f.Type())
+		}
+		if sameDataplane(&base, &changed) && sameRest(&base, &changed) {
+			t.Errorf("a change of config.Service.%s is not seen", typ.Field(i).Name)
+		}
+	}
+	for _, bgp := range []config.ServiceBGP{{Communities: []config.Community{1}}, {LargeCommunities: []config.LargeCommunity{{Global: 1, Local1: 2, Local2: 3}}}, {MED: new(uint32)}} {
+		changed := base
+		changed.BGP = bgp
+		if sameRest(&base, &changed) {
+			t.Errorf("a change of the service's BGP attributes (%+v) is not seen", bgp)
+		}
 	}
 }
