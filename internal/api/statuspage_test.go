@@ -96,3 +96,39 @@ func TestHistoryWindow(t *testing.T) {
 	}
 	var _ template.HTML = plotSVG([]float64{0, 0})
 }
+
+// A node that takes its services from a cluster shows the cluster's side on its page:
+// synced, the API server's reachability, and each Service port it skipped with the
+// reason (escaped); a node without a kubernetes section shows no such section.
+func TestStatusPageKubernetes(t *testing.T) {
+	render := func(st Status) string {
+		t.Helper()
+		s := &Server{Node: pageNode{st: st}, OpenReads: true, Log: slog.New(slog.DiscardHandler)}
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		if rec.Code != 200 {
+			t.Fatalf("GET /: %d", rec.Code)
+		}
+		return rec.Body.String()
+	}
+	if page := render(pageStatus(0)); strings.Contains(page, "<h2>Kubernetes") {
+		t.Error("a node without a kubernetes section shows one")
+	}
+	st := pageStatus(0)
+	st.Kubernetes = &KubernetesState{Synced: true, Reachable: false, Services: 3, Submitted: 9, Refused: 2,
+		Skipped: []string{"default/dns port 53/udp: no IPv6 address on this node <node.address6>"}}
+	page := render(st)
+	for _, want := range []string{"<h2>Kubernetes", "synced", "API server unreachable", "3 services taken", "9 updates applied", "2 refused",
+		`<tr class="down"><td>default/dns port 53/udp: no IPv6 address on this node &lt;node.address6&gt;</td></tr>`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	st.Kubernetes = &KubernetesState{Synced: true, Reachable: true, Services: 3}
+	page = render(st)
+	section := page[strings.Index(page, "<h2>Kubernetes"):]
+	section = section[:strings.Index(section, "\n\n")]
+	if !strings.Contains(section, "API server reachable") || !strings.Contains(section, "Every LoadBalancer Service port is served.") || strings.Contains(section, "refused") {
+		t.Errorf("a healthy cluster's section:\n%s", section)
+	}
+}
