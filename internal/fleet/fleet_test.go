@@ -453,6 +453,58 @@ func TestInitialThenFollow(t *testing.T) {
 	}
 }
 
+// The revision a node would watch from was compacted away before it watched (it read
+// the store, then etcd went on and compacted its history, as `--auto-compaction-*`
+// does): the watch fails with "required revision has been compacted", and the node reads
+// the store again and applies what it holds now, the changes it never saw as events
+// included.
+func TestWatchFromACompactedRevisionReadsAgain(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	seed := []store.ServiceDoc{{Name: "web", YAML: []byte("name: web\nvip: 198.51.100.10\nport: 80\nbackends: [{address: 10.0.1.1}]\n")}}
+	if err := Import(context.Background(), cli, prefix, seed, false); err != nil {
+		t.Fatal(err)
+	}
+	k := &sink{updates: make(chan reconcile.Update, 10)}
+	var logged syncBuffer
+	s := NewSource(cli, prefix, nodeFile(t, "a"), k, slog.New(slog.NewTextHandler(&logged, nil)))
+	u, err := s.Initial(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	// while the node is not watching: a change, and a compaction past it
+	put, err := cli.Put(context.Background(), prefix+"/services/web", "name: web\nvip: 198.51.100.10\nport: 80\nbackends: [{address: 10.0.1.9}]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(context.Background(), prefix+"/other", "x"); err != nil { // a revision past the change
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(context.Background(), put.Header.Revision+1, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	got := k.next(t, "the change made before the compaction", func(u reconcile.Update) bool {
+		return len(u.Services) == 1 && u.Services[0].Backends[0].Address.String() == "10.0.1.9"
+	})
+	if revisionOf(t, got) < put.Header.Revision {
+		t.Errorf("applied revision %s, want at least %d", got.Revision, put.Header.Revision)
+	}
+	if !strings.Contains(logged.String(), "fleet watch revision compacted") {
+		t.Errorf("the watch did not meet the compaction (the test no longer tests it); log:\n%s", logged.String())
+	}
+	// and it follows from there
+	if _, err := cli.Put(context.Background(), prefix+"/services/dns", "name: dns\nvip: 198.51.100.53\nport: 53\nprotocol: udp\nbackends: [{address: 10.0.1.1}]\n"); err != nil {
+		t.Fatal(err)
+	}
+	k.next(t, "a change after it", func(u reconcile.Update) bool { return reflect.DeepEqual(names(u.Services), []string{"dns", "web"}) })
+}
+
 // Each node's record and alive key; the fleet's view of who agrees and who lags; a
 // node that stops publishing shows gone at once and stays listed.
 func TestNodeRecordsAndFleet(t *testing.T) {

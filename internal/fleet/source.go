@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/manifoldlb/manifold/internal/api"
@@ -135,6 +136,11 @@ func (s *Source) Run(ctx context.Context) error {
 		err := s.follow(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			// etcd compacted the history the watch was to start from: no outage, the
+			// store is read again (changes never seen as events included)
+			s.log.Info("fleet watch revision compacted: reading the store again", "err", err)
 		}
 		s.failed(err, time.Now())
 		select {
