@@ -505,6 +505,38 @@ func TestWatchFromACompactedRevisionReadsAgain(t *testing.T) {
 	k.next(t, "a change after it", func(u reconcile.Update) bool { return reflect.DeepEqual(names(u.Services), []string{"dns", "web"}) })
 }
 
+// A node whose lease is gone (it expired while etcd was away longer than its TTL, or
+// an operator revoked it) shows gone only until its next publish: it grants a new
+// lease and puts its alive key back under it.
+func TestALostLeaseIsGrantedAgain(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	a := startNode(t, cli, "a", nil)
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { a.Publish(ctx, func() api.NodeRecord { return api.NodeRecord{Site: "s1"} }) })
+	defer func() { stop(); wg.Wait() }()
+	aliveLease := func() clientv3.LeaseID {
+		resp, err := cli.Get(context.Background(), prefix+"/alive/a")
+		if err != nil || len(resp.Kvs) == 0 {
+			return 0
+		}
+		return clientv3.LeaseID(resp.Kvs[0].Lease)
+	}
+	eventually(t, "a is alive", func() bool { return aliveLease() != 0 })
+	first := aliveLease()
+	if _, err := cli.Revoke(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	if aliveLease() != 0 {
+		t.Fatal("the alive key outlived its revoked lease")
+	}
+	eventually(t, "a is alive again under a new lease", func() bool { l := aliveLease(); return l != 0 && l != first })
+	fs, err := a.Fleet(context.Background())
+	if err != nil || len(fs.Nodes) != 1 || !fs.Nodes[0].Alive {
+		t.Fatalf("the fleet after the new lease: %+v %v", fs, err)
+	}
+}
+
 // Each node's record and alive key; the fleet's view of who agrees and who lags; a
 // node that stops publishing shows gone at once and stays listed.
 func TestNodeRecordsAndFleet(t *testing.T) {
