@@ -412,14 +412,21 @@ func TestOneOfThreeMembersLost(t *testing.T) {
 	}
 }
 
-// A node starts on the store's current services (Initial) and follows it from there;
-// a store whose services do not validate gives it nothing to start on.
-func TestInitialThenFollow(t *testing.T) {
+// seededStore starts an etcd holding one service, web, and returns a client of it.
+func seededStore(t *testing.T) *clientv3.Client {
+	t.Helper()
 	cli := startEtcd(t, 1).client()
 	seed := []store.ServiceDoc{{Name: "web", YAML: []byte("name: web\nvip: 198.51.100.10\nport: 80\nbackends: [{address: 10.0.1.1}]\n")}}
 	if err := Import(context.Background(), cli, prefix, seed, false); err != nil {
 		t.Fatal(err)
 	}
+	return cli
+}
+
+// A node starts on the store's current services (Initial) and follows it from there;
+// a store whose services do not validate gives it nothing to start on.
+func TestInitialThenFollow(t *testing.T) {
+	cli := seededStore(t)
 	k := &sink{updates: make(chan reconcile.Update, 10)}
 	s := NewSource(cli, prefix, nodeFile(t, "a"), k, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	u, err := s.Initial(context.Background())
@@ -459,11 +466,7 @@ func TestInitialThenFollow(t *testing.T) {
 // the store again and applies what it holds now, the changes it never saw as events
 // included.
 func TestWatchFromACompactedRevisionReadsAgain(t *testing.T) {
-	cli := startEtcd(t, 1).client()
-	seed := []store.ServiceDoc{{Name: "web", YAML: []byte("name: web\nvip: 198.51.100.10\nport: 80\nbackends: [{address: 10.0.1.1}]\n")}}
-	if err := Import(context.Background(), cli, prefix, seed, false); err != nil {
-		t.Fatal(err)
-	}
+	cli := seededStore(t)
 	k := &sink{updates: make(chan reconcile.Update, 10)}
 	var logged syncBuffer
 	s := NewSource(cli, prefix, nodeFile(t, "a"), k, slog.New(slog.NewTextHandler(&logged, nil)))
