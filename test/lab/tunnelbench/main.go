@@ -85,7 +85,7 @@ func main() {
 	jsonPath := flag.String("json", "", "also write the results to this file (a bench.Part)")
 	rounds := flag.Int("rounds", 3, "rounds; each measures every tool once")
 	duration := flag.Duration("duration", 5*time.Second, "length of one measurement, whole seconds")
-	only := flag.String("tools", "", "comma-separated tools to measure (default: all of manifold, rathole, \""+ratholeNoise+"\", bore)")
+	only := flag.String("tools", "", "comma-separated tools to measure, by their names in the table (default: all)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -123,9 +123,14 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int, d time.Dura
 	if only != "" {
 		var chosen []*tool
 		for _, name := range strings.Split(only, ",") {
-			i := slices.IndexFunc(tools, func(t *tool) bool { return t.name == strings.TrimSpace(name) })
+			name = strings.TrimSpace(name)
+			i := slices.IndexFunc(tools, func(t *tool) bool { return t.name == name })
 			if i < 0 {
-				return fmt.Errorf("-tools: no tool %q (manifold, rathole, %q, bore)", name, ratholeNoise)
+				known := make([]string, len(tools))
+				for j, t := range tools {
+					known[j] = strconv.Quote(t.name)
+				}
+				return fmt.Errorf("-tools: no tool %q (the tools: %s)", name, strings.Join(known, ", "))
 			}
 			chosen = append(chosen, tools[i])
 		}
