@@ -1,6 +1,7 @@
 # manifold — `make demo` runs the lab demo, `make test` runs every test. Both install
 # what they need on a Debian machine (run as root).
 
+SHELL   := /bin/bash
 GO      ?= go
 BIN     := bin/manifold
 BENCH   := bin/manifold-bench
@@ -77,9 +78,15 @@ vet:
 
 # The lab tests run after the rest, not beside them: they assert convergence bounds,
 # and the other packages' tests include a packet flood (bench's packet-rate smoke test).
+# internal/testenv/report turns go test's events into a line per package, the output
+# of each failed test, and the skipped tests with their reasons at the end (under
+# CI=true a skip for a missing program is a failure: internal/testenv); it writes
+# where the time went to bin/test-times.md (docs/testing.md keeps that table).
+REPORT := bin/test-report
 test: deps check-generated vet build kube-apiserver
-	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/lab$$')
-	$(GO) test $(TEST_FLAGS) ./test/lab/
+	$(GO) build -o $(REPORT) ./internal/testenv/report
+	set -o pipefail; { $(GO) test -json $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/lab$$'); \
+		$(GO) test -json $(TEST_FLAGS) ./test/lab/; } | ./$(REPORT) -times bin/test-times.md
 
 unit:
 	$(GO) test -race -count=1 ./internal/config ./internal/maglev ./internal/reconcile ./internal/health ./internal/clock ./internal/sysctl ./internal/store ./internal/api/... ./internal/metrics ./internal/hostprog/... ./internal/link ./test/arch

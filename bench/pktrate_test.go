@@ -12,6 +12,8 @@ import (
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
+
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 const procStat = `cpu  183490 0 104509 412117 1703 0 1863 55 0 0
@@ -304,9 +306,7 @@ func TestRunsNote(t *testing.T) {
 // TestPktrateSmoke runs every path for a moment in a real lab: packets must reach the
 // sink on each, encapsulated on the IPIP paths and only there.
 func TestPktrateSmoke(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces and XDP")
-	}
+	testenv.NeedRoot(t, "needs root: network namespaces and XDP")
 	prefix := os.Getenv("MANIFOLD_LAB_PREFIX")
 	if prefix == "" {
 		prefix = DefaultPktratePrefix

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // TestUsageListsEveryCommand: the usage is drawn from the table, and every row says
@@ -125,7 +126,7 @@ func TestManPage(t *testing.T) {
 		}
 	}
 	if _, err := hostprog.Man.Path(); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	path := filepath.Join(t.TempDir(), "manifold.1")
 	if err := os.WriteFile(path, page.Bytes(), 0o644); err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 func TestSteerSimulateWritesBothAlgorithms(t *testing.T) {
@@ -79,7 +80,7 @@ func TestSteerSimulateRefusesBadInput(t *testing.T) {
 
 func TestSteerSimulatePlots(t *testing.T) {
 	if err := hostprog.Command(hostprog.Python3, "-c", "import matplotlib").Run(); err != nil {
-		t.Skipf("python3 with matplotlib is missing (make deps installs it): %v", err)
+		testenv.Missingf(t, "python3 with matplotlib is missing (make deps installs it): %v", err)
 	}
 	t.Chdir(filepath.Join("..", ".."))
 	png := filepath.Join(t.TempDir(), "seed.png")

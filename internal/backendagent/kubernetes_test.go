@@ -18,6 +18,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/kube"
 	"github.com/manifoldlb/manifold/internal/kube/kubetest"
 	"github.com/manifoldlb/manifold/internal/kubesource"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // The agent learns its Node's VIPs from the real API server (internal/kube/kubetest),
@@ -98,7 +99,7 @@ func strs(a []netip.Addr) string {
 func TestLearnsTheVIPsOfItsNode(t *testing.T) {
 	bin, missing := kubetest.Binary("../..")
 	if missing != "" {
-		t.Skip(missing)
+		testenv.Missing(t, missing)
 	}
 	var err error
 	if cluster, err = kubetest.Start(kubetest.Options{Bin: bin, DeployDir: "../../deploy/kubernetes"}); err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net/netip"
-	"os"
 	"testing"
 
 	"github.com/gopacket/gopacket"
@@ -13,6 +12,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/datapath"
 	"github.com/manifoldlb/manifold/internal/datapath/dptest"
 	"github.com/manifoldlb/manifold/internal/maglev"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // bench is a loaded program in a private namespace, with a fixed set of services.
@@ -42,9 +42,7 @@ const (
 
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("BPF tests need root (BPF_PROG_TEST_RUN, network namespaces)")
-	}
+	testenv.NeedRoot(t, "BPF tests need root (BPF_PROG_TEST_RUN, network namespaces)")
 }
 
 func newBench(t testing.TB) *bench {

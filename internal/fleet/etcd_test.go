@@ -16,6 +16,7 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // A real etcd on loopback, its members started and killed by the test: the fleet's
@@ -39,7 +40,7 @@ type cluster struct {
 func startEtcd(t *testing.T, n int) *cluster {
 	t.Helper()
 	if _, err := hostprog.Etcd.Path(); err != nil {
-		t.Skipf("needs etcd: %v", err)
+		testenv.Missingf(t, "needs etcd: %v", err)
 	}
 	c := &cluster{t: t}
 	var initial []string

@@ -18,6 +18,7 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // pki is a CA and certificates it signed, as PEM files.
@@ -75,7 +76,7 @@ func (p *pki) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (string, 
 // one, or one that trusts another CA, is not.
 func TestDialTLSToARealEtcd(t *testing.T) {
 	if _, err := hostprog.Etcd.Path(); err != nil {
-		t.Skipf("needs etcd: %v", err)
+		testenv.Missingf(t, "needs etcd: %v", err)
 	}
 	p := newPKI(t, "fleet-ca")
 	serverCert, serverKey := p.issue(t, "etcd", x509.ExtKeyUsageServerAuth)

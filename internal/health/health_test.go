@@ -17,6 +17,7 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // The checks run against real TCP and HTTP servers on loopback; their intervals run on
@@ -716,7 +717,7 @@ func TestIPv6(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "[::1]:0")
 	if err != nil {
-		t.Skipf("IPv6 loopback not available: %v", err)
+		testenv.Missingf(t, "IPv6 loopback not available: %v", err)
 	}
 	ln.Close()
 	v6 := netip.IPv6Loopback()

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/manifoldlb/manifold/internal/kube/kubetest"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // The real API server on a real etcd (internal/kube/kubetest), shared by the
@@ -37,7 +38,7 @@ func apiServer(t *testing.T) *testCluster {
 	t.Helper()
 	bin, missing := kubetest.Binary("../..")
 	if missing != "" {
-		t.Skip(missing)
+		testenv.Missing(t, missing)
 	}
 	clusterOnce.Do(func() {
 		c, err := kubetest.Start(kubetest.Options{Bin: bin, DeployDir: "../../deploy/kubernetes"})

@@ -24,6 +24,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/kube"
 	"github.com/manifoldlb/manifold/internal/kube/kubetest"
 	"github.com/manifoldlb/manifold/internal/reconcile"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // The source against the real API server (internal/kube/kubetest), as the node's
@@ -51,7 +52,7 @@ func apiServer(t *testing.T) *kubetest.Cluster {
 	t.Helper()
 	bin, missing := kubetest.Binary("../..")
 	if missing != "" {
-		t.Skip(missing)
+		testenv.Missing(t, missing)
 	}
 	clusterOnce.Do(func() {
 		cluster, clusterErr = kubetest.Start(kubetest.Options{Bin: bin, DeployDir: "../../deploy/kubernetes"})

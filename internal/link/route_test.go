@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // routeNS is a named network namespace with four veth pairs standing for tunnels.
@@ -25,11 +26,9 @@ type routeNS struct {
 
 func newRouteNS(t *testing.T) *routeNS {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces)")
-	}
+	testenv.NeedRoot(t, "needs root (network namespaces)")
 	if err := hostprog.Check(hostprog.IP); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	r := &routeNS{name: fmt.Sprintf("mflinkroute-%d", os.Getpid())}
 	if out, err := hostprog.Command(hostprog.IP, "netns", "add", r.name).CombinedOutput(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/internal/steer"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // leading is a leading controller's snapshot: one service, two sites, two origins.
@@ -61,7 +62,7 @@ func TestSteerMetricsOfAStandby(t *testing.T) {
 
 func TestSteerPromtoolCheckMetrics(t *testing.T) {
 	if err := hostprog.Check(hostprog.Promtool); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	body, _ := steerScrape(t, leading)
 	if err := Promtool(body); err != nil {

@@ -3,13 +3,13 @@ package reconcile_test
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
 	"testing"
 
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/datapath"
 	"github.com/manifoldlb/manifold/internal/reconcile"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // TestTablesIdenticalAcrossNodes loads the real data plane twice — two nodes — and
@@ -18,9 +18,7 @@ import (
 // differ). Read back from the kernel, every service's Maglev ring must name the same
 // backend address in every slot: a flow that ECMP moves between nodes keeps its backend.
 func TestTablesIdenticalAcrossNodes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load BPF programs")
-	}
+	testenv.NeedRoot(t, "needs root to load BPF programs")
 	be := func(s string, w uint32) config.Backend {
 		return config.Backend{Address: netip.MustParseAddr(s), Weight: w}
 	}

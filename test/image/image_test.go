@@ -18,16 +18,15 @@ import (
 	"testing"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // The image builds without pulling anything, holds the static binary alone as its
 // entrypoint, and that binary runs with no library beside it.
 func TestImage(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (buildah's storage)")
-	}
+	testenv.NeedRoot(t, "needs root (buildah's storage)")
 	if err := hostprog.Check(hostprog.Buildah); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	repo, err := filepath.Abs("../..")
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/internal/metrics"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 const apiToken = "lab-t0ken-5e3c"
@@ -239,7 +240,7 @@ func TestAPIOperatorSurface(t *testing.T) {
 
 	t.Run("metrics", func(t *testing.T) {
 		if err := hostprog.Check(hostprog.Promtool); err != nil {
-			t.Skip(err)
+			testenv.Missing(t, err)
 		}
 		before := al.counters(t, al.lb)
 		fwdBefore := forwarded(t, al.lb)

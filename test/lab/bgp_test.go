@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // The active-active tests: three nodes announce the VIPs to a real BIRD over eBGP
@@ -37,10 +38,10 @@ func newActiveActive(t *testing.T, spec ActiveActiveSpec) *ActiveActive {
 	requireLab(t)
 	if spec.Router == "frr" {
 		if err := CheckFRR(); err != nil {
-			t.Skip(err)
+			testenv.Missing(t, err)
 		}
 	} else if err := hostprog.Check(hostprog.Bird, hostprog.Birdc); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	if buildErr != nil {
 		t.Fatalf("cannot build manifold (make build shows the same): %v", buildErr)

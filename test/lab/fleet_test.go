@@ -19,6 +19,7 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // convergeWithin bounds how long a change may take to be applied by every node: far
@@ -39,7 +40,7 @@ type fleetLab struct {
 func startFleetLab(t *testing.T, lbNodes ...string) *fleetLab {
 	t.Helper()
 	if err := hostprog.Check(hostprog.Etcd); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	tl := startBackends(t, lbNodes)
 	fl := &fleetLab{testLab: tl, lbs: tl.HostsOf(LBNode), api: map[string]*NodeAPI{}}
@@ -556,7 +557,7 @@ func TestFleetRestartedNodeAppliesLatestFirst(t *testing.T) {
 // status and problems as through a node on a file, and changes nothing.
 func TestFleetBadInputAsOnFile(t *testing.T) {
 	if err := hostprog.Check(hostprog.Etcd); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	tl := startBackends(t, []string{"lb1", "lb2"})
 	fleetNode, fileNode := tl.Host("lb1"), tl.Host("lb2")

@@ -17,6 +17,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/internal/kube"
 	"github.com/manifoldlb/manifold/internal/kube/kubetest"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // Bounds of TestKubernetes. The issue's: an address within 1 s of the Service, the
@@ -42,7 +43,7 @@ func TestKubernetes(t *testing.T) {
 	}
 	bin, missing := kubetest.Binary("../..")
 	if missing != "" {
-		t.Skip(missing)
+		testenv.Missing(t, missing)
 	}
 	l := newLabOf(t, HostSpec{Role: "client", Kind: Client}, HostSpec{Role: "lb1", Kind: LBNode}, HostSpec{Role: "kube", Kind: Client},
 		HostSpec{Role: "be1", Kind: Backend}, HostSpec{Role: "be2", Kind: Backend})

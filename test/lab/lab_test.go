@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // Every test builds its own lab under this prefix, one test at a time.
@@ -105,11 +106,9 @@ func buildManifold() (string, error) {
 // requireLab skips a test that cannot build a lab on this machine.
 func requireLab(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testenv.NeedRoot(t, "needs root")
 	if err := hostprog.Check(hostprog.Nginx, hostprog.Ethtool, hostprog.Curl); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // The link's settings in these tests: the README's defaults for the probes.
@@ -45,7 +46,7 @@ func newLinkLab(t *testing.T) *linkLab {
 	t.Helper()
 	requireLab(t)
 	if err := hostprog.Check(hostprog.Nft, hostprog.IP); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	if buildErr != nil {
 		t.Fatal(buildErr)

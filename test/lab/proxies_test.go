@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 var testProxy = TCPProxy{
@@ -29,7 +30,7 @@ func TestHAProxyConfig(t *testing.T) {
 		}
 	}
 	if err := hostprog.Check(hostprog.HAProxy); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	path := filepath.Join(t.TempDir(), "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -50,15 +51,13 @@ func TestNginxStreamConfig(t *testing.T) {
 		}
 	}
 	if err := hostprog.Check(hostprog.Nginx, hostprog.Unshare, hostprog.Sh, hostprog.IP); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	module, err := NginxStreamModule()
 	if err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: nginx -t binds a reuseport listener, in a namespace of its own")
-	}
+	testenv.NeedRoot(t, "needs root: nginx -t binds a reuseport listener, in a namespace of its own")
 	// With reuseport, nginx -t opens the listener: give it an address it can have, in a
 	// namespace of its own.
 	local := testProxy
@@ -102,7 +101,7 @@ func TestDNATRuleset(t *testing.T) {
 			continue // nft -c needs netlink, and that root
 		}
 		if err := hostprog.Check(hostprog.Nft); err != nil {
-			t.Skip(err)
+			testenv.Missing(t, err)
 		}
 		path := filepath.Join(t.TempDir(), "dnat.nft")
 		if err := os.WriteFile(path, []byte(rules), 0o644); err != nil {
@@ -121,10 +120,10 @@ func TestDNATRuleset(t *testing.T) {
 func TestLBComparison(t *testing.T) {
 	requireLab(t)
 	if err := hostprog.Check(hostprog.HAProxy, hostprog.Nft); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	if _, err := NginxStreamModule(); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	if buildErr != nil {
 		t.Fatalf("cannot build manifold (make build shows the same): %v", buildErr)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // The nodes behind a route reflector (gobgpd) that sends BIRD every path with
@@ -14,7 +15,7 @@ import (
 
 func TestRouteReflectorAddPath(t *testing.T) {
 	if err := hostprog.Check(hostprog.GoBGPd, hostprog.GoBGP); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	a := newActiveActive(t, ActiveActiveSpec{Router: "none", Nodes: 3, Backends: 1, Health: activeHealth, HoldTime: holdTime})
 	var clients []string
@@ -57,7 +58,7 @@ func TestRouteReflectorAddPath(t *testing.T) {
 
 func TestExaBGPPeer(t *testing.T) {
 	if err := hostprog.Check(hostprog.ExaBGP, hostprog.Sh); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	a := newActiveActive(t, ActiveActiveSpec{Router: "none", Nodes: 2, Backends: 1, Health: activeHealth, HoldTime: holdTime})
 	exa, err := a.StartExaBGP(a.Nodes, NodeASN)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // statusPageShot is where TestStatusPage keeps its screenshot (bin/ is not tracked).
@@ -22,7 +23,7 @@ const statusPageShot = "../../bin/artifacts/statuspage.png"
 // screenshot is kept for a person to look at.
 func TestStatusPage(t *testing.T) {
 	if _, err := hostprog.Chromium.Path(); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	health := &Health{Kind: "tcp", Port: 80, Interval: 200 * time.Millisecond, Timeout: 100 * time.Millisecond, Rise: 1, Fall: 2}
 	tl := startLab(t, []string{"lb1"}, health)

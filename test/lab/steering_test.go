@@ -37,6 +37,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/internal/metrics"
 	"github.com/manifoldlb/manifold/internal/steer"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 const (
@@ -72,7 +73,7 @@ var steerSites = map[string][]string{"sjc": {"lb-sjc1", "lb-sjc2"}, "ams": {"lb-
 func TestSteering(t *testing.T) {
 	requireLab(t)
 	if err := hostprog.Check(hostprog.Etcd, hostprog.Bird, hostprog.Birdc); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	if buildErr != nil {
 		t.Fatalf("cannot build manifold (make build shows the same): %v", buildErr)

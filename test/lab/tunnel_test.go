@@ -19,6 +19,7 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/testenv"
 	"github.com/manifoldlb/manifold/internal/tunnel"
 )
 
@@ -50,7 +51,7 @@ func newTunnelLab(t *testing.T, origins ...string) *tunnelLab {
 	t.Helper()
 	requireLab(t)
 	if err := hostprog.Check(hostprog.Nft, hostprog.Bird); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	l := newLabOf(t, HostSpec{Role: "client", Kind: Client}, HostSpec{Role: "lb1", Kind: LBNode},
 		HostSpec{Role: "lb2", Kind: LBNode}, HostSpec{Role: "nat", Kind: Backend})
@@ -342,7 +343,7 @@ func (tl *tunnelLab) procByName(name string) *Process {
 // that has one.
 func TestTunnelRelay(t *testing.T) {
 	if err := hostprog.Check(hostprog.Etcd); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	tl := newTunnelLab(t, "org1")
 	relayToken := filepath.Join(tl.Dir, "relay-token")

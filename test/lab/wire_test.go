@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // The wire format checked by a dissector that is not ours: packets captured with
@@ -20,10 +21,10 @@ import (
 // the node's ICMP answers as a client receives them.
 func TestWireFormat(t *testing.T) {
 	if err := hostprog.Check(hostprog.Tcpdump, hostprog.Python3, hostprog.Ping); err != nil {
-		t.Skip(err)
+		testenv.Missing(t, err)
 	}
 	if err := hostprog.Command(hostprog.Python3, "-c", "import scapy").Run(); err != nil {
-		t.Skip("scapy is not installed (apt-get install python3-scapy)")
+		testenv.Missing(t, "scapy is not installed (apt-get install python3-scapy)")
 	}
 	tl := startLab(t, []string{"lb1"}, nil)
 	lb, be := tl.Host("lb1"), tl.backends[0]
