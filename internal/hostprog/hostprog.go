@@ -67,6 +67,7 @@ var (
 	Dpkg      = debian("dpkg", "/usr/bin/dpkg", "dpkg")
 	DpkgDeb   = debian("dpkg-deb", "/usr/bin/dpkg-deb", "dpkg")  // make deb
 	Lintian   = debian("lintian", "/usr/bin/lintian", "lintian") // the package test
+	Kubectl   = debian("kubectl", "/usr/bin/kubectl", "kubectl") // applies deploy/kubernetes in the Kubernetes tests, as the README tells a user to
 	Etcd      = debian("etcd", "/usr/bin/etcd", "etcd-server")   // the fleet store's members in tests and the lab; the store of the Kubernetes tests' API server
 	Ethtool   = debian("ethtool", "/usr/sbin/ethtool", "ethtool")
 	HAProxy   = debian("haproxy", "/usr/sbin/haproxy", "haproxy")

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// PoolResource is the IPPool custom resource (deploy/kubernetes/crd-ippool.yaml).
+// PoolResource is the IPPool custom resource (deploy/kubernetes/01-crd-ippool.yaml).
 var PoolResource = schema.GroupVersionResource{Group: "manifold.io", Version: "v1alpha1", Resource: "ippools"}
 
 // A Pool is an IPPool read from the API: the addresses the controller may give out.

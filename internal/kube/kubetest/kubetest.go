@@ -6,16 +6,13 @@
 package kubetest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -27,15 +24,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	serializeryaml "k8s.io/apimachinery/pkg/runtime/serializer/yaml"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/manifoldlb/manifold/internal/hostprog"
@@ -48,10 +41,6 @@ const (
 	NodeUser       = "system:serviceaccount:manifold-system:manifold-node"
 	BackendUser    = "system:serviceaccount:manifold-system:manifold-backend"
 )
-
-// ManifestOrder is deploy/kubernetes's manifests, what others refer to first.
-var ManifestOrder = []string{"namespace.yaml", "crd-ippool.yaml", "controller-rbac.yaml", "controller.yaml",
-	"node-rbac.yaml", "node.yaml", "backend-rbac.yaml", "backend.yaml"}
 
 // Cluster is a running API server and its etcd.
 type Cluster struct {
@@ -340,50 +329,24 @@ func freePort(host string) string {
 // applyManifests applies every manifest server-side, the CRD established before
 // anything uses it.
 func (c *Cluster) applyManifests(ctx context.Context, deployDir string) error {
-	files, err := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
+	// As the README tells a user to: the machine's kubectl, the whole directory in one
+	// go. kubectl applies the files in name order, so the Namespace and the CRD come
+	// first by their names (00-, 01-); a file that needs an object of a later one fails
+	// here as it would for a user.
+	args := []string{"--kubeconfig", c.Kubeconfig(), "apply", "--server-side", "--force-conflicts", "-f", deployDir}
+	cmd := hostprog.CommandContext(ctx, hostprog.Kubectl, args...)
+	if c.netns != "" {
+		cmd = hostprog.InNetns(ctx, c.netns, hostprog.Kubectl, args...)
+	}
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return err
+		return fmt.Errorf("kubectl apply --server-side -f %s: %w\n%s", deployDir, err, out)
 	}
-	if len(files) != len(ManifestOrder) {
-		return fmt.Errorf("%s has %d manifests, the test knows %d: add the new one to ManifestOrder", deployDir, len(files), len(ManifestOrder))
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.CS.Discovery()))
-	decoder := serializeryaml.NewDecodingSerializer(unstructured.UnstructuredJSONScheme)
-	for _, name := range ManifestOrder {
-		data, err := os.ReadFile(filepath.Join(deployDir, name))
-		if err != nil {
-			return err
-		}
-		docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-		for {
-			doc, err := docs.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			if len(bytes.TrimSpace(doc)) == 0 {
-				continue
-			}
-			obj := &unstructured.Unstructured{}
-			if _, _, err := decoder.Decode(doc, nil, obj); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			gvk := obj.GroupVersionKind()
-			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			if err != nil {
-				return fmt.Errorf("%s: %s: %w", name, gvk, err)
-			}
-			_, err = c.Dyn.Resource(m.Resource).Namespace(obj.GetNamespace()).Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "manifold-test", Force: true})
-			if err != nil {
-				return fmt.Errorf("%s: %s %s: %w", name, gvk.Kind, obj.GetName(), err)
-			}
-			if gvk.Kind == "CustomResourceDefinition" {
-				if err := c.waitEstablished(ctx, obj.GetName()); err != nil {
-					return err
-				}
-				mapper.Reset()
+	// The tests create IPPools at once: wait until the API serves the CRDs applied.
+	for _, line := range strings.Split(string(out), "\n") {
+		if crd, ok := strings.CutPrefix(line, "customresourcedefinition.apiextensions.k8s.io/"); ok {
+			if err := c.waitEstablished(ctx, strings.Fields(crd)[0]); err != nil {
+				return err
 			}
 		}
 	}
