@@ -43,7 +43,7 @@ func docSnippets(t *testing.T) []docSnippet {
 		for i, l := range lines {
 			m := validateMarker.FindStringSubmatch(l)
 			if m == nil {
-				if strings.Contains(l, "<!-- validate") {
+				if strings.HasPrefix(strings.TrimSpace(l), "<!-- validate") {
 					t.Errorf("%s:%d: %q: a marker is <!-- validate: node|backend|steer|link|connect -->", name, i+1, l)
 				}
 				continue
