@@ -56,7 +56,7 @@ image: deps
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/manifold-static ./cmd/manifold
 	buildah bud --isolation chroot -t $(IMAGE) .
 
-# deb builds bin/manifold_$(VERSION)_amd64.deb (README: Install on a host) with dpkg-deb:
+# deb builds bin/manifold_$(VERSION)_amd64.deb (docs/install.md) with dpkg-deb:
 # the binary (stripped, paths trimmed), the systemd units, example configs, completion.
 deb: deps
 	@mkdir -p bin/deb

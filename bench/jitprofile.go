@@ -18,7 +18,7 @@ import (
 // counters), whose samples inside the program are mapped to the source line whose JIT
 // code holds them, through the program's JIT line table (bpf_prog_info's jited line
 // info; this host's perf and bpftool cannot disassemble BPF). Samples elsewhere count
-// for the kernel symbol perf named. README, "Where the time goes".
+// for the kernel symbol perf named. docs/performance.md, "Where the time goes".
 
 // JITLine is one record of a program's JIT line table: where the machine code of a
 // source line starts.

@@ -2,12 +2,12 @@
  * buckets of LB_FLOW_WAYS ways, each way one cache line (key, choice, last use, check
  * word), and two buckets for each flow, both chosen by a seeded multiply hash of its
  * 5-tuple. A lookup is the program's own loads and compares: no kernel call, where the
- * LRU hash map it replaces cost ~32 ns of calls per packet (README, "Where the time
- * goes"). A new flow takes a free way, or evicts the least recently used of its two
- * buckets' eight. Entries are written without locks: a way two CPUs write at once may
- * end up with words of both, which its check word then rejects (a miss: the packet goes
- * by the ring, as after an eviction). internal/datapath/flowtable.go reads and writes
- * the same layout from Go. */
+ * LRU hash map it replaces cost ~32 ns of calls per packet (docs/performance.md,
+ * "Where the time goes"). A new flow takes a free way, or evicts the least recently
+ * used of its two buckets' eight. Entries are written without locks: a way two CPUs
+ * write at once may end up with words of both, which its check word then rejects (a
+ * miss: the packet goes by the ring, as after an eviction). internal/datapath/flowtable.go
+ * reads and writes the same layout from Go. */
 #ifndef LB_FLOWTABLE_H
 #define LB_FLOWTABLE_H
 

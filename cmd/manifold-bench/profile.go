@@ -9,7 +9,7 @@ import (
 )
 
 // profile: a perf profile of a live path, its samples inside a loaded program by
-// source line (README, "Where the time goes"). While the path runs:
+// source line (docs/performance.md, "Where the time goes"). While the path runs:
 //
 //	perf record -C 1 -e cpu-clock -o p.data -- sleep 3
 //	perf script -i p.data -F ip,sym | manifold-bench profile --prog manifold_lb

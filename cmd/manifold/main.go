@@ -67,7 +67,7 @@ func init() {
 			func([]string) error { return printVersion(os.Stdout) }},
 		{"man", "", "print the manual page (roff), as the Debian package installs it", nil,
 			func([]string) error { return manPage(os.Stdout) }},
-		{"completion", "bash|zsh", "print the shell completion script (README: Install on a host)", []string{"bash", "zsh"},
+		{"completion", "bash|zsh", "print the shell completion script (docs/install.md)", []string{"bash", "zsh"},
 			func(a []string) error { return completion(a, os.Stdout) }},
 	}
 }

@@ -35,7 +35,7 @@ manifold gives a service one virtual IP that every node announces over BGP. The 
 spreads flows over the nodes with ECMP; each node sends each flow to a healthy backend
 chosen by Maglev consistent hashing, in XDP, encapsulated (IPIP, GUE) so that the backend
 answers the client directly, or translated (NAT). One binary runs every part; the
-README of the source repository is the full reference.
+manual in docs/ of the source repository is the full reference.
 .SH COMMANDS
 `)
 	for _, c := range commands {

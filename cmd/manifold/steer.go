@@ -23,7 +23,7 @@ const steerUsage = `usage: manifold steer --config FILE
   (an etcd election) and writes the shares the nodes apply; FILE has the fleet section
   of the nodes' files and steer: {name, interval, lease}
 usage: manifold steer simulate --scenario FILE [--algorithm manifold|seed] [--json OUT] [--plot OUT.png]
-  run the steering controller over a scenario (README: Global steering) on a simulated
+  run the steering controller over a scenario (docs/steering.md) on a simulated
   clock and print the summary; without --algorithm, manifold's and the seed's baseline
   side by side. --json writes the time series and summaries; --plot draws load against
   capacity over time (bench/steer_plot.py, run from the repository's root)`

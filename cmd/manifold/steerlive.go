@@ -2,7 +2,7 @@ package main
 
 // manifold steer --config FILE: the live steering controller. It campaigns in the
 // fleet store's election; the leader decides every interval and writes the shares
-// that the fleet's nodes apply (README: Global steering).
+// that the fleet's nodes apply (docs/steering.md).
 
 import (
 	"context"

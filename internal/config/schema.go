@@ -10,8 +10,8 @@ import (
 // The schema: one row per key of a config file. The parser takes its accepted keys,
 // integer ranges and enum values from here; the tests hold the defaults (defaults.go),
 // the duration bounds (validate.go), the API's service schema (api/openapi.json and
-// api.ServiceSpec) and the README's config reference to it, and regenerate the README's
-// reference from it (go test ./internal/config -run TestREADME -update).
+// api.ServiceSpec) and the config reference in docs/configuration.md to it, and
+// regenerate that reference from it (go test ./internal/config -run TestConfigDoc -update).
 
 // FieldType is the kind of value a key takes.
 type FieldType string
@@ -48,11 +48,11 @@ type Field struct {
 	Enum      []string // the values of a TypeEnum
 	Range     *Range   // the accepted values of a TypeInt or TypeDuration; nil: any
 	OrZero    bool     // 0 is accepted besides Range (a duration that turns something off)
-	Example   string   // the value the README's example gives
+	Example   string   // the value the config reference's example gives
 	Doc       string   // one line for users
 }
 
-// NodeSchema is the file of `manifold run`, in the order the README shows it.
+// NodeSchema is the file of `manifold run`, in the order docs/configuration.md shows it.
 var NodeSchema = []Field{
 	{Path: "node", Type: TypeMapping, Required: true},
 	{Path: "node.name", Type: TypeString, Required: true, Example: "lb1"},

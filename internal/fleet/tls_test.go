@@ -72,7 +72,7 @@ func (p *pki) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (string, 
 }
 
 // A fleet on an etcd that takes only TLS clients with a certificate of its CA, as the
-// README's set-up has it: the node's client certificate is let in; a client without
+// docs/fleet.md's set-up has it: the node's client certificate is let in; a client without
 // one, or one that trusts another CA, is not.
 func TestDialTLSToARealEtcd(t *testing.T) {
 	if _, err := hostprog.Etcd.Path(); err != nil {

@@ -158,7 +158,7 @@ func TestRoutersMoveFlows(t *testing.T) {
 			case kind == "resilient" && n != 0:
 				t.Errorf("resilient group: %d flows of healthy tunnels moved", n)
 			case kind == "multipath" && n == 0:
-				t.Errorf("multipath: no flow of a healthy tunnel moved; the README says hash-threshold moves some")
+				t.Errorf("multipath: no flow of a healthy tunnel moved; docs/links.md says hash-threshold moves some")
 			}
 			r.in(t, func() error { rt.remove(); return nil })
 			out, err := hostprog.InNetns(context.Background(), r.name, hostprog.IP, "route").CombinedOutput()

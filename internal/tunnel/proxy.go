@@ -13,7 +13,7 @@ import (
 // A copy starts with a small buffer and moves to a large one once a read fills the
 // small one: a bulk stream then hands the stream (or the socket) a quarter of the
 // writes, each a wake-up of quic-go's connection loop (one TCP stream through a tunnel
-// on loopback: 2.2–2.7 → 2.4–3.0 Gbit/s, README "Tunnels' throughput and latency"),
+// on loopback: 2.2–2.7 → 2.4–3.0 Gbit/s, docs/performance.md, "Tunnels' throughput and latency"),
 // while the many connections that carry a request now and then, and block in Read
 // holding their buffer for their whole life, keep 32 KiB each.
 var (

@@ -408,7 +408,7 @@ func waitBackendState(t *testing.T, a *ActiveActive, nodes []string, be *Host, w
 	return time.Since(start)
 }
 
-// TestFRRPeer runs the README's FRR example: two nodes peer with FRR (MD5, IPv6 over
+// TestFRRPeer runs docs/bgp.md's FRR example: two nodes peer with FRR (MD5, IPv6 over
 // the IPv4 session), zebra installs a 2-way multipath route for each VIP, traffic
 // flows, and a node stopped with SIGTERM leaves the route.
 func TestFRRPeer(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
-// FRR as the lab's router, the other routing suite the README gives a worked example
+// FRR as the lab's router, the other routing suite docs/bgp.md gives a worked example
 // for: zebra (the FIB) and bgpd, in the router namespace, as the frr user.
 
 // CheckFRR returns what is missing of FRR: its programs, or the frr user its
@@ -26,7 +26,7 @@ func CheckFRR() error {
 }
 
 // FRRConfig renders bgpd's configuration: one peer group for the LB nodes, multipath
-// in both families (the README's example).
+// in both families (docs/bgp.md's example).
 func FRRConfig(peers []RouterPeer, o RouterOptions) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "frr defaults traditional\nhostname router\nlog stdout informational\n!\nrouter bgp %d\n", RouterASN)

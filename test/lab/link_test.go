@@ -15,7 +15,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
-// The link's settings in these tests: the README's defaults for the probes.
+// The link's settings in these tests: the defaults for the probes (docs/configuration.md).
 const (
 	linkTunnels  = 4
 	linkInterval = 100 * time.Millisecond

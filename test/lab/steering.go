@@ -16,7 +16,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
-// The parts of the steering lab (README: Global steering): origins whose backends
+// The parts of the steering lab (docs/steering.md): origins whose backends
 // answer the health check after the round-trip time of the checking node's site, the
 // steering controllers, and clients that offer a load.
 

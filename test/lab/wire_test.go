@@ -17,7 +17,7 @@ import (
 
 // The wire format checked by a dissector that is not ours: packets captured with
 // tcpdump in the lab, decoded by scapy (decodeScript below), every field compared with
-// what "Packets" in the README promises — IPIP and GUE as a backend receives them, and
+// what docs/packet-path.md ("Packets") promises — IPIP and GUE as a backend receives them, and
 // the node's ICMP answers as a client receives them.
 func TestWireFormat(t *testing.T) {
 	if err := hostprog.Check(hostprog.Tcpdump, hostprog.Python3, hostprog.Ping); err != nil {

@@ -11,13 +11,13 @@ import (
 	"time"
 )
 
-var update = flag.Bool("update", false, "rewrite the README's config reference from the schema")
+var update = flag.Bool("update", false, "rewrite docs/configuration.md's config reference from the schema")
 
-const readme = "../../README.md"
+const configDoc = "../../docs/configuration.md"
 
-// The README's example files, each between "<!-- config-table:NAME -->" and
+// The config reference's example files, each between "<!-- config-table:NAME -->" and
 // "<!-- end -->", with the column of their comments.
-var readmeTables = []struct {
+var configDocTables = []struct {
 	name   string
 	schema []Field
 	col    int
@@ -28,19 +28,20 @@ var readmeTables = []struct {
 	{"link", LinkSchema, 44},
 }
 
-// TestREADME checks that the README's config reference is what the schema generates.
-func TestREADME(t *testing.T) {
-	data, err := os.ReadFile(readme)
+// TestConfigDoc checks that docs/configuration.md's config reference is what the schema
+// generates.
+func TestConfigDoc(t *testing.T) {
+	data, err := os.ReadFile(configDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := data
-	for _, tab := range readmeTables {
+	for _, tab := range configDocTables {
 		begin := []byte("<!-- config-table:" + tab.name + " -->\n")
 		i := bytes.Index(out, begin)
 		j := bytes.Index(out[max(i, 0):], []byte("<!-- end -->"))
 		if i < 0 || j < 0 {
-			t.Fatalf("README.md has no %s...<!-- end --> section", begin)
+			t.Fatalf("%s has no %s...<!-- end --> section", configDoc, begin)
 		}
 		j += i
 		var lines []line
@@ -54,15 +55,15 @@ func TestREADME(t *testing.T) {
 		return
 	}
 	if *update {
-		if err := os.WriteFile(readme, out, 0o644); err != nil {
+		if err := os.WriteFile(configDoc, out, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	t.Errorf("README.md's config reference differs from the schema; run go test ./internal/config -run TestREADME -update and review the diff")
+	t.Errorf("%s's config reference differs from the schema; run go test ./internal/config -run TestConfigDoc -update and review the diff", configDoc)
 }
 
-// comment is the README's comment on a field: whether it is required, its values, its
+// comment is the config reference's comment on a field: whether it is required, its values, its
 // default and range, then its doc.
 func comment(f *Field) string {
 	var head []string
