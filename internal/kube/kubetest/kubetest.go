@@ -21,11 +21,7 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -300,6 +296,9 @@ func (c *Cluster) Logs() string {
 
 // Stop kills every process and removes the cluster's files; failed prints the logs.
 func (c *Cluster) Stop(failed bool) {
+	if c == nil {
+		return // Start failed: it stopped what it had started
+	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		kill(c.procs[i])
 	}
@@ -328,67 +327,35 @@ func freePort(host string) string {
 
 // applyManifests applies every manifest server-side, the CRD established before
 // anything uses it.
+// kubectl runs the machine's kubectl as the admin, where the API server is.
+func (c *Cluster) kubectl(ctx context.Context, args ...string) ([]byte, error) {
+	args = append([]string{"--kubeconfig", c.Kubeconfig()}, args...)
+	cmd := hostprog.CommandContext(ctx, hostprog.Kubectl, args...)
+	if c.netns != "" {
+		cmd = hostprog.InNetns(ctx, c.netns, hostprog.Kubectl, args...)
+	}
+	return cmd.CombinedOutput()
+}
+
 func (c *Cluster) applyManifests(ctx context.Context, deployDir string) error {
 	// As the README tells a user to: the machine's kubectl, the whole directory in one
 	// go. kubectl applies the files in name order, so the Namespace and the CRD come
 	// first by their names (00-, 01-); a file that needs an object of a later one fails
 	// here as it would for a user.
-	args := []string{"--kubeconfig", c.Kubeconfig(), "apply", "--server-side", "--force-conflicts", "-f", deployDir}
-	cmd := hostprog.CommandContext(ctx, hostprog.Kubectl, args...)
-	if c.netns != "" {
-		cmd = hostprog.InNetns(ctx, c.netns, hostprog.Kubectl, args...)
-	}
-	out, err := cmd.CombinedOutput()
+	out, err := c.kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-f", deployDir)
 	if err != nil {
 		return fmt.Errorf("kubectl apply --server-side -f %s: %w\n%s", deployDir, err, out)
 	}
-	// The tests create IPPools at once: wait until the API serves the CRDs applied.
+	// The tests create IPPools at once: wait until the API serves the CRDs applied, as
+	// a user's script would.
 	for _, line := range strings.Split(string(out), "\n") {
 		if crd, ok := strings.CutPrefix(line, "customresourcedefinition.apiextensions.k8s.io/"); ok {
-			if err := c.waitEstablished(ctx, strings.Fields(crd)[0]); err != nil {
-				return err
+			name := strings.Fields(crd)[0]
+			if out, err := c.kubectl(ctx, "wait", "--for=condition=Established", "--timeout=2m", "crd/"+name); err != nil {
+				return fmt.Errorf("kubectl wait for CRD %s: %w\n%s", name, err, out)
 			}
 		}
 	}
 	return nil
 }
 
-// waitEstablished waits until the CRD name is Established. The API server may end a
-// watch before then (its timeout, an error event: seen once under -race on a loaded
-// machine); the watch is then opened again, until ctx ends.
-func (c *Cluster) waitEstablished(ctx context.Context, name string) error {
-	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	for {
-		w, err := c.Dyn.Resource(crds).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-		if err != nil && ctx.Err() == nil {
-			return err
-		}
-		if err == nil && established(w) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("CRD %s never established: %w", name, ctx.Err())
-		case <-time.After(100 * time.Millisecond): // the server ended the watch: again
-		}
-	}
-}
-
-// established reads w until an event shows the CRD Established (true) or w ends
-// (false), and stops it.
-func established(w watch.Interface) bool {
-	defer w.Stop()
-	for ev := range w.ResultChan() {
-		u, ok := ev.Object.(*unstructured.Unstructured)
-		if !ok {
-			continue
-		}
-		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-		for _, cond := range conds {
-			if m, ok := cond.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
-				return true
-			}
-		}
-	}
-	return false
-}
