@@ -2,17 +2,15 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/listen"
 	"github.com/manifoldlb/manifold/internal/metrics"
 )
 
@@ -61,18 +59,11 @@ func (n *Node) serveAPI() (func(), error) {
 		n.api.RecordHistory(historyCtx)
 	}()
 
-	srv := &http.Server{Handler: n.api.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute}
 	// owned by Run: stopped by the returned func before Run returns
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			n.log.Error("API server stopped", "err", err)
-		}
-	}()
+	srv := listen.ServeHTTP(ln, n.api.Handler(), listen.HTTPOptions{Log: n.log})
 	n.log.Info("API listening", "address", ln.Addr().String(), "token", token != "", "open_reads", loopback || token == "")
 	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
+		srv.Close()
 		close(stopRates)
 		<-ratesDone
 		stopHistory()
