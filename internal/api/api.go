@@ -25,6 +25,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/clock"
+	"github.com/manifoldlb/manifold/internal/ratelog"
 	"github.com/manifoldlb/manifold/internal/store"
 )
 
@@ -86,7 +88,7 @@ type Server struct {
 
 // RequestKey counts requests, for manifold_api_requests_total.
 type RequestKey struct {
-	Method string
+	Method string // MethodLabel's
 	Code   int
 }
 
@@ -378,19 +380,22 @@ func jsonErrors(mux *http.ServeMux) http.Handler {
 		// the mux's own answer says which (404 or 405, with Allow)
 		rec := &recorder{header: http.Header{}}
 		h.ServeHTTP(rec, r)
-		msg := fmt.Sprintf("no such endpoint: %s %s (see /api/v1/openapi.json)", r.Method, r.URL.Path)
+		method, path := ratelog.Clip(r.Method, maxLoggedMethod), ratelog.Clip(r.URL.Path, maxLoggedPath)
+		msg := fmt.Sprintf("no such endpoint: %s %s (see /api/v1/openapi.json)", method, path)
 		if allow := rec.header.Get("Allow"); allow != "" {
 			w.Header().Set("Allow", allow)
-			msg = fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow)
+			msg = fmt.Sprintf("%s is not allowed on %s (allowed: %s)", method, path, allow)
 		}
 		writeError(w, rec.code, store.Problem{Message: msg})
 	})
 }
 
-// observe counts requests and logs each one on one line: writes at info (refused ones
-// at warn, with why), reads at debug, server errors at error. Neither headers nor bodies are logged (they may carry
-// the token).
+// observe counts requests and logs each one on one line: writes at info, refusals at
+// warn (with why, at a bounded rate: clients cause them), reads at debug, server errors
+// at error. Neither headers nor bodies are logged (they may carry the token); the
+// method and path a client sent are clipped.
 func (s *Server) observe(h http.Handler) http.Handler {
+	refusals := ratelog.New(s.Log, clock.Real(), time.Second, 10)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
@@ -400,25 +405,49 @@ func (s *Server) observe(h http.Handler) http.Handler {
 		if s.requests == nil {
 			s.requests = map[RequestKey]uint64{}
 		}
-		s.requests[RequestKey{r.Method, sw.code}]++
+		s.requests[RequestKey{MethodLabel(r.Method), sw.code}]++
 		s.mu.Unlock()
-		level := slog.LevelDebug
-		switch {
-		case sw.code >= 500:
-			level = slog.LevelError
-		case r.Method == http.MethodGet || r.Method == http.MethodHead:
-		case sw.code >= 400:
-			level = slog.LevelWarn
-		default:
-			level = slog.LevelInfo
-		}
-		attrs := []any{"method", r.Method, "path", r.URL.Path, "status", sw.code,
+		attrs := []any{"method", ratelog.Clip(r.Method, maxLoggedMethod), "path", ratelog.Clip(r.URL.Path, maxLoggedPath), "status", sw.code,
 			"duration", time.Since(start).Round(time.Microsecond), "remote", r.RemoteAddr}
 		if n.err != "" {
 			attrs = append(attrs, "err", n.err)
 		}
-		s.Log.Log(r.Context(), level, "API request", attrs...)
+		read := r.Method == http.MethodGet || r.Method == http.MethodHead
+		switch {
+		case sw.code >= 500:
+			s.Log.Error("API request", attrs...)
+		case refusedWho(sw.code) || (sw.code >= 400 && !read):
+			refusals.Warn("API request refused", attrs...)
+		case read:
+			s.Log.Debug("API request", attrs...)
+		default:
+			s.Log.Info("API request", attrs...)
+		}
 	})
+}
+
+// refusedWho is whether code refuses the client itself (its token, its Host or
+// Origin), whatever it asked: worth a warning on reads too.
+func refusedWho(code int) bool {
+	return code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusMisdirectedRequest
+}
+
+// The longest method and path a log line holds: a client may send a 500 KiB method.
+const (
+	maxLoggedMethod = 32
+	maxLoggedPath   = 256
+)
+
+// MethodLabel is the method as requests are counted: a method of HTTP as itself,
+// anything else (the client chose it) as OTHER, so that the counter's series are
+// bounded however many methods clients invent.
+func MethodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return m
+	}
+	return "OTHER"
 }
 
 // Requests returns how many requests were answered, by method and status code.
