@@ -19,7 +19,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
+	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,7 +83,12 @@ type Server struct {
 	// reads too unless OpenReads (the API listens on loopback only).
 	Token     string
 	OpenReads bool
-	Log       *slog.Logger
+	// Hosts are the names the API answers to besides IP literals and localhost
+	// (node.api_hosts, and the names of its certificate): a request for any other Host
+	// is refused, so that a web page whose name was rebound to the node's address
+	// (DNS rebinding) gets nothing from it.
+	Hosts []string
+	Log   *slog.Logger
 
 	mu       sync.Mutex
 	requests map[RequestKey]uint64
@@ -275,28 +284,83 @@ func (s *Server) Handler() http.Handler {
 		return st.SetWeight(svc, be, body)
 	})
 
-	return s.observe(jsonErrors(mux))
+	return s.observe(s.checkHost(jsonErrors(mux)))
 }
 
-// guard enforces the token: 401 when none is given, 403 when it is wrong.
+// checkHost refuses (421) a request whose Host is neither an IP literal, nor
+// localhost, nor one of s.Hosts. A request without a Host (HTTP/1.0) names no other
+// site and passes.
+func (s *Server) checkHost(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hp, _, err := net.SplitHostPort(host); err == nil {
+			host = hp
+		}
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		if _, err := netip.ParseAddr(host); err == nil || host == "" || strings.EqualFold(host, "localhost") ||
+			slices.ContainsFunc(s.Hosts, func(n string) bool { return strings.EqualFold(n, host) }) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		writeError(w, http.StatusMisdirectedRequest, store.Problem{Field: "Host", Message: fmt.Sprintf(
+			"this API does not answer to the name %q: use its IP address or localhost, or list the name in node.api_hosts", ratelog.Clip(host, maxLoggedPath))})
+	})
+}
+
+// crossOrigin tells the writes a browser sends from another site (Sec-Fetch-Site, or
+// an Origin other than the Host asked for) from the node's own and from programs.
+var crossOrigin = http.NewCrossOriginProtection()
+
+// guard enforces, on writes, that the request comes from no other site (403) and that
+// its body is JSON (415); and the token: 401 when none is given, 403 when it is wrong.
 func (s *Server) guard(write bool, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.Token == "" || (!write && s.OpenReads) {
-			h(w, r)
-			return
+		if write {
+			if crossOrigin.Check(r) != nil {
+				writeError(w, http.StatusForbidden, store.Problem{Field: "Origin", Message: fmt.Sprintf(
+					"a write from another site (Origin %q) is refused: the API takes writes from programs and its own page only", ratelog.Clip(r.Header.Get("Origin"), maxLoggedPath))})
+				return
+			}
 		}
-		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !strings.EqualFold(scheme, "Bearer") || token == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="manifold"`)
-			writeError(w, http.StatusUnauthorized, store.Problem{Field: "Authorization", Message: "this request needs the API token: Authorization: Bearer TOKEN"})
-			return
+		if s.Token != "" && (write || !s.OpenReads) {
+			scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+			if !strings.EqualFold(scheme, "Bearer") || token == "" {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="manifold"`)
+				writeError(w, http.StatusUnauthorized, store.Problem{Field: "Authorization", Message: "this request needs the API token: Authorization: Bearer TOKEN"})
+				return
+			}
+			if subtle.ConstantTimeCompare([]byte(token), []byte(s.Token)) != 1 {
+				writeError(w, http.StatusForbidden, store.Problem{Field: "Authorization", Message: "wrong API token"})
+				return
+			}
 		}
-		if subtle.ConstantTimeCompare([]byte(token), []byte(s.Token)) != 1 {
-			writeError(w, http.StatusForbidden, store.Problem{Field: "Authorization", Message: "wrong API token"})
+		if write && !jsonBody(r) {
+			writeError(w, http.StatusUnsupportedMediaType, store.Problem{Field: "Content-Type", Message: fmt.Sprintf(
+				"a request body must be JSON, sent with Content-Type: application/json (this one is %q)", ratelog.Clip(r.Header.Get("Content-Type"), maxLoggedPath))})
 			return
 		}
 		h(w, r)
 	})
+}
+
+// jsonBody reports whether r's body is JSON or empty. A body of unknown length
+// (chunked) is read one byte ahead to tell; it is refused unless empty, so the byte
+// is no loss.
+func jsonBody(r *http.Request) bool {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err == nil && mt == "application/json" {
+		return true
+	}
+	switch {
+	case r.ContentLength == 0:
+		return true
+	case r.ContentLength > 0:
+		return false
+	}
+	if n, err := r.Body.Read(make([]byte, 1)); n == 0 && err == io.EOF {
+		r.Body = http.NoBody
+		return true
+	}
+	return false
 }
 
 // readBody reads a request body of at most maxBody bytes; an empty body reads as {}.

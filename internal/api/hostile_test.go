@@ -2,8 +2,11 @@ package api_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -115,4 +118,107 @@ func keysOf(m map[api.RequestKey]uint64) []api.RequestKey {
 		}
 	}
 	return out
+}
+
+// The write that changed a weight at de322de — a text/plain body (a browser sends
+// one to any site without asking), from another site, for a name rebound to the node
+// (DNS rebinding) — is refused on a node without a token, and so is each of its
+// parts alone; the file stays as it was.
+func TestCrossSiteWritesAreRefused(t *testing.T) {
+	e := newEnv(t, nil, true)
+	e.srv.Token = ""
+	weight := "/api/v1/services/web/backends/10.0.1.2/weight"
+	send := func(h map[string]string, body string, chunked bool) (int, api.Error) {
+		t.Helper()
+		var r io.Reader = strings.NewReader(body)
+		if chunked {
+			r = struct{ io.Reader }{r} // of unknown length: sent chunked
+		}
+		req, err := http.NewRequest("POST", e.http.URL+weight, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range h {
+			if k == "Host" {
+				req.Host = v
+			} else {
+				req.Header.Set(k, v)
+			}
+		}
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var eb api.Error
+		json.NewDecoder(resp.Body).Decode(&eb)
+		return resp.StatusCode, eb
+	}
+	before := e.file()
+	for _, c := range []struct {
+		name  string
+		h     map[string]string
+		code  int
+		field string
+	}{
+		{"the attack of the finding", map[string]string{"Content-Type": "text/plain", "Origin": "evil", "Host": "rebind.evil"}, 421, "Host"},
+		{"another Host", map[string]string{"Content-Type": "application/json", "Host": "rebind.evil"}, 421, "Host"},
+		{"another Host with the API's port", map[string]string{"Content-Type": "application/json", "Host": "rebind.evil:" + e.port()}, 421, "Host"},
+		{"another Origin", map[string]string{"Content-Type": "application/json", "Origin": "http://evil.example"}, 403, "Origin"},
+		{"an Origin of the API's name on another port", map[string]string{"Content-Type": "application/json", "Origin": "http://127.0.0.1:1"}, 403, "Origin"},
+		{"a cross-site fetch", map[string]string{"Content-Type": "application/json", "Sec-Fetch-Site": "cross-site"}, 403, "Origin"},
+		{"a text/plain body", map[string]string{"Content-Type": "text/plain"}, 415, "Content-Type"},
+		{"a form", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415, "Content-Type"},
+		{"no content type", map[string]string{}, 415, "Content-Type"},
+	} {
+		code, eb := send(c.h, `{"weight": 9}`, false)
+		if code != c.code || eb.Status != c.code || eb.Field != c.field || eb.Message == "" {
+			t.Errorf("%s: %d %+v, want %d on field %s", c.name, code, eb, c.code, c.field)
+		}
+	}
+	if code, _ := send(map[string]string{"Content-Type": "text/plain"}, `{"weight": 9}`, true); code != 415 {
+		t.Errorf("a chunked text/plain body: %d, want 415", code)
+	}
+	if e.file() != before {
+		t.Fatalf("refused writes changed the file:\n%s", e.file())
+	}
+
+	// what is the API's own passes: JSON from a program, from the API's own page
+	// (its Origin), for a name of node.api_hosts; an empty body needs no type
+	e.srv.Hosts = []string{"lb1.example"}
+	e.http.Config.Handler = e.srv.Handler()
+	for _, h := range []map[string]string{
+		{"Content-Type": "application/json"},
+		{"Content-Type": "application/json; charset=utf-8", "Origin": e.http.URL, "Sec-Fetch-Site": "same-origin"},
+		{"Content-Type": "application/json", "Host": "LB1.example:" + e.port()},
+		{"Content-Type": "application/json", "Host": "localhost:" + e.port(), "Origin": "http://localhost:" + e.port()},
+		{"Content-Type": "application/json", "Host": "[::1]:" + e.port()},
+	} {
+		if code, eb := send(h, `{"weight": 9}`, false); code != 200 {
+			t.Errorf("%v: %d %+v, want 200", h, code, eb)
+		}
+	}
+	drain := func(chunked bool) int {
+		req, _ := http.NewRequest("POST", e.http.URL+"/api/v1/services/web/backends/10.0.1.2/drain", nil)
+		if chunked {
+			req.Body, req.ContentLength = io.NopCloser(strings.NewReader("")), -1
+		}
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := drain(false); code != 200 {
+		t.Errorf("a drain without a body: %d, want 200", code)
+	}
+	if code := drain(true); code != 200 {
+		t.Errorf("a drain with an empty chunked body: %d, want 200", code)
+	}
+}
+
+func (e *env) port() string {
+	_, port, _ := net.SplitHostPort(e.http.Listener.Addr().String())
+	return port
 }

@@ -90,6 +90,9 @@ func (al *apiLab) call(method, path, body string) (int, []byte, error) {
 		return 0, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+apiToken)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := al.api.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -148,6 +151,9 @@ func TestAPIOperatorSurface(t *testing.T) {
 		}
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
 		}
 		x, err := check.Do(al.api, req, []byte(body))
 		if err != nil {
