@@ -24,7 +24,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/tunnel"
 )
 
-const token = "t0ken-for-tests"
+const token = "t0ken-for-the-tests"
 
 // fakeNode is the daemon without a kernel: writes go through the real store (the
 // file, its validation and its durability); the data plane is a switch that refuses.
@@ -126,7 +126,7 @@ node:
   interfaces: [eth0]
   address: 10.0.0.11
   address6: 2001:db8::11
-  api_token: t0ken-for-tests
+  api_token: t0ken-for-the-tests
 bgp:
   asn: 65001
   router_id: 10.0.0.11

@@ -26,7 +26,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/metrics"
 )
 
-const apiToken = "lab-t0ken-5e3c"
+const apiToken = "lab-t0ken-5e3c-of-the-api-tests"
 
 const apiBase = "http://127.0.0.1:9100"
 
