@@ -315,12 +315,11 @@ var crossOrigin = http.NewCrossOriginProtection()
 // its body is JSON (415); and the token: 401 when none is given, 403 when it is wrong.
 func (s *Server) guard(write bool, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if write {
-			if crossOrigin.Check(r) != nil {
-				writeError(w, http.StatusForbidden, store.Problem{Field: "Origin", Message: fmt.Sprintf(
-					"a write from another site (Origin %q) is refused: the API takes writes from programs and its own page only", ratelog.Clip(r.Header.Get("Origin"), maxLoggedPath))})
-				return
-			}
+		if write && crossOrigin.Check(r) != nil {
+			writeError(w, http.StatusForbidden, store.Problem{Field: "Origin", Message: fmt.Sprintf(
+				"a write from another site (Origin %q, Sec-Fetch-Site %q) is refused: the API takes writes from programs and its own page only",
+				ratelog.Clip(r.Header.Get("Origin"), maxLoggedPath), ratelog.Clip(r.Header.Get("Sec-Fetch-Site"), maxLoggedMethod))})
+			return
 		}
 		if s.Token != "" && (write || !s.OpenReads) {
 			scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
