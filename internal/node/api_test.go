@@ -47,3 +47,17 @@ func TestAPITokenFile(t *testing.T) {
 		}
 	}
 }
+
+// run refuses an API beyond loopback without a token or TLS before it touches the
+// host, with validate's message; api_insecure_remote is the way past it.
+func TestRunRefusesAnOpenRemoteAPI(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lb1.yaml")
+	if err := os.WriteFile(path, []byte("node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\n  api: 0.0.0.0:9100\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := Run(t.Context(), path, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), `node.api: "0.0.0.0:9100" listens beyond loopback without a token`) ||
+		!strings.Contains(err.Error(), "api_insecure_remote: true") {
+		t.Fatalf("run with an open API on 0.0.0.0: %v, want validate's refusal", err)
+	}
+}
