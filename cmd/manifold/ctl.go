@@ -5,6 +5,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -48,17 +50,17 @@ var ctlCommands = []ctlCommand{
 
 var ctlUsage = func() string {
 	var b strings.Builder
-	b.WriteString("usage: manifold ctl [--api URL] [-o table|json] COMMAND\n")
+	b.WriteString("usage: manifold ctl [--api URL] [--ca-file FILE] [-o table|json] COMMAND\n")
 	for _, c := range ctlCommands {
 		fmt.Fprintf(&b, "  %-32s%s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
 	}
-	b.WriteString("--api defaults to $MANIFOLD_API, else " + defaultAPI + " (for link: " + defaultLinkAPI + "); the API token,\nwhen the node has one, is read from $MANIFOLD_API_TOKEN.")
+	b.WriteString("--api defaults to $MANIFOLD_API, else " + defaultAPI + " (for link: " + defaultLinkAPI + "); the API token,\nwhen the node has one, is read from $MANIFOLD_API_TOKEN. An https:// API's certificate is checked against\n--ca-file (PEM) when given, else against the system's CAs.")
 	return b.String()
 }()
 
 // ctlWords completes after `manifold ctl`: its commands and flags.
 func ctlWords() []string {
-	words := []string{"--api", "-o"}
+	words := []string{"--api", "--ca-file", "-o"}
 	for _, c := range ctlCommands {
 		words = append(words, c.name)
 	}
@@ -77,6 +79,7 @@ func ctl(args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("ctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	apiURL := fs.String("api", "", "node API base URL (env MANIFOLD_API)")
+	caFile := fs.String("ca-file", "", "the CA (PEM) that signed an https:// API's certificate")
 	output := fs.String("o", "table", "output: table | json")
 	// flags may come before or after the command and its arguments
 	var pos []string
@@ -102,8 +105,11 @@ func ctl(args []string, w io.Writer) error {
 			*apiURL = envOr("MANIFOLD_API", defaultLinkAPI)
 		}
 	}
-	c := &ctlClient{base: strings.TrimRight(*apiURL, "/"), token: os.Getenv("MANIFOLD_API_TOKEN"), http: &http.Client{Timeout: 10 * time.Second},
-		daemon: "manifold run"}
+	client, err := ctlHTTP(*apiURL, *caFile)
+	if err != nil {
+		return err
+	}
+	c := &ctlClient{base: strings.TrimRight(*apiURL, "/"), token: os.Getenv("MANIFOLD_API_TOKEN"), http: client, daemon: "manifold run"}
 	if cmd == "link" {
 		c.daemon = "manifold link"
 	}
@@ -122,7 +128,6 @@ func ctl(args []string, w io.Writer) error {
 	svcPath := func(name string) string { return "/api/v1/services/" + url.PathEscape(name) }
 
 	var raw []byte
-	var err error
 	switch cmd {
 	case "status":
 		raw, err = c.call("GET", "/api/v1/status", nil)
@@ -229,6 +234,30 @@ func ctl(args []string, w io.Writer) error {
 	return nil
 }
 
+// ctlHTTP is ctl's HTTP client: one that checks an https:// API's certificate against
+// caFile when given (the system's CAs otherwise).
+func ctlHTTP(apiURL, caFile string) (*http.Client, error) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	if caFile == "" {
+		return client, nil
+	}
+	if !strings.HasPrefix(apiURL, "https://") {
+		return nil, fmt.Errorf("--ca-file checks the certificate of an https:// API; --api %s is not one", apiURL)
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--ca-file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--ca-file %s: no PEM certificate in it", caFile)
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	client.Transport = t
+	return client, nil
+}
+
 func badAnswer(err error) error {
 	return fmt.Errorf("the node's answer is not what this manifold expects (another version?): %w", err)
 }
@@ -254,7 +283,11 @@ func (c *ctlClient) call(method, path string, body []byte) ([]byte, error) {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.http.Do(req)
-	if err != nil {
+	var unknownCA x509.UnknownAuthorityError
+	switch {
+	case errors.As(err, &unknownCA):
+		return nil, fmt.Errorf("the node API at %s has a certificate this host does not trust (--ca-file names the CA that signed it): %w", c.base, err)
+	case err != nil:
 		return nil, fmt.Errorf("cannot reach the node API at %s (is `%s` running there? --api or MANIFOLD_API name another node): %w", c.base, c.daemon, err)
 	}
 	defer resp.Body.Close()

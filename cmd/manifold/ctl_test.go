@@ -72,11 +72,12 @@ type fakeAPI struct {
 	lastReq  string
 	lastBody string
 	lastAuth string
+	lastType string // Content-Type
 }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	f.lastReq, f.lastBody, f.lastAuth = r.Method+" "+r.URL.Path, string(body), r.Header.Get("Authorization")
+	f.lastReq, f.lastBody, f.lastAuth, f.lastType = r.Method+" "+r.URL.Path, string(body), r.Header.Get("Authorization"), r.Header.Get("Content-Type")
 	reply := func(code int, v any) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)

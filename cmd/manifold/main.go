@@ -48,7 +48,7 @@ func init() {
 			func(a []string) error { return daemon(a, "backend", backendagent.Run) }},
 		{"validate", "--config FILE", "check a node, backend, steering or connector config file", []string{"--config"},
 			func(a []string) error { return exitWith(validate(a, os.Stdout, os.Stderr)) }},
-		{"ctl", "[--api URL] COMMAND", "operate a running node (manifold ctl: the commands)", ctlWords(),
+		{"ctl", "[--api URL] [--ca-file FILE] COMMAND", "operate a running node (manifold ctl: the commands)", ctlWords(),
 			func(a []string) error { return ctl(a, os.Stdout) }},
 		{"fleet", "import|export ...", "seed or read the fleet store (manifold fleet: how)",
 			[]string{"import", "export", "--config", "--services", "--force"},

@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,10 +15,10 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/fleet"
+	"github.com/manifoldlb/manifold/internal/listen"
 	"github.com/manifoldlb/manifold/internal/metrics"
 )
 
@@ -71,17 +70,8 @@ func serveSteerMetrics(addr string, ctl *fleet.Controller, name string, log *slo
 	mux.Handle("GET /metrics", metrics.SteerHandler(func() metrics.SteerSnapshot {
 		return metrics.SteerSnapshot{Controller: name, Leading: ctl.Leading(), Rounds: ctl.Rounds(), Services: ctl.Written()}
 	}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute}
-	// owned by steerLiveCmd: shut down by the returned func before it returns
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "err", err)
-		}
-	}()
+	// owned by steerLiveCmd: closed by the returned func before it returns
+	srv := listen.ServeHTTP(ln, mux, listen.HTTPOptions{Log: log})
 	log.Info("metrics listening", "address", ln.Addr().String())
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}, nil
+	return srv.Close, nil
 }

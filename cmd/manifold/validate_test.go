@@ -27,6 +27,14 @@ func TestValidate(t *testing.T) {
 		"  private_key_file: dc1.key\n  peer_public_key: ThxgqOncpcA21h5JzqGQLqMx880sOzNM5Hg8TQMpNkk=\n"
 	link := write("link.yaml", linkFile)
 	badLink := write("badlink.yaml", strings.Replace(linkFile, "10.2.0.0/16", "10.1.2.0/24", 1))
+	// the node's API beyond loopback: open, without TLS, with a short token; and allowed
+	node := "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\n"
+	openAPI := write("open-api.yaml", node+"  api: 0.0.0.0:9100\n")
+	clearAPI := write("clear-api.yaml", node+"  api: 10.0.0.11:9100\n  api_token_file: /etc/manifold/api-token\n")
+	shortToken := write("short-token.yaml", node+"  api: 10.0.0.11:9100\n  api_token: s3cret\n  api_cert_file: api.crt\n  api_key_file: api.key\n")
+	tlsAPI := write("tls-api.yaml", node+"  api: 10.0.0.11:9100\n  api_token_file: /etc/manifold/api-token\n  api_cert_file: api.crt\n  api_key_file: api.key\n")
+	insecureAPI := write("insecure-api.yaml", node+"  api: 0.0.0.0:9100\n  api_insecure_remote: true\n")
+	const beyond = "anyone who reaches or watches the port could change the node; add them, listen on 127.0.0.1, or set api_insecure_remote: true to accept that"
 
 	cases := []struct {
 		path  string
@@ -44,6 +52,11 @@ func TestValidate(t *testing.T) {
 		}},
 		{badBackend, 1, []string{badBackend + `:3: backend.vips[0]: "198.51.100.300" is not an IPv4 or IPv6 address`}},
 		{badSteer, 1, []string{badSteer + `:5: fleet.etcd.endpoints[0]: "10.0.0.5" must start with http:// or https://`}},
+		{openAPI, 1, []string{openAPI + `:5: node.api: "0.0.0.0:9100" listens beyond loopback without a token (api_token_file or api_token) and without TLS (api_cert_file and api_key_file): ` + beyond}},
+		{clearAPI, 1, []string{clearAPI + `:5: node.api: "10.0.0.11:9100" listens beyond loopback without TLS (api_cert_file and api_key_file): ` + beyond}},
+		{shortToken, 1, []string{shortToken + ":6: node.api_token: the token has 6 characters; it needs at least 16 (e.g. openssl rand -hex 16)"}},
+		{tlsAPI, 0, []string{tlsAPI + ": ok"}},
+		{insecureAPI, 0, []string{insecureAPI + ": ok"}},
 	}
 	for _, c := range cases {
 		var out, errOut bytes.Buffer

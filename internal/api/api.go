@@ -19,12 +19,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
+	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/clock"
+	"github.com/manifoldlb/manifold/internal/ratelog"
 	"github.com/manifoldlb/manifold/internal/store"
 )
 
@@ -77,7 +83,12 @@ type Server struct {
 	// reads too unless OpenReads (the API listens on loopback only).
 	Token     string
 	OpenReads bool
-	Log       *slog.Logger
+	// Hosts are the names the API answers to besides IP literals and localhost
+	// (node.api_hosts, and the names of its certificate): a request for any other Host
+	// is refused, so that a web page whose name was rebound to the node's address
+	// (DNS rebinding) gets nothing from it.
+	Hosts []string
+	Log   *slog.Logger
 
 	mu       sync.Mutex
 	requests map[RequestKey]uint64
@@ -86,7 +97,7 @@ type Server struct {
 
 // RequestKey counts requests, for manifold_api_requests_total.
 type RequestKey struct {
-	Method string
+	Method string // MethodLabel's
 	Code   int
 }
 
@@ -273,28 +284,82 @@ func (s *Server) Handler() http.Handler {
 		return st.SetWeight(svc, be, body)
 	})
 
-	return s.observe(jsonErrors(mux))
+	return s.observe(s.checkHost(jsonErrors(mux)))
 }
 
-// guard enforces the token: 401 when none is given, 403 when it is wrong.
+// checkHost refuses (421) a request whose Host is neither an IP literal, nor
+// localhost, nor one of s.Hosts. A request without a Host (HTTP/1.0) names no other
+// site and passes.
+func (s *Server) checkHost(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hp, _, err := net.SplitHostPort(host); err == nil {
+			host = hp
+		}
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		if _, err := netip.ParseAddr(host); err == nil || host == "" || strings.EqualFold(host, "localhost") ||
+			slices.ContainsFunc(s.Hosts, func(n string) bool { return strings.EqualFold(n, host) }) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		writeError(w, http.StatusMisdirectedRequest, store.Problem{Field: "Host", Message: fmt.Sprintf(
+			"this API does not answer to the name %q: use its IP address or localhost, or list the name in node.api_hosts", ratelog.Clip(host, maxLoggedPath))})
+	})
+}
+
+// crossOrigin tells the writes a browser sends from another site (Sec-Fetch-Site, or
+// an Origin other than the Host asked for) from the node's own and from programs.
+var crossOrigin = http.NewCrossOriginProtection()
+
+// guard enforces, on writes, that the request comes from no other site (403) and that
+// its body is JSON (415); and the token: 401 when none is given, 403 when it is wrong.
 func (s *Server) guard(write bool, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.Token == "" || (!write && s.OpenReads) {
-			h(w, r)
+		if write && crossOrigin.Check(r) != nil {
+			writeError(w, http.StatusForbidden, store.Problem{Field: "Origin", Message: fmt.Sprintf(
+				"a write from another site (Origin %q, Sec-Fetch-Site %q) is refused: the API takes writes from programs and its own page only",
+				ratelog.Clip(r.Header.Get("Origin"), maxLoggedPath), ratelog.Clip(r.Header.Get("Sec-Fetch-Site"), maxLoggedMethod))})
 			return
 		}
-		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !strings.EqualFold(scheme, "Bearer") || token == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="manifold"`)
-			writeError(w, http.StatusUnauthorized, store.Problem{Field: "Authorization", Message: "this request needs the API token: Authorization: Bearer TOKEN"})
-			return
+		if s.Token != "" && (write || !s.OpenReads) {
+			scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+			if !strings.EqualFold(scheme, "Bearer") || token == "" {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="manifold"`)
+				writeError(w, http.StatusUnauthorized, store.Problem{Field: "Authorization", Message: "this request needs the API token: Authorization: Bearer TOKEN"})
+				return
+			}
+			if subtle.ConstantTimeCompare([]byte(token), []byte(s.Token)) != 1 {
+				writeError(w, http.StatusForbidden, store.Problem{Field: "Authorization", Message: "wrong API token"})
+				return
+			}
 		}
-		if subtle.ConstantTimeCompare([]byte(token), []byte(s.Token)) != 1 {
-			writeError(w, http.StatusForbidden, store.Problem{Field: "Authorization", Message: "wrong API token"})
+		if write && !jsonBody(r) {
+			writeError(w, http.StatusUnsupportedMediaType, store.Problem{Field: "Content-Type", Message: fmt.Sprintf(
+				"a request body must be JSON, sent with Content-Type: application/json (this one is %q)", ratelog.Clip(r.Header.Get("Content-Type"), maxLoggedPath))})
 			return
 		}
 		h(w, r)
 	})
+}
+
+// jsonBody reports whether r's body is JSON or empty. A body of unknown length
+// (chunked) is read one byte ahead to tell; it is refused unless empty, so the byte
+// is no loss.
+func jsonBody(r *http.Request) bool {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err == nil && mt == "application/json" {
+		return true
+	}
+	switch {
+	case r.ContentLength == 0:
+		return true
+	case r.ContentLength > 0:
+		return false
+	}
+	if n, err := r.Body.Read(make([]byte, 1)); n == 0 && err == io.EOF {
+		r.Body = http.NoBody
+		return true
+	}
+	return false
 }
 
 // readBody reads a request body of at most maxBody bytes; an empty body reads as {}.
@@ -378,19 +443,22 @@ func jsonErrors(mux *http.ServeMux) http.Handler {
 		// the mux's own answer says which (404 or 405, with Allow)
 		rec := &recorder{header: http.Header{}}
 		h.ServeHTTP(rec, r)
-		msg := fmt.Sprintf("no such endpoint: %s %s (see /api/v1/openapi.json)", r.Method, r.URL.Path)
+		method, path := ratelog.Clip(r.Method, maxLoggedMethod), ratelog.Clip(r.URL.Path, maxLoggedPath)
+		msg := fmt.Sprintf("no such endpoint: %s %s (see /api/v1/openapi.json)", method, path)
 		if allow := rec.header.Get("Allow"); allow != "" {
 			w.Header().Set("Allow", allow)
-			msg = fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow)
+			msg = fmt.Sprintf("%s is not allowed on %s (allowed: %s)", method, path, allow)
 		}
 		writeError(w, rec.code, store.Problem{Message: msg})
 	})
 }
 
-// observe counts requests and logs each one on one line: writes at info (refused ones
-// at warn, with why), reads at debug, server errors at error. Neither headers nor bodies are logged (they may carry
-// the token).
+// observe counts requests and logs each one on one line: writes at info, refusals at
+// warn (with why, at a bounded rate: clients cause them), reads at debug, server errors
+// at error. Neither headers nor bodies are logged (they may carry the token); the
+// method and path a client sent are clipped.
 func (s *Server) observe(h http.Handler) http.Handler {
+	refusals := ratelog.New(s.Log, clock.Real(), time.Second, 10)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
@@ -400,25 +468,49 @@ func (s *Server) observe(h http.Handler) http.Handler {
 		if s.requests == nil {
 			s.requests = map[RequestKey]uint64{}
 		}
-		s.requests[RequestKey{r.Method, sw.code}]++
+		s.requests[RequestKey{MethodLabel(r.Method), sw.code}]++
 		s.mu.Unlock()
-		level := slog.LevelDebug
-		switch {
-		case sw.code >= 500:
-			level = slog.LevelError
-		case r.Method == http.MethodGet || r.Method == http.MethodHead:
-		case sw.code >= 400:
-			level = slog.LevelWarn
-		default:
-			level = slog.LevelInfo
-		}
-		attrs := []any{"method", r.Method, "path", r.URL.Path, "status", sw.code,
+		attrs := []any{"method", ratelog.Clip(r.Method, maxLoggedMethod), "path", ratelog.Clip(r.URL.Path, maxLoggedPath), "status", sw.code,
 			"duration", time.Since(start).Round(time.Microsecond), "remote", r.RemoteAddr}
 		if n.err != "" {
 			attrs = append(attrs, "err", n.err)
 		}
-		s.Log.Log(r.Context(), level, "API request", attrs...)
+		read := r.Method == http.MethodGet || r.Method == http.MethodHead
+		switch {
+		case sw.code >= 500:
+			s.Log.Error("API request", attrs...)
+		case refusedWho(sw.code) || (sw.code >= 400 && !read):
+			refusals.Warn("API request refused", attrs...)
+		case read:
+			s.Log.Debug("API request", attrs...)
+		default:
+			s.Log.Info("API request", attrs...)
+		}
 	})
+}
+
+// refusedWho is whether code refuses the client itself (its token, its Host or
+// Origin), whatever it asked: worth a warning on reads too.
+func refusedWho(code int) bool {
+	return code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusMisdirectedRequest
+}
+
+// The longest method and path a log line holds: a client may send a 500 KiB method.
+const (
+	maxLoggedMethod = 32
+	maxLoggedPath   = 256
+)
+
+// MethodLabel is the method as requests are counted: a method of HTTP as itself,
+// anything else (the client chose it) as OTHER, so that the counter's series are
+// bounded however many methods clients invent.
+func MethodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return m
+	}
+	return "OTHER"
 }
 
 // Requests returns how many requests were answered, by method and status code.

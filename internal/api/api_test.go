@@ -24,7 +24,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/tunnel"
 )
 
-const token = "t0ken-for-tests"
+const token = "t0ken-for-the-tests"
 
 // fakeNode is the daemon without a kernel: writes go through the real store (the
 // file, its validation and its durability); the data plane is a switch that refuses.
@@ -126,7 +126,7 @@ node:
   interfaces: [eth0]
   address: 10.0.0.11
   address6: 2001:db8::11
-  api_token: t0ken-for-tests
+  api_token: t0ken-for-the-tests
 bgp:
   asn: 65001
   router_id: 10.0.0.11
@@ -181,19 +181,34 @@ func newEnv(t *testing.T, check *apitest.Checker, openReads bool) *env {
 // checks the exchange against the document.
 func (e *env) do(method, path, body string, auth ...string) *apitest.Exchange {
 	e.t.Helper()
-	req, err := http.NewRequest(method, e.http.URL+path, nil)
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	a := "Bearer " + token
 	if len(auth) > 0 {
 		a = auth[0]
 	}
-	if a != "" {
-		req.Header.Set("Authorization", a)
+	return e.doHeaders(method, path, body, map[string]string{"Authorization": a})
+}
+
+// doHeaders is do with the token, a JSON content type when there is a body, and the
+// headers of h over them ("" removes one; "Host" sets the request's Host).
+func (e *env) doHeaders(method, path, body string, h map[string]string) *apitest.Exchange {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.http.URL+path, nil)
+	if err != nil {
+		e.t.Fatal(err)
 	}
+	req.Header.Set("Authorization", "Bearer "+token)
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range h {
+		switch {
+		case k == "Host":
+			req.Host = v
+		case v == "":
+			req.Header.Del(k)
+		default:
+			req.Header.Set(k, v)
+		}
 	}
 	x, err := e.check.Do(e.client, req, []byte(body))
 	if err != nil {
@@ -308,6 +323,39 @@ func TestConformance(t *testing.T) {
 				auth               []string
 				want               int
 			}{op.method, op.path, op.body, []string{"Bearer wrong"}, 403})
+	}
+	// every operation: for a name that is not the API's (421); every write: from
+	// another site (403), with a body that is not JSON (415)
+	for _, op := range []struct{ method, path, body string }{
+		{"GET", "/api/v1/openapi.json", ""}, {"GET", "/", ""}, {"GET", "/api/v1/status", ""}, {"GET", "/api/v1/services", ""},
+		{"GET", "/api/v1/services/web", ""}, {"GET", "/api/v1/config", ""}, {"GET", "/metrics", ""}, {"GET", "/api/v1/fleet", ""},
+		{"GET", "/api/v1/steering", ""}, {"GET", "/api/v1/tunnels", ""}, {"GET", "/api/v1/flows", ""},
+		{"PUT", "/api/v1/services/api", svc}, {"DELETE", "/api/v1/services/web", ""},
+		{"POST", "/api/v1/services/web/backends/10.0.1.1/drain", ""},
+		{"POST", "/api/v1/services/web/backends/10.0.1.1/undrain", ""},
+		{"POST", "/api/v1/services/web/backends/10.0.1.1/weight", `{"weight": 2}`},
+		{"PUT", "/api/v1/bgp/peers/10.0.0.2", peer}, {"DELETE", "/api/v1/bgp/peers/10.0.0.1", ""},
+	} {
+		before := e.file()
+		if x := e.doHeaders(op.method, op.path, op.body, map[string]string{"Host": "rebind.example:9100"}); x.Status != 421 {
+			t.Errorf("%s %s for Host rebind.example: %d %s, want 421", op.method, op.path, x.Status, x.Body)
+		}
+		if op.method == "GET" {
+			continue
+		}
+		if x := e.doHeaders(op.method, op.path, op.body, map[string]string{"Origin": "http://evil.example"}); x.Status != 403 {
+			t.Errorf("%s %s from another site: %d %s, want 403", op.method, op.path, x.Status, x.Body)
+		}
+		body := op.body
+		if body == "" {
+			body = "{}"
+		}
+		if x := e.doHeaders(op.method, op.path, body, map[string]string{"Content-Type": "text/plain"}); x.Status != 415 {
+			t.Errorf("%s %s with a text/plain body: %d %s, want 415", op.method, op.path, x.Status, x.Body)
+		}
+		if e.file() != before {
+			t.Errorf("%s %s: refused but the file changed", op.method, op.path)
+		}
 	}
 	for _, s := range steps {
 		before := e.file()

@@ -42,7 +42,7 @@ func TestStatusPage(t *testing.T) {
 		s.history.record(t0.Add(time.Duration(i)*HistoryInterval), pageStatus(pps))
 	}
 	rec := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1:9100/", nil))
 	if rec.Code != 200 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html") {
 		t.Fatalf("GET /: %d %s", rec.Code, rec.Header().Get("Content-Type"))
 	}
@@ -105,7 +105,7 @@ func TestStatusPageKubernetes(t *testing.T) {
 		t.Helper()
 		s := &Server{Node: pageNode{st: st}, OpenReads: true, Log: slog.New(slog.DiscardHandler)}
 		rec := httptest.NewRecorder()
-		s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1:9100/", nil))
 		if rec.Code != 200 {
 			t.Fatalf("GET /: %d", rec.Code)
 		}

@@ -24,6 +24,8 @@ const (
 	DefaultFleetPrefix = "/manifold"
 	// node.api_token: empty, no token required.
 	DefaultAPIToken = ""
+	// node.api_insecure_remote: an API beyond loopback needs a token and TLS.
+	DefaultAPIInsecureRemote = false
 	// node.flow_table_size: entries of the flow table.
 	DefaultFlowTableSize = 262144
 	// node.max_services and node.max_backends: what the data plane holds unless told
@@ -100,6 +102,9 @@ func applyDefaults(c *Config, present func(path string) bool) {
 	}
 	if !present("node.api_token") {
 		n.APIToken = DefaultAPIToken
+	}
+	if !present("node.api_insecure_remote") {
+		n.APIInsecureRemote = DefaultAPIInsecureRemote
 	}
 	if !present("node.flow_table_size") {
 		n.FlowTableSize = DefaultFlowTableSize

@@ -784,6 +784,14 @@ func (p *parser) node(n *yaml.Node, path string, out *Node) {
 			out.APIToken, _ = p.str(v, path)
 		case "api_token_file":
 			out.APITokenFile, _ = p.str(v, path)
+		case "api_hosts":
+			out.APIHosts = p.stringList(v, path)
+		case "api_cert_file":
+			out.APICertFile, _ = p.str(v, path)
+		case "api_key_file":
+			out.APIKeyFile, _ = p.str(v, path)
+		case "api_insecure_remote":
+			out.APIInsecureRemote, _ = p.boolean(v, path)
 		case "flow_table_size":
 			x, _ := p.integer(v, path)
 			out.FlowTableSize = uint32(x)

@@ -91,6 +91,15 @@ type Node struct {
 	// API token, so that the token need not sit in the config file. At most one of
 	// APIToken and APITokenFile is set; the file is read when the node starts.
 	APITokenFile string
+	// APIHosts are the names the API answers to besides IP literals and localhost (the
+	// Host header): any other is refused, against DNS rebinding.
+	APIHosts []string
+	// APICertFile and APIKeyFile (PEM) make the API serve HTTPS; both or neither.
+	APICertFile string
+	APIKeyFile  string
+	// APIInsecureRemote lets the API listen beyond loopback without a token or without
+	// TLS, which is otherwise refused.
+	APIInsecureRemote bool
 	// FlowTableSize is the number of entries of the flow table (5-tuple → backend; bpf/lib/flowtable.h).
 	FlowTableSize uint32
 	// MaxServices and MaxBackends size the data plane's maps of services and of

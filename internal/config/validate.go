@@ -175,7 +175,80 @@ func (p *parser) validateNode(n *Node) {
 			p.errorAt("node.api_token_file", "give the token either in api_token or in api_token_file, not both")
 		}
 	}
+	p.validateAPI(n)
 	p.validateEntropy(n)
+}
+
+// MinAPITokenLen is the shortest API token accepted: 16 characters of a generated
+// token (openssl rand -hex 16 gives 32) cannot be guessed over the network.
+const MinAPITokenLen = 16
+
+// APITokenProblem says what is wrong with an API token, "" when nothing is: the
+// check of node.api_token here and of node.api_token_file's contents at run.
+func APITokenProblem(token string) string {
+	if len(token) < MinAPITokenLen {
+		return fmt.Sprintf("the token has %d characters; it needs at least %d (e.g. openssl rand -hex 16)", len(token), MinAPITokenLen)
+	}
+	return ""
+}
+
+// validateAPI checks the API's token, TLS and names, and refuses an API that
+// listens beyond loopback without a token or without TLS unless
+// api_insecure_remote says so: a token in clear, or none, hands the node to whoever
+// can reach or watch the port.
+func (p *parser) validateAPI(n *Node) {
+	if p.given("node.api_token") && n.APIToken != "" {
+		if msg := APITokenProblem(n.APIToken); msg != "" {
+			p.errorAt("node.api_token", "%s", msg)
+		}
+	}
+	for i, h := range n.APIHosts {
+		_, err := netip.ParseAddr(h)
+		if ip := index("node.api_hosts", i); p.usable(ip) && (!validHostname(h) || err == nil || strings.EqualFold(h, "localhost")) {
+			p.errorAt(ip, "%s is not a host name (IP addresses and localhost need no listing)", quote(h))
+		}
+	}
+	for _, f := range []struct{ path, value, other string }{
+		{"node.api_cert_file", n.APICertFile, "node.api_key_file"},
+		{"node.api_key_file", n.APIKeyFile, "node.api_cert_file"},
+	} {
+		switch {
+		case !p.given(f.path):
+		case f.value == "":
+			p.errorAt(f.path, "must not be empty (leave it out for no TLS)")
+		case !p.present(f.other):
+			p.errorAt(f.other, "required with %s: TLS needs the certificate and its key", f.path)
+		}
+	}
+	if !p.usable("node.api") || !p.usable("node.api_insecure_remote") || apiProblem(n.API) != "" || APIOnLoopback(n.API) || n.APIInsecureRemote {
+		return
+	}
+	var missing []string
+	if n.APIToken == "" && n.APITokenFile == "" {
+		missing = append(missing, "a token (api_token_file or api_token)")
+	}
+	if n.APICertFile == "" || n.APIKeyFile == "" {
+		missing = append(missing, "TLS (api_cert_file and api_key_file)")
+	}
+	if len(missing) > 0 {
+		p.errorAt("node.api", "%s listens beyond loopback without %s: anyone who reaches or watches the port could change the node; add them, listen on 127.0.0.1, or set api_insecure_remote: true to accept that",
+			quote(n.API), strings.Join(missing, " and without "))
+	}
+}
+
+// APIOnLoopback reports whether the API address (host:port) is on loopback only: a
+// loopback IP address or localhost. Any other name may resolve beyond it, and an empty
+// host is every address.
+func APIOnLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
 }
 
 // Prefix lengths of node.entropy_prefix4/6: the data plane fills the other bits from

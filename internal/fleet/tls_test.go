@@ -2,14 +2,7 @@ package fleet
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,57 +12,8 @@ import (
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/internal/testenv"
+	"github.com/manifoldlb/manifold/internal/testpki"
 )
-
-// pki is a CA and certificates it signed, as PEM files.
-type pki struct {
-	dir      string
-	ca       *x509.Certificate
-	caKey    *ecdsa.PrivateKey
-	certFile map[string]string // name → cert file; its key is name+".key"
-}
-
-func newPKI(t *testing.T, name string) *pki {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(der)
-	p := &pki{dir: t.TempDir(), ca: ca, caKey: key, certFile: map[string]string{}}
-	p.write(t, "ca.pem", "CERTIFICATE", der)
-	return p
-}
-
-func (p *pki) write(t *testing.T, name, kind string, der []byte) string {
-	t.Helper()
-	path := filepath.Join(p.dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// issue signs a certificate for loopback with the given usage; it returns the cert
-// and key files.
-func (p *pki) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (string, string) {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, _ := x509.MarshalECPrivateKey(key)
-	return p.write(t, name+".pem", "CERTIFICATE", der), p.write(t, name+".key", "EC PRIVATE KEY", kder)
-}
 
 // A fleet on an etcd that takes only TLS clients with a certificate of its CA, as the
 // docs/fleet.md's set-up has it: the node's client certificate is let in; a client without
@@ -78,10 +22,10 @@ func TestDialTLSToARealEtcd(t *testing.T) {
 	if _, err := hostprog.Etcd.Path(); err != nil {
 		testenv.Missingf(t, "needs etcd: %v", err)
 	}
-	p := newPKI(t, "fleet-ca")
-	serverCert, serverKey := p.issue(t, "etcd", x509.ExtKeyUsageServerAuth)
-	clientCert, clientKey := p.issue(t, "lb1", x509.ExtKeyUsageClientAuth)
-	caFile := filepath.Join(p.dir, "ca.pem")
+	p := testpki.New(t, "fleet-ca")
+	serverCert, serverKey := p.Issue(t, "etcd", x509.ExtKeyUsageServerAuth)
+	clientCert, clientKey := p.Issue(t, "lb1", x509.ExtKeyUsageClientAuth)
+	caFile := p.File
 
 	clientURL, peerURL := "https://"+freePort(t), "http://"+freePort(t)
 	m := &member{name: "tls", dir: filepath.Join(t.TempDir(), "data"), out: &syncBuffer{}, client: clientURL, peer: peerURL}
@@ -118,10 +62,10 @@ func TestDialTLSToARealEtcd(t *testing.T) {
 		}
 	}
 
-	other := newPKI(t, "another-ca")
+	other := testpki.New(t, "another-ca")
 	for name, cfg := range map[string]config.Fleet{
 		"no client certificate": {Endpoints: []string{clientURL}, CAFile: caFile},
-		"another CA trusted":    {Endpoints: []string{clientURL}, CertFile: clientCert, KeyFile: clientKey, CAFile: filepath.Join(other.dir, "ca.pem")},
+		"another CA trusted":    {Endpoints: []string{clientURL}, CertFile: clientCert, KeyFile: clientKey, CAFile: other.File},
 	} {
 		bad, err := Dial(cfg)
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/listen"
 	"github.com/manifoldlb/manifold/internal/metrics"
 	"github.com/manifoldlb/manifold/internal/sysctl"
 )
@@ -71,8 +72,7 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("link.api: %w", err)
 	}
-	srv := &http.Server{Handler: l.handler(), ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln) //nolint:errcheck // returns when Close below closes it
+	srv := listen.ServeHTTP(ln, l.handler(), listen.HTTPOptions{Log: l.log})
 	defer srv.Close()
 	l.log.Info("tunnels started, waiting for the peer", "tunnels", cfg.Tunnels, "ports", fmt.Sprintf("%d-%d", cfg.Port, int(cfg.Port)+cfg.Tunnels-1),
 		"peer", cfg.Remote.Address, "public_key", b64(pub), "api", ln.Addr().String())

@@ -7,12 +7,15 @@ package listen
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/ratelog"
 )
 
 // Limits are a listener's bounds; zero means unbounded.
@@ -23,6 +26,8 @@ type Limits struct {
 	// MaxConnsPerSource is the number open at once from one client address, so that one
 	// client cannot take every slot of MaxConns (or of a tunnel's capacity).
 	MaxConnsPerSource int
+	// Log, when set, gets a line for each refused connection, at its bounded rate.
+	Log *ratelog.Limiter
 }
 
 // Accept backs off this long after its first temporary error, doubling up to
@@ -86,8 +91,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 			}
 		}
 		backoff = 0
-		if conn, ok := l.admit(c); ok {
+		conn, why := l.admit(c)
+		if why == "" {
 			return conn, nil
+		}
+		if l.limits.Log != nil {
+			l.limits.Log.Warn("connection refused", "listener", l.Addr().String(), "remote", c.RemoteAddr().String(), "why", why)
 		}
 		c.Close()
 	}
@@ -108,23 +117,24 @@ func (l *Listener) Stats() Stats {
 		AcceptErrors: l.acceptErrors.Load()}
 }
 
-func (l *Listener) admit(c net.Conn) (net.Conn, bool) {
+// admit returns c counted in the limits, or why it is refused.
+func (l *Listener) admit(c net.Conn) (net.Conn, string) {
 	src := sourceAddr(c)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.limits.MaxConns > 0 && l.open >= l.limits.MaxConns {
 		l.refusedTotal.Add(1)
-		return nil, false
+		return nil, fmt.Sprintf("%d connections open, the most this listener holds", l.limits.MaxConns)
 	}
 	if l.limits.MaxConnsPerSource > 0 && src.IsValid() && l.bySource[src] >= l.limits.MaxConnsPerSource {
 		l.refusedSource.Add(1)
-		return nil, false
+		return nil, fmt.Sprintf("%d connections open from this address, the most one source may hold", l.limits.MaxConnsPerSource)
 	}
 	l.open++
 	if src.IsValid() {
 		l.bySource[src]++
 	}
-	return &conn{Conn: c, l: l, src: src}, true
+	return &conn{Conn: c, l: l, src: src}, ""
 }
 
 func (l *Listener) release(src netip.Addr) {

@@ -148,7 +148,7 @@ var (
 	tunnelClientsRefusedDesc = desc("manifold_tunnel_clients_refused_total",
 		"Client connections closed because no connector of their service had free capacity in time.")
 	apiDesc = desc("manifold_api_requests_total",
-		"REST API requests answered, by method and status code.", "method", "code")
+		"REST API requests answered, by method (those of HTTP, any other as OTHER) and status code.", "method", "code")
 )
 
 type collector struct{ src Source }

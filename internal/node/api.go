@@ -2,37 +2,50 @@ package node
 
 import (
 	"context"
-	"errors"
+	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
-	"net/http"
-	"os"
+	"slices"
 	"strings"
-	"time"
 
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/listen"
 	"github.com/manifoldlb/manifold/internal/metrics"
+	"github.com/manifoldlb/manifold/internal/secretfile"
 )
 
 // serveAPI starts the REST API and /metrics on node.api, and the rate sampler the
 // status needs, and returns their stopper.
 func (n *Node) serveAPI() (func(), error) {
-	token, err := apiToken(&n.cfg.Node)
+	cfg := &n.cfg.Node
+	token, err := apiToken(cfg, n.log)
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", n.cfg.Node.API)
+	hosts := cfg.APIHosts
+	var tlsConfig *tls.Config
+	if cfg.APICertFile != "" {
+		if tlsConfig, err = listen.LoadTLS(cfg.APICertFile, cfg.APIKeyFile, n.log); err != nil {
+			return nil, fmt.Errorf("node.api_cert_file, node.api_key_file: %w", err)
+		}
+		// the certificate's names are the API's: a client that checks it asks for one
+		hosts = append(slices.Clip(hosts), tlsConfig.Certificates[0].Leaf.DNSNames...)
+	}
+	ln, err := net.Listen("tcp", cfg.API)
 	if err != nil {
-		return nil, fmt.Errorf("node.api: listen on %s: %w", n.cfg.Node.API, err)
+		return nil, fmt.Errorf("node.api: listen on %s: %w", cfg.API, err)
 	}
 	loopback := ln.Addr().(*net.TCPAddr).IP.IsLoopback()
-	if token == "" && !loopback {
-		n.log.Warn("the API listens beyond loopback without a token: whoever reaches it can change the node (set node.api_token_file)", "address", ln.Addr().String())
+	if !loopback && (token == "" || tlsConfig == nil) {
+		n.log.Warn("INSECURE: the API listens beyond loopback without a token or without TLS, as node.api_insecure_remote allows: "+
+			"whoever reaches the port (or watches it, without TLS) can change this node",
+			"address", ln.Addr().String(), "token", token != "", "tls", tlsConfig != nil)
 	}
 
-	n.api = &api.Server{Node: n, Store: n.file.Store(), Token: token, OpenReads: loopback, Log: n.log, Flows: n.flows}
+	n.api = &api.Server{Node: n, Store: n.file.Store(), Token: token, OpenReads: loopback, Hosts: hosts, Log: n.log, Flows: n.flows}
 	if n.edge != nil {
 		n.api.Tunnels = n.tunnelsStatus
 	}
@@ -61,18 +74,11 @@ func (n *Node) serveAPI() (func(), error) {
 		n.api.RecordHistory(historyCtx)
 	}()
 
-	srv := &http.Server{Handler: n.api.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute}
 	// owned by Run: stopped by the returned func before Run returns
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			n.log.Error("API server stopped", "err", err)
-		}
-	}()
-	n.log.Info("API listening", "address", ln.Addr().String(), "token", token != "", "open_reads", loopback || token == "")
+	srv := listen.ServeHTTP(ln, n.api.Handler(), listen.HTTPOptions{TLS: tlsConfig, Log: n.log})
+	n.log.Info("API listening", "address", ln.Addr().String(), "token", token != "", "tls", tlsConfig != nil, "open_reads", loopback || token == "")
 	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
+		srv.Close()
 		close(stopRates)
 		<-ratesDone
 		stopHistory()
@@ -80,12 +86,13 @@ func (n *Node) serveAPI() (func(), error) {
 	}, nil
 }
 
-// apiToken is node.api_token, or the contents of node.api_token_file.
-func apiToken(n *config.Node) (string, error) {
+// apiToken is node.api_token, or the contents of node.api_token_file (a warning when
+// others may read the file).
+func apiToken(n *config.Node, log *slog.Logger) (string, error) {
 	if n.APITokenFile == "" {
 		return n.APIToken, nil
 	}
-	b, err := os.ReadFile(n.APITokenFile)
+	b, err := secretfile.Read(n.APITokenFile, log)
 	if err != nil {
 		return "", fmt.Errorf("node.api_token_file: %w", err)
 	}
@@ -95,6 +102,9 @@ func apiToken(n *config.Node) (string, error) {
 	}
 	if strings.ContainsAny(token, " \t\r\n") {
 		return "", fmt.Errorf("node.api_token_file: %s holds more than one word; the token is one word", n.APITokenFile)
+	}
+	if msg := config.APITokenProblem(token); msg != "" {
+		return "", fmt.Errorf("node.api_token_file: %s: %s", n.APITokenFile, msg)
 	}
 	return token, nil
 }

@@ -27,7 +27,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
-const apiToken = "lab-t0ken-5e3c"
+const apiToken = "lab-t0ken-5e3c-of-the-api-tests"
 
 const apiBase = "http://127.0.0.1:9100"
 
@@ -91,6 +91,9 @@ func (al *apiLab) call(method, path, body string) (int, []byte, error) {
 		return 0, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+apiToken)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := al.api.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -149,6 +152,9 @@ func TestAPIOperatorSurface(t *testing.T) {
 		}
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
 		}
 		x, err := check.Do(al.api, req, []byte(body))
 		if err != nil {

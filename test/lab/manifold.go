@@ -265,6 +265,9 @@ func (a *NodeAPI) Call(method, path, body string) (int, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := a.client.Do(req)
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s: %s %s: %w", a.Host.Role, method, path, err)
