@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/decode"
 	"github.com/manifoldlb/manifold/internal/store"
 )
 
@@ -33,8 +34,8 @@ import (
 //go:embed openapi.json
 var OpenAPI []byte
 
-// maxBody bounds a request body: a service with thousands of backends fits.
-const maxBody = 1 << 20
+// maxBody bounds a request body (decode.JSON refuses more in any case).
+const maxBody = decode.MaxBodySize
 
 // Node is what the API needs of the daemon.
 type Node interface {

@@ -222,14 +222,13 @@ func JSON(data []byte) (*yaml.Node, error) {
 	if err := Size(data, MaxBodySize); err != nil {
 		return nil, err
 	}
+	if err := jsonDepth(data); err != nil {
+		return nil, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	n, err := jsonValue(dec, 0)
+	n, err := jsonValue(dec)
 	if err != nil {
-		var de *Error
-		if errors.As(err, &de) {
-			return nil, err
-		}
 		return nil, fmt.Errorf("not valid JSON: %w", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -238,8 +237,8 @@ func JSON(data []byte) (*yaml.Node, error) {
 	return n, nil
 }
 
-// jsonValue decodes the next value, which depth arrays and objects enclose.
-func jsonValue(dec *json.Decoder, depth int) (*yaml.Node, error) {
+// jsonValue decodes the next value (recursively: jsonDepth bounded the nesting).
+func jsonValue(dec *json.Decoder) (*yaml.Node, error) {
 	tok, err := dec.Token()
 	if err == io.EOF {
 		return nil, io.ErrUnexpectedEOF
@@ -249,13 +248,10 @@ func jsonValue(dec *json.Decoder, depth int) (*yaml.Node, error) {
 	}
 	switch t := tok.(type) {
 	case json.Delim:
-		if depth++; depth > MaxDepth {
-			return nil, &Error{Msg: fmt.Sprintf("JSON nested more than %d levels deep (the limit), at byte %d", MaxDepth, dec.InputOffset())}
-		}
 		if t == '[' {
 			seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
 			for dec.More() {
-				v, err := jsonValue(dec, depth)
+				v, err := jsonValue(dec)
 				if err != nil {
 					return nil, err
 				}
@@ -276,7 +272,7 @@ func jsonValue(dec *json.Decoder, depth int) (*yaml.Node, error) {
 				return nil, fmt.Errorf("duplicate key %q", key)
 			}
 			seen[key] = true
-			v, err := jsonValue(dec, depth)
+			v, err := jsonValue(dec)
 			if err != nil {
 				return nil, err
 			}
@@ -297,4 +293,45 @@ func jsonValue(dec *json.Decoder, depth int) (*yaml.Node, error) {
 	default: // nil
 		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
 	}
+}
+
+// JSONInto decodes a JSON record (an etcd value, a control message) into v, after
+// bounding its size (limit) and its nesting (MaxDepth). Unknown fields are ignored, so
+// that a newer writer's records stay readable.
+func JSONInto(data []byte, limit int, v any) error {
+	if err := Size(data, limit); err != nil {
+		return err
+	}
+	if err := jsonDepth(data); err != nil {
+		return err
+	}
+	return json.Unmarshal(data, v)
+}
+
+// jsonDepth refuses JSON nested more than MaxDepth arrays and objects deep. It only
+// counts brackets outside strings; whether the text is JSON is the decoder's to say.
+func jsonDepth(data []byte) error {
+	depth, inString, escaped := 0, false, false
+	for i, b := range data {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case b == '\\':
+				escaped = true
+			case b == '"':
+				inString = false
+			}
+		case b == '"':
+			inString = true
+		case b == '[' || b == '{':
+			if depth++; depth > MaxDepth {
+				return &Error{Msg: fmt.Sprintf("JSON nested more than %d levels deep (the limit), at byte %d", MaxDepth, i)}
+			}
+		case b == ']' || b == '}':
+			depth--
+		}
+	}
+	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/manifoldlb/manifold/internal/decode"
 )
 
 const (
@@ -88,19 +90,26 @@ func (c *controlStream) receive(deadline time.Time) (message, error) {
 	if err := c.s.SetReadDeadline(deadline); err != nil {
 		return m, err
 	}
+	return readMessage(c.s)
+}
+
+// readMessage reads one control message: its length is checked against maxFrame
+// before anything is allocated (the peer may not be authenticated yet).
+func readMessage(r io.Reader) (message, error) {
+	var m message
 	var size [4]byte
-	if _, err := io.ReadFull(c.s, size[:]); err != nil {
+	if _, err := io.ReadFull(r, size[:]); err != nil {
 		return m, err
 	}
 	n := binary.BigEndian.Uint32(size[:])
 	if n > maxFrame {
-		return m, fmt.Errorf("control message of %d bytes, more than %d", n, maxFrame)
+		return m, fmt.Errorf("control message of %d bytes, more than the limit of %d", n, maxFrame)
 	}
 	body := make([]byte, n)
-	if _, err := io.ReadFull(c.s, body); err != nil {
+	if _, err := io.ReadFull(r, body); err != nil {
 		return m, err
 	}
-	if err := json.Unmarshal(body, &m); err != nil {
+	if err := decode.JSONInto(body, maxFrame, &m); err != nil {
 		return m, fmt.Errorf("control message: %w", err)
 	}
 	return m, nil
@@ -130,7 +139,8 @@ func readStreamHeader(r io.Reader) (streamHeader, error) {
 	return streamHeader{Service: service, Client: client}, err
 }
 
-// readShortString reads a length byte and that many bytes.
+// readShortString reads a length byte and that many bytes (at most 255: the length
+// bounds the allocation).
 func readShortString(r io.Reader) (string, error) {
 	var n [1]byte
 	if _, err := io.ReadFull(r, n[:]); err != nil {
