@@ -72,12 +72,10 @@ type controlStream struct {
 }
 
 func (c *controlStream) send(m message) error {
-	body, err := json.Marshal(m)
+	frame, err := m.frame()
 	if err != nil {
 		return err
 	}
-	frame := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), uint32(len(body)))
-	frame = append(frame, body...)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, err = c.s.Write(frame)
@@ -91,6 +89,16 @@ func (c *controlStream) receive(deadline time.Time) (message, error) {
 		return m, err
 	}
 	return readMessage(c.s)
+}
+
+// frame encodes a control message as it is sent: its length, then its JSON.
+func (m message) frame() ([]byte, error) {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	frame := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), uint32(len(body)))
+	return append(frame, body...), nil
 }
 
 // readMessage reads one control message: its length is checked against maxFrame
