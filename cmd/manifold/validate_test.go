@@ -27,6 +27,12 @@ func TestValidate(t *testing.T) {
 		"  private_key_file: dc1.key\n  peer_public_key: ThxgqOncpcA21h5JzqGQLqMx880sOzNM5Hg8TQMpNkk=\n"
 	link := write("link.yaml", linkFile)
 	badLink := write("badlink.yaml", strings.Replace(linkFile, "10.2.0.0/16", "10.1.2.0/24", 1))
+	// issue 25, finding 3: 10-way merge keys nested 5 levels, which de322de called ok
+	bombFile, err := os.ReadFile("../../internal/config/testdata/invalid-merge-bomb.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bomb := write("bomb.yaml", string(bombFile))
 
 	cases := []struct {
 		path  string
@@ -44,6 +50,7 @@ func TestValidate(t *testing.T) {
 		}},
 		{badBackend, 1, []string{badBackend + `:3: backend.vips[0]: "198.51.100.300" is not an IPv4 or IPv6 address`}},
 		{badSteer, 1, []string{badSteer + `:5: fleet.etcd.endpoints[0]: "10.0.0.5" must start with http:// or https://`}},
+		{bomb, 1, []string{bomb + ":10: too many aliases: they expand to more than 65536 nodes beyond those written (the limit), at alias *d"}},
 	}
 	for _, c := range cases {
 		var out, errOut bytes.Buffer
