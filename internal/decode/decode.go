@@ -330,7 +330,9 @@ func jsonDepth(data []byte) error {
 				return &Error{Msg: fmt.Sprintf("JSON nested more than %d levels deep (the limit), at byte %d", MaxDepth, i)}
 			}
 		case b == ']' || b == '}':
-			depth--
+			if depth--; depth < 0 {
+				return nil // a closer with nothing open: not JSON, the decoder refuses it there
+			}
 		}
 	}
 	return nil
