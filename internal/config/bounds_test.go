@@ -2,8 +2,11 @@ package config
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/manifoldlb/manifold/internal/decode"
 )
 
 // A file whose aliases expand without bound is refused by Parse (and so by `manifold
@@ -25,6 +28,23 @@ func TestAliasBombIsRefused(t *testing.T) {
 	deep := hdr + "services:\n  - name: web\n    vip: 198.51.100.10\n    health: " + strings.Repeat("[", 70) + strings.Repeat("]", 70) + "\n"
 	if _, err := Parse("t.yaml", []byte(deep)); err == nil || err.Error() != "t.yaml:8: nested more than 64 levels deep (the limit)" {
 		t.Errorf("nested 72 deep: %v", err)
+	}
+}
+
+// A file larger than decode.MaxFileSize is refused before it is read whole.
+func TestLargeFileIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.yaml")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(decode.MaxFileSize + 1); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	want := path + ": the file is larger than the limit of 33554432 bytes"
+	if _, err := Load(path); err == nil || err.Error() != want {
+		t.Errorf("got %v, want %s", err, want)
 	}
 }
 

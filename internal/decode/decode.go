@@ -59,8 +59,21 @@ func (e *Error) Error() string {
 	return e.Msg
 }
 
-// ErrTooLarge is wrapped by the error of a file or body larger than its limit.
-var ErrTooLarge = errors.New("too large")
+// ErrTooLarge is the error of a file, body or document larger than its limit
+// (errors.Is matches any of them).
+var ErrTooLarge = errors.New("larger than the limit")
+
+// tooLarge says what was too large and the limit, and is ErrTooLarge.
+type tooLarge struct {
+	what  string
+	limit int64
+}
+
+func (e tooLarge) Error() string {
+	return fmt.Sprintf("%s is larger than the limit of %d bytes", e.what, e.limit)
+}
+
+func (e tooLarge) Is(target error) bool { return target == ErrTooLarge }
 
 // Read reads r to the end, refusing more than limit bytes (what names the input, for
 // the message).
@@ -70,13 +83,13 @@ func Read(r io.Reader, limit int64, what string) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s is larger than the limit of %d bytes: %w", what, limit, ErrTooLarge)
+		return nil, tooLarge{what, limit}
 	}
 	return data, nil
 }
 
 // ReadFile reads a file of at most MaxFileSize bytes. Its errors are os.ReadFile's
-// (a *fs.PathError) or one wrapping ErrTooLarge.
+// (a *fs.PathError) or ErrTooLarge.
 func ReadFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -93,7 +106,7 @@ func ReadFile(path string) ([]byte, error) {
 // Size refuses a document of more than limit bytes that arrived whole (an etcd value).
 func Size(data []byte, limit int) error {
 	if len(data) > limit {
-		return fmt.Errorf("%d bytes, more than the limit of %d: %w", len(data), limit, ErrTooLarge)
+		return tooLarge{fmt.Sprintf("the document (%d bytes)", len(data)), int64(limit)}
 	}
 	return nil
 }
