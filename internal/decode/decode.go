@@ -37,9 +37,10 @@ const (
 	// backend list of 50 among 100 services adds about 25 000 nodes; a 783-byte file
 	// of 10-way merge keys nested 5 levels adds millions.
 	MaxAliasNodes = 1 << 16
-	// MaxFileSize bounds a file manifold reads (config, tokens, connector, link files
-	// and the secrets they name) and an etcd document: yaml.v3 holds about 20 bytes of
-	// tree per byte of text. A node file of 100 000 backends is about 3 MiB.
+	// MaxFileSize bounds a file manifold reads (node, backend, steer, link, tokens and
+	// connector files, and the files a connector file names) and an etcd document:
+	// yaml.v3 holds about 20 bytes of tree per byte of text. A node file of 100 000
+	// backends is about 3 MiB.
 	MaxFileSize = 32 << 20
 	// MaxBodySize bounds an API request body: a service with thousands of backends fits.
 	MaxBodySize = 1 << 20
