@@ -13,7 +13,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Tests that need root (BPF, namespaces) skip with a reason without it.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all deps bench-deps build deb generate check-generated vet test unit lab demo bench clean kube-apiserver image
+.PHONY: all deps bench-deps build deb generate check-generated vet test unit fuzz lab demo bench clean kube-apiserver image
 
 all: build
 
@@ -87,6 +87,25 @@ test: deps check-generated vet build kube-apiserver
 	$(GO) build -o $(REPORT) ./internal/testenv/report
 	set -o pipefail; { $(GO) test -json $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/lab$$'); \
 		$(GO) test -json $(TEST_FLAGS) ./test/lab/; } | ./$(REPORT) -times bin/test-times.md
+
+# fuzz runs every native fuzz target (func FuzzXxx in a _test.go) for FUZZTIME each,
+# one after the other: go test -fuzz takes one target per run. The targets are found,
+# not listed here: the packages holding one, then go test -list in each. A crasher is
+# written to the package's testdata/fuzz/FuzzXxx/, where make test runs it from then
+# on; commit it with the fix. FUZZMINIMIZETIME bounds the minimizing of each input that
+# finds new code (not counted in FUZZTIME's execs; at go's default of 60 s a short run on
+# a busy machine can spend all of FUZZTIME minimizing). FUZZ_FLAGS: e.g. -parallel 1 on a
+# shared machine.
+FUZZTIME ?= 60s
+FUZZMINIMIZETIME ?= 5s
+FUZZ_FLAGS ?=
+fuzz:
+	@for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' internal cmd test 2>/dev/null | xargs -n1 dirname | sort -u); do \
+		for t in $$($(GO) test -list '^Fuzz' ./$$pkg | grep '^Fuzz'); do \
+			echo "== ./$$pkg $$t ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $(FUZZ_FLAGS) ./$$pkg || exit 1; \
+		done; \
+	done
 
 unit:
 	$(GO) test -race -count=1 ./internal/config ./internal/maglev ./internal/reconcile ./internal/health ./internal/clock ./internal/sysctl ./internal/store ./internal/api/... ./internal/metrics ./internal/hostprog/... ./internal/link ./test/arch

@@ -21,6 +21,7 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/backendagent"
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/decode"
 	"github.com/manifoldlb/manifold/internal/link"
 	"github.com/manifoldlb/manifold/internal/node"
 	"github.com/manifoldlb/manifold/internal/tunnel"
@@ -177,7 +178,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "manifold validate:", err)
 		return 2
 	}
-	data, err := os.ReadFile(path)
+	data, err := decode.ReadFile(path)
 	if err != nil {
 		fmt.Fprintln(stderr, "manifold validate:", err)
 		return 1

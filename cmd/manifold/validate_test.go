@@ -35,6 +35,12 @@ func TestValidate(t *testing.T) {
 	tlsAPI := write("tls-api.yaml", node+"  api: 10.0.0.11:9100\n  api_token_file: /etc/manifold/api-token\n  api_cert_file: api.crt\n  api_key_file: api.key\n")
 	insecureAPI := write("insecure-api.yaml", node+"  api: 0.0.0.0:9100\n  api_insecure_remote: true\n")
 	const beyond = "anyone who reaches or watches the port could change the node; add them, listen on 127.0.0.1, or set api_insecure_remote: true to accept that"
+	// issue 25, finding 3: 10-way merge keys nested 5 levels, which de322de called ok
+	bombFile, err := os.ReadFile("../../internal/config/testdata/invalid-merge-bomb.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bomb := write("bomb.yaml", string(bombFile))
 
 	cases := []struct {
 		path  string
@@ -57,6 +63,7 @@ func TestValidate(t *testing.T) {
 		{shortToken, 1, []string{shortToken + ":6: node.api_token: the token has 6 characters; it needs at least 16 (e.g. openssl rand -hex 16)"}},
 		{tlsAPI, 0, []string{tlsAPI + ": ok"}},
 		{insecureAPI, 0, []string{insecureAPI + ": ok"}},
+		{bomb, 1, []string{bomb + ":10: too many aliases: they expand to more than 65536 nodes beyond those written (the limit), at alias *d"}},
 	}
 	for _, c := range cases {
 		var out, errOut bytes.Buffer

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/clock"
+	"github.com/manifoldlb/manifold/internal/decode"
 	"github.com/manifoldlb/manifold/internal/ratelog"
 	"github.com/manifoldlb/manifold/internal/store"
 )
@@ -39,8 +40,8 @@ import (
 //go:embed openapi.json
 var OpenAPI []byte
 
-// maxBody bounds a request body: a service with thousands of backends fits.
-const maxBody = 1 << 20
+// maxBody bounds a request body (decode.JSON refuses more in any case).
+const maxBody = decode.MaxBodySize
 
 // Node is what the API needs of the daemon.
 type Node interface {

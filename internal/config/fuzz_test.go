@@ -14,7 +14,8 @@ import (
 )
 
 // FuzzParse checks that any input gives either a valid config or a non-empty Errors of
-// well-formed, line-ordered errors, for both kinds of file, and never panics.
+// well-formed, line-ordered errors, for every kind of file (node, backend, steer,
+// link), and never panics.
 func FuzzParse(f *testing.F) {
 	files, err := filepath.Glob("testdata/*.yaml")
 	if err != nil || len(files) == 0 {
@@ -48,6 +49,15 @@ func FuzzParse(f *testing.F) {
 		if a != nil {
 			checkAgent(t, a)
 		}
+		st, err := ParseSteer("f.yaml", data)
+		checkOutcome(t, data, st != nil, err)
+		l, err := ParseLink("f.yaml", data)
+		checkOutcome(t, data, l != nil, err)
+		if l != nil && !serviceName.MatchString(l.Name) {
+			t.Errorf("bad link name %q", l.Name)
+		}
+		KindOf(data)
+		ParseWireGuardKey(string(data)) // a link's key files: no panic
 	})
 }
 
@@ -84,7 +94,7 @@ func checkOutcome(t *testing.T, data []byte, ok bool, err error) {
 func checkConfig(t *testing.T, c *Config) {
 	t.Helper()
 	n := c.Node
-	if n.Name == "" || len(n.Interfaces) == 0 || !n.Address.IsValid() || n.API == "" || apiProblem(n.API) != "" {
+	if !nodeName.MatchString(n.Name) || len(n.Interfaces) == 0 || !n.Address.IsValid() || n.API == "" || apiProblem(n.API) != "" {
 		t.Errorf("bad node %+v", n)
 	}
 	for i, ifname := range n.Interfaces {

@@ -1,6 +1,10 @@
 package config
 
-import "gopkg.in/yaml.v3"
+import (
+	"gopkg.in/yaml.v3"
+
+	"github.com/manifoldlb/manifold/internal/decode"
+)
 
 // Kind is the kind of a config file, told by its top-level keys, so that `manifold
 // validate` checks any of them without being told which.
@@ -17,20 +21,24 @@ const (
 // KindOf tells the kind of a config file; a file that is not YAML is taken for a node
 // file (whose parser then says what is wrong with it).
 func KindOf(data []byte) Kind {
-	var top map[string]yaml.Node
-	if yaml.Unmarshal(data, &top) != nil {
+	doc, err := decode.YAML(data)
+	if err != nil || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return NodeFile
 	}
-	if _, ok := top["backend"]; ok {
+	top := map[string]bool{}
+	for i, k := range doc.Content[0].Content {
+		if i%2 == 0 && k.Kind == yaml.ScalarNode {
+			top[k.Value] = true
+		}
+	}
+	switch {
+	case top["backend"]:
 		return BackendFile
-	}
-	if _, ok := top["steer"]; ok {
+	case top["steer"]:
 		return SteerFile
-	}
-	if _, ok := top["link"]; ok {
+	case top["link"]:
 		return LinkFile
-	}
-	if _, ok := top["edges"]; ok {
+	case top["edges"]:
 		return ConnectFile
 	}
 	return NodeFile

@@ -83,10 +83,8 @@ func ParseLink(file string, data []byte) (*Link, error) {
 	p.mapping(root, "", keysOf(LinkSchema, ""), func(_, path string, v *yaml.Node) {
 		p.link(v, path, l)
 	})
-	if !p.aborted {
-		applyLinkDefaults(l, p.present)
-		p.validateLink(l)
-	}
+	applyLinkDefaults(l, p.present)
+	p.validateLink(l)
 	if err := p.errs.sorted(); err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/manifoldlb/manifold/internal/decode"
 )
 
 // Load reads and parses the config file of `manifold run`.
@@ -33,10 +34,8 @@ func Parse(file string, data []byte) (*Config, error) {
 		return nil, p.errs.sorted()
 	}
 	c := p.config(root)
-	if !p.aborted {
-		applyDefaults(c, p.present)
-		p.validateConfig(c)
-	}
+	applyDefaults(c, p.present)
+	p.validateConfig(c)
 	if err := p.errs.sorted(); err != nil {
 		return nil, err
 	}
@@ -76,10 +75,8 @@ func ParseSteer(file string, data []byte) (*Steer, error) {
 			})
 		}
 	})
-	if !p.aborted {
-		applySteerDefaults(s, p.present, os.Hostname)
-		p.validateSteer(s)
-	}
+	applySteerDefaults(s, p.present, os.Hostname)
+	p.validateSteer(s)
 	if err := p.errs.sorted(); err != nil {
 		return nil, err
 	}
@@ -100,19 +97,18 @@ func ParseBackend(file string, data []byte) (*BackendAgent, error) {
 		return nil, p.errs.sorted()
 	}
 	a := p.backendFile(root)
-	if !p.aborted {
-		applyBackendDefaults(a, p.present, os.Hostname)
-		p.validateBackend(a)
-	}
+	applyBackendDefaults(a, p.present, os.Hostname)
+	p.validateBackend(a)
 	if err := p.errs.sorted(); err != nil {
 		return nil, err
 	}
 	return a, nil
 }
 
-// load reads a config file and hands it to its parser.
+// load reads a config file (of at most decode.MaxFileSize bytes) and hands it to its
+// parser.
 func load[T any](path string, parse func(file string, data []byte) (T, error)) (T, error) {
-	data, err := os.ReadFile(path)
+	data, err := decode.ReadFile(path)
 	if err != nil {
 		var zero T
 		return zero, readError(path, err)
@@ -138,17 +134,7 @@ type parser struct {
 	errs  Errors
 	lines map[string]int  // field path → line of its value, for every field present (not null)
 	bad   map[string]bool // field path → its value was rejected while parsing
-
-	work    int  // nodes visited, to bound documents that explode through aliases
-	maxWork int  // nodes in the document + aliasWork
-	aborted bool // work exceeded maxWork: the walk was cut short
 }
-
-// aliasWork bounds how many more nodes than the document holds the walk may visit
-// (aliased nodes count each time they are reached), so that a small file cannot make
-// the parser do unbounded work through aliases and merge keys. Without aliases the walk
-// visits each node at most once and never hits the bound, however large the file.
-const aliasWork = 1 << 18
 
 // maxMergeDepth bounds nested merge keys (<<), which may also be cyclic.
 const maxMergeDepth = 16
@@ -217,39 +203,43 @@ var syntaxLine = regexp.MustCompile(`^yaml: line (\d+): `)
 
 // document decodes data into its single YAML document and returns the top-level
 // mapping, or nil after reporting why there is none. keys lists the accepted top-level
-// keys, for the message.
+// keys, for the message. The document is bounded by package decode (size, depth,
+// aliases), so the walk that follows visits at most decode.MaxAliasNodes more nodes
+// than the file holds, however it uses aliases and merge keys.
 func (p *parser) document(data []byte, keys string) (root *yaml.Node) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := decode(dec, &doc); err != nil {
+	if err := decode.Size(data, decode.MaxFileSize); err != nil {
+		p.add(0, "", "%v", err)
+		return nil
+	}
+	dec := decode.NewDecoder(data)
+	doc, err := dec.Next()
+	if err != nil {
 		if err == io.EOF {
 			p.add(0, "", "empty file")
 		} else {
-			p.syntax(err)
+			p.decodeError(err)
 		}
 		return nil
 	}
 	for {
-		var extra yaml.Node
-		err := decode(dec, &extra)
+		extra, err := dec.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			p.syntax(err)
+			p.decodeError(err)
 			return nil
 		}
-		if c := docContent(&extra); c != nil && !isNull(c) {
+		if c := docContent(extra); c != nil && !isNull(c) {
 			p.add(c.Line, "", "only one yaml document is allowed (found a second one)")
 			return nil
 		}
 	}
-	root = docContent(&doc)
+	root = docContent(doc)
 	if root == nil || isNull(root) {
 		p.add(0, "", "empty file")
 		return nil
 	}
-	p.maxWork = countNodes(&doc) + aliasWork
 	if root.Kind != yaml.MappingNode {
 		p.add(root.Line, "", "top level must be a mapping with keys %s, got %s", keys, kindName(root))
 		return nil
@@ -257,15 +247,15 @@ func (p *parser) document(data []byte, keys string) (root *yaml.Node) {
 	return root
 }
 
-// decode runs the YAML decoder, turning a panic inside it into an error: a config file
-// must never crash the daemon.
-func decode(dec *yaml.Decoder, n *yaml.Node) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("yaml: %v", r)
-		}
-	}()
-	return dec.Decode(n)
+// decodeError reports an error of package decode: a bound exceeded, or yaml.v3's syntax
+// error.
+func (p *parser) decodeError(err error) {
+	var de *decode.Error
+	if errors.As(err, &de) {
+		p.add(de.Line, "", "%s", de.Msg)
+		return
+	}
+	p.syntax(err)
 }
 
 func docContent(doc *yaml.Node) *yaml.Node {
@@ -386,30 +376,6 @@ func join(path, key string) string {
 
 func index(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
 
-// step counts visited nodes; once p.maxWork is exceeded it reports it once and every
-// walker stops.
-func (p *parser) step(n *yaml.Node, path string, count int) bool {
-	if p.aborted {
-		return false
-	}
-	p.work += count
-	if p.work > p.maxWork {
-		p.aborted = true
-		p.add(n.Line, path, "too many aliases: they expand to more than %d extra nodes", aliasWork)
-		return false
-	}
-	return true
-}
-
-// countNodes counts the nodes of a document, not following aliases.
-func countNodes(n *yaml.Node) int {
-	c := 1
-	for _, k := range n.Content {
-		c += countNodes(k)
-	}
-	return c
-}
-
 type pair struct {
 	key, val *yaml.Node
 	merged   bool // came from a merge key (<<): explicit keys override it
@@ -428,9 +394,6 @@ func (p *parser) mapping(n *yaml.Node, path string, keys []string, fn func(key, 
 	}
 	p.lines[path] = n.Line
 	pairs := p.pairs(n, path, 0, map[*yaml.Node]bool{n: true})
-	if !p.step(n, path, len(pairs)+1) {
-		return false
-	}
 	seen := map[string]int{}
 	for _, kv := range pairs {
 		k := resolve(kv.key)
@@ -457,9 +420,6 @@ func (p *parser) mapping(n *yaml.Node, path string, keys []string, fn func(key, 
 		}
 		p.lines[fpath] = v.Line
 		fn(key, fpath, v)
-		if p.aborted {
-			return false
-		}
 	}
 	return true
 }
@@ -560,17 +520,11 @@ func (p *parser) list(n *yaml.Node, path string, fn func(i int, path string, ite
 		p.fail(n, path, "must be a list, got %s", kindName(n))
 		return false
 	}
-	if !p.step(n, path, len(n.Content)+1) {
-		return false
-	}
 	for i, it := range n.Content {
 		ipath := index(path, i)
 		it = resolve(it)
 		p.lines[ipath] = it.Line
 		fn(i, ipath, it)
-		if p.aborted {
-			return false
-		}
 	}
 	return true
 }

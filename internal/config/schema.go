@@ -55,7 +55,7 @@ type Field struct {
 // NodeSchema is the file of `manifold run`, in the order docs/configuration.md shows it.
 var NodeSchema = []Field{
 	{Path: "node", Type: TypeMapping, Required: true},
-	{Path: "node.name", Type: TypeString, Required: true, Example: "lb1"},
+	{Path: "node.name", Type: TypeString, Required: true, Example: "lb1", Doc: "[a-zA-Z0-9._-]{1,253} (a Kubernetes Node's name fits)"},
 	{Path: "node.interfaces", Type: TypeStrings, Required: true, Example: "[eth0]", Doc: "XDP attaches to each"},
 	{Path: "node.xdp_mode", Type: TypeEnum, Enum: enum(XDPNative, XDPGeneric, XDPAuto), Default: def(DefaultXDPMode), Example: "auto",
 		Doc: "auto: native, else generic with a warning"},

@@ -133,8 +133,13 @@ func (p *parser) validateTunnelService(c *Config, s *Service, sp string) {
 }
 
 func (p *parser) validateNode(n *Node) {
-	if p.require("node.name") && p.usable("node.name") && n.Name == "" {
-		p.errorAt("node.name", "must not be empty")
+	if p.require("node.name") && p.usable("node.name") {
+		switch {
+		case n.Name == "":
+			p.errorAt("node.name", "must not be empty")
+		case !nodeName.MatchString(n.Name):
+			p.errorAt("node.name", "%s is not a valid name (1..253 of a-z A-Z 0-9 . _ -)", quote(n.Name))
+		}
 	}
 	if p.require("node.interfaces") && p.usable("node.interfaces") {
 		if len(n.Interfaces) == 0 {
@@ -660,6 +665,11 @@ func otherFamily(a netip.Addr) string {
 }
 
 var serviceName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,63}$`)
+
+// nodeName is what a node may be called: its name keys the fleet's records in etcd and
+// labels its metrics and logs, so no control or bidi characters, and a Kubernetes
+// Node's name (a DNS subdomain, up to 253) fits.
+var nodeName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,253}$`)
 
 const ifnameRule = "1..15 bytes, no '/', ':', whitespace or control characters, not . or .."
 

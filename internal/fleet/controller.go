@@ -15,9 +15,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"gopkg.in/yaml.v3"
 
 	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/decode"
 	"github.com/manifoldlb/manifold/internal/steer"
 )
 
@@ -159,14 +159,14 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 	var records []api.NodeRecord
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		var r api.NodeRecord
-		if json.Unmarshal(kv.Value, &r) == nil && alive[r.Name] {
+		if decode.JSONInto(kv.Value, decode.MaxFileSize, &r) == nil && alive[r.Name] {
 			records = append(records, r)
 		}
 	}
 	current := map[string]api.Steering{}
 	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
 		var st api.Steering
-		if json.Unmarshal(kv.Value, &st) == nil {
+		if decode.JSONInto(kv.Value, decode.MaxFileSize, &st) == nil {
 			current[strings.TrimPrefix(string(kv.Key), c.keys.steering())] = st
 		}
 	}
@@ -175,7 +175,7 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 	withOrigins := map[string]bool{}
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		var spec api.ServiceSpec
-		if err := yaml.Unmarshal(kv.Value, &spec); err != nil || len(spec.Origins) == 0 {
+		if err := decodeSpec(kv.Value, &spec); err != nil || len(spec.Origins) == 0 {
 			continue // the nodes refuse a service that does not parse; one without origins is not steered
 		}
 		withOrigins[spec.Name] = true
@@ -215,6 +215,16 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 	c.written = written
 	c.mu.Unlock()
 	return nil
+}
+
+// decodeSpec reads a service document of the fleet store (YAML, bounded by package
+// decode) into its wire form.
+func decodeSpec(data []byte, spec *api.ServiceSpec) error {
+	doc, err := decode.YAML(data)
+	if err != nil {
+		return err
+	}
+	return doc.Decode(spec)
 }
 
 // Observe is what the alive nodes' records say of a service with origins: each

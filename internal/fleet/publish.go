@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/decode"
 	"github.com/manifoldlb/manifold/internal/store"
 )
 
@@ -142,7 +143,7 @@ func (s *Source) Fleet(ctx context.Context) (api.FleetStatus, error) {
 	}
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		var n api.FleetNode
-		if err := json.Unmarshal(kv.Value, &n.NodeRecord); err != nil {
+		if err := decode.JSONInto(kv.Value, decode.MaxFileSize, &n.NodeRecord); err != nil {
 			s.log.Warn("unreadable node record in the fleet store", "key", string(kv.Key), "err", err)
 			continue
 		}

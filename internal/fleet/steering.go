@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"encoding/json"
 	"maps"
 	"math"
 	"slices"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/decode"
 )
 
 // Steering on a node: the controller (controller.go) writes each service's shares to
@@ -97,7 +97,7 @@ func (s *Source) steeringOf(kvs []*mvccpb.KeyValue) map[string]api.Steering {
 func (s *Source) decodeSteering(kv *mvccpb.KeyValue) (string, api.Steering, bool) {
 	name := strings.TrimPrefix(string(kv.Key), s.keys.steering())
 	var st api.Steering
-	if err := json.Unmarshal(kv.Value, &st); err != nil {
+	if err := decode.JSONInto(kv.Value, decode.MaxFileSize, &st); err != nil {
 		s.log.Warn("steering record ignored: not JSON of a steering record", "service", name, "err", err)
 		return name, st, false
 	}

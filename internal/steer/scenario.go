@@ -4,15 +4,17 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/manifoldlb/manifold/internal/decode"
 )
 
 // Scenario is a simulated fleet: origins, sites with their offered demand over time,
@@ -91,7 +93,7 @@ const maxSteps = 1_000_000
 
 // LoadScenario reads and validates a scenario file.
 func LoadScenario(path string) (*Scenario, error) {
-	data, err := os.ReadFile(path)
+	data, err := decode.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +103,11 @@ func LoadScenario(path string) (*Scenario, error) {
 // ParseScenario validates a scenario; every problem is reported, as FILE:LINE: field:
 // message. The scenario's name is the file's, without directory and extension.
 func ParseScenario(path string, data []byte) (*Scenario, error) {
+	// the bounds first (size, depth, aliases): the typed decoder below keeps yaml.Nodes
+	// with their aliases, as the scenario's fields
+	if _, err := decode.YAML(data); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	var f scenarioFile
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)

@@ -8,6 +8,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/decode"
 )
 
 // A store need not be a file: the fleet keeps each service as a YAML document of its
@@ -32,14 +33,14 @@ func Compose(file *Store, docs []ServiceDoc) ([]byte, *config.Config, error) {
 	}
 	list := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
 	for _, d := range docs {
-		var item yaml.Node
-		if err := yaml.Unmarshal(d.YAML, &item); err != nil {
+		item, err := decode.YAML(d.YAML)
+		if err != nil {
 			return nil, nil, fmt.Errorf("service %s: %w", d.Name, err)
 		}
 		if item.Kind != yaml.DocumentNode || len(item.Content) != 1 || item.Content[0].Kind != yaml.MappingNode {
 			return nil, nil, fmt.Errorf("service %s: not one YAML mapping", d.Name)
 		}
-		expandAliases(&item)
+		expandAliases(item)
 		list.Content = append(list.Content, item.Content[0])
 	}
 	// the composed document is the node's as it runs: its services are the fleet's, so
@@ -102,8 +103,8 @@ func ServiceDocsOf(s *Store) ([]ServiceDoc, error) {
 func ExportSection(docs []ServiceDoc) ([]byte, error) {
 	list := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
 	for _, d := range slices.Clone(docs) {
-		var item yaml.Node
-		if err := yaml.Unmarshal(d.YAML, &item); err != nil || len(item.Content) != 1 {
+		item, err := decode.YAML(d.YAML)
+		if err != nil || len(item.Content) != 1 {
 			return nil, fmt.Errorf("service %s: not one YAML mapping", d.Name)
 		}
 		list.Content = append(list.Content, item.Content[0])

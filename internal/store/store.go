@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"reflect"
 	"regexp"
 	"slices"
@@ -33,6 +32,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/decode"
 )
 
 // Store is a node's config file. Edits (PutService, …) prepare a Change without
@@ -50,7 +50,7 @@ type Store struct {
 
 // Open reads and validates the config file.
 func Open(path string) (*Store, error) {
-	data, err := os.ReadFile(path)
+	data, err := decode.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +89,7 @@ func (s *Store) InSync() bool {
 	s.mu.Lock()
 	cur := s.data
 	s.mu.Unlock()
-	disk, err := os.ReadFile(s.path)
+	disk, err := decode.ReadFile(s.path)
 	return err == nil && bytes.Equal(disk, cur)
 }
 
@@ -148,7 +148,7 @@ func (ch *Change) Revision() string { return revision(ch.data) }
 
 // Reread reads the file again (SIGHUP). On a problem it returns config.Errors.
 func (s *Store) Reread() (*Change, error) {
-	data, err := os.ReadFile(s.path)
+	data, err := decode.ReadFile(s.path)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ func (s *Store) Reread() (*Change, error) {
 // error nothing changed.
 func (s *Store) Commit(ch *Change) error {
 	if ch.write && !bytes.Equal(ch.data, ch.prev) {
-		disk, err := os.ReadFile(s.path)
+		disk, err := decode.ReadFile(s.path)
 		if err != nil {
 			return fail(Failed, "", "cannot read the config file: %v", err)
 		}
@@ -220,7 +220,7 @@ type edit struct {
 func (s *Store) begin() (*edit, error) {
 	data, cfg := s.current()
 	if !s.memory {
-		disk, err := os.ReadFile(s.path)
+		disk, err := decode.ReadFile(s.path)
 		if err != nil {
 			return nil, fail(Failed, "", "cannot read the config file: %v", err)
 		}
@@ -285,7 +285,7 @@ func invalid(err error, prefix string) *Error {
 
 // body parses a JSON request body that must be an object.
 func body(data []byte, what string) (*yaml.Node, error) {
-	n, err := jsonToNode(data)
+	n, err := decode.JSON(data)
 	if err != nil {
 		return nil, fail(Invalid, "", "%v", err)
 	}

@@ -6,28 +6,28 @@ package store
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
-	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/manifoldlb/manifold/internal/decode"
 )
 
 // parseTree decodes a config file into its document node. The file has been accepted
-// by config.Parse before, so it is one well-formed document.
+// by config.Parse before, so it is one well-formed document, and package decode bounds
+// it again here: expanding its aliases adds at most decode.MaxAliasNodes nodes.
 func parseTree(data []byte) (*yaml.Node, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	doc, err := decode.YAML(data)
+	if err != nil {
 		return nil, err
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, errors.New("the config file is not a single YAML mapping")
 	}
-	expandAliases(&doc)
-	return &doc, nil
+	expandAliases(doc)
+	return doc, nil
 }
 
 // render encodes a document the way the file is written: two-space indentation.
@@ -47,7 +47,8 @@ func render(doc *yaml.Node) ([]byte, error) {
 // expandAliases replaces every alias by a private copy of what it stands for and drops
 // the anchors, so that an edit of one service cannot change another that shared a
 // node with it (`backends: *pool`, `<<: *web`). The meaning of the file is unchanged;
-// its size stays bounded because config.Parse has bounded alias expansion already.
+// the tree must have passed decode.Check, which bounds what the copies add and refuses
+// an alias inside the node it refers to (that would copy forever).
 func expandAliases(n *yaml.Node) {
 	n.Anchor = ""
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!merge" {
@@ -167,77 +168,4 @@ func findBackend(svc *yaml.Node, addr netip.Addr) (*yaml.Node, int) {
 		}
 	}
 	return nil, -1
-}
-
-// jsonToNode converts a JSON document into a YAML node of the same structure, keeping
-// the order of keys and the JSON types as YAML tags (so that config.Parse reports a
-// string where a number belongs exactly as it does for a file).
-func jsonToNode(data []byte) (*yaml.Node, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	n, err := jsonValue(dec)
-	if err != nil {
-		return nil, fmt.Errorf("not valid JSON: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("not valid JSON: data after the top-level value")
-	}
-	return n, nil
-}
-
-func jsonValue(dec *json.Decoder) (*yaml.Node, error) {
-	tok, err := dec.Token()
-	if err == io.EOF {
-		return nil, io.ErrUnexpectedEOF
-	}
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		if t == '[' {
-			seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-			for dec.More() {
-				v, err := jsonValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				seq.Content = append(seq.Content, v)
-			}
-			_, err := dec.Token() // ]
-			return seq, err
-		}
-		m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-		seen := map[string]bool{}
-		for dec.More() {
-			k, err := dec.Token()
-			if err != nil {
-				return nil, err
-			}
-			key := k.(string) // the decoder only yields strings as object keys
-			if seen[key] {
-				return nil, fmt.Errorf("duplicate key %q", key)
-			}
-			seen[key] = true
-			v, err := jsonValue(dec)
-			if err != nil {
-				return nil, err
-			}
-			m.Content = append(m.Content, strNode(key), v)
-		}
-		_, err := dec.Token() // }
-		return m, err
-	case string:
-		return strNode(t), nil
-	case json.Number:
-		tag := "!!int"
-		if strings.ContainsAny(t.String(), ".eE") {
-			tag = "!!float"
-		}
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: t.String()}, nil
-	case bool:
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: fmt.Sprint(t)}, nil
-	default: // nil
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
-	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/manifoldlb/manifold/internal/decode"
 )
 
 const (
@@ -70,12 +72,10 @@ type controlStream struct {
 }
 
 func (c *controlStream) send(m message) error {
-	body, err := json.Marshal(m)
+	frame, err := m.frame()
 	if err != nil {
 		return err
 	}
-	frame := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), uint32(len(body)))
-	frame = append(frame, body...)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, err = c.s.Write(frame)
@@ -88,19 +88,36 @@ func (c *controlStream) receive(deadline time.Time) (message, error) {
 	if err := c.s.SetReadDeadline(deadline); err != nil {
 		return m, err
 	}
+	return readMessage(c.s)
+}
+
+// frame encodes a control message as it is sent: its length, then its JSON.
+func (m message) frame() ([]byte, error) {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	frame := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), uint32(len(body)))
+	return append(frame, body...), nil
+}
+
+// readMessage reads one control message: its length is checked against maxFrame
+// before anything is allocated (the peer may not be authenticated yet).
+func readMessage(r io.Reader) (message, error) {
+	var m message
 	var size [4]byte
-	if _, err := io.ReadFull(c.s, size[:]); err != nil {
+	if _, err := io.ReadFull(r, size[:]); err != nil {
 		return m, err
 	}
 	n := binary.BigEndian.Uint32(size[:])
 	if n > maxFrame {
-		return m, fmt.Errorf("control message of %d bytes, more than %d", n, maxFrame)
+		return m, fmt.Errorf("control message of %d bytes, more than the limit of %d", n, maxFrame)
 	}
 	body := make([]byte, n)
-	if _, err := io.ReadFull(c.s, body); err != nil {
+	if _, err := io.ReadFull(r, body); err != nil {
 		return m, err
 	}
-	if err := json.Unmarshal(body, &m); err != nil {
+	if err := decode.JSONInto(body, maxFrame, &m); err != nil {
 		return m, fmt.Errorf("control message: %w", err)
 	}
 	return m, nil
@@ -130,7 +147,8 @@ func readStreamHeader(r io.Reader) (streamHeader, error) {
 	return streamHeader{Service: service, Client: client}, err
 }
 
-// readShortString reads a length byte and that many bytes.
+// readShortString reads a length byte and that many bytes (at most 255: the length
+// bounds the allocation).
 func readShortString(r io.Reader) (string, error) {
 	var n [1]byte
 	if _, err := io.ReadFull(r, n[:]); err != nil {

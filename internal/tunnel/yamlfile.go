@@ -8,8 +8,8 @@ package tunnel
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/decode"
 )
 
 // yamlFile collects the problems of one file.
@@ -40,7 +41,7 @@ func (y *yamlFile) err() error {
 
 // readFile reads a file a config names; a problem is reported against field.
 func (y *yamlFile) readFile(line int, field, path string) ([]byte, bool) {
-	data, err := os.ReadFile(path)
+	data, err := decode.ReadFile(path)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
@@ -52,10 +53,19 @@ func (y *yamlFile) readFile(line int, field, path string) ([]byte, bool) {
 	return data, true
 }
 
-// document returns the top node of the file, or nil (reported) when it has none.
+// document returns the top node of the file, or nil (reported) when it has none. The
+// file is bounded by package decode (size, depth, aliases).
 func (y *yamlFile) document(data []byte) *yaml.Node {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	doc, err := decode.YAML(data)
+	var de *decode.Error
+	switch {
+	case errors.Is(err, io.EOF):
+		y.add(0, "", "the file is empty")
+		return nil
+	case errors.As(err, &de):
+		y.add(de.Line, "", "%s", de.Msg)
+		return nil
+	case err != nil:
 		y.add(0, "", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
 		return nil
 	}

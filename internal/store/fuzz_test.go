@@ -1,0 +1,96 @@
+package store
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/manifoldlb/manifold/internal/config"
+)
+
+// fuzzStore opens a copy of testdata/node.yaml for a fuzz target.
+func fuzzStore(f *testing.F) *Store {
+	data, err := os.ReadFile("testdata/node.yaml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	path := filepath.Join(f.TempDir(), "node.yaml")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		f.Fatal(err)
+	}
+	s, err := Open(path)
+	if err != nil {
+		f.Fatal(err)
+	}
+	return s
+}
+
+// checkChange asserts what a write's outcome must be: a *Error with problems, or a
+// change whose file parses to exactly the change's config.
+func checkChange(t *testing.T, path string, ch *Change, err error) {
+	t.Helper()
+	if err != nil {
+		var se *Error
+		if !errors.As(err, &se) || len(se.Problems) == 0 {
+			t.Fatalf("error is not a *store.Error with problems: %#v", err)
+		}
+		return
+	}
+	cfg, perr := config.Parse(path, ch.data)
+	if perr != nil || !reflect.DeepEqual(cfg, ch.Config) {
+		t.Fatalf("the change's file does not parse to its config: %v\n%s", perr, ch.data)
+	}
+}
+
+// FuzzBody: any API write body (a service for PUT, {"weight": N}) gives a change whose
+// file is what it says or a *store.Error, never a panic, however it nests (the API's
+// JSON reader is decode.JSON). Nothing is committed: the store is never changed.
+func FuzzBody(f *testing.F) {
+	s := fuzzStore(f)
+	for _, b := range []string{
+		`{"vip": "198.51.100.20", "port": 443, "backends": [{"address": "10.0.2.1", "weight": 2}], "health": {"kind": "http", "port": 80, "path": "/"}}`,
+		`{"weight": 7}`, `{"weight": null}`, `{"vip": [[[[[]]]]]}`, `{"name": "web", "vip": "198.51.100.10"}`, `[]`, `{}`,
+	} {
+		f.Add([]byte(b))
+	}
+	before := s.Revision()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ch, err := s.PutService("api", data)
+		checkChange(t, s.Path(), ch, err)
+		ch, err = s.SetWeight("web", "10.0.1.2", data)
+		checkChange(t, s.Path(), ch, err)
+		if s.Revision() != before {
+			t.Fatal("an edit changed the store without a commit")
+		}
+	})
+}
+
+// FuzzServiceDoc: any service document read from the fleet's etcd composes into a
+// node's config or an error, never a panic; a composed service, taken apart and
+// composed again, gives the same config.
+func FuzzServiceDoc(f *testing.F) {
+	s := fuzzStore(f)
+	for _, d := range []string{
+		"name: web\nvip: 198.51.100.10\nport: 80\nbackends:\n  - address: 10.0.1.1 # rack 1\n    weight: 3\n",
+		"name: x\nvip: 198.51.100.30\nbackends: &b [{address: 10.0.3.1}]\nhealth: {kind: tcp}\n",
+		"&a {<<: *a}", "name: [[[[[[[[]]]]]]]]",
+	} {
+		f.Add([]byte(d))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		out, cfg, err := Compose(s, []ServiceDoc{{Name: "x", YAML: data}})
+		if err != nil {
+			return
+		}
+		docs, err := (&Change{data: out, Config: cfg}).ServiceDocs()
+		if err != nil {
+			t.Fatalf("a composed document does not come apart: %v\n%s", err, out)
+		}
+		_, again, err := Compose(s, docs)
+		if err != nil || !reflect.DeepEqual(again, cfg) {
+			t.Fatalf("composed again: %v\n%s", err, out)
+		}
+	})
+}
