@@ -4,18 +4,20 @@ import (
 	"crypto/ecdh"
 	"encoding/base64"
 	"encoding/hex"
-	"os"
+	"log/slog"
 
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/secretfile"
 )
 
-// readPrivateKey reads a WireGuard private key file (wg genkey). Its errors name the
-// field and never quote the file's contents.
-func readPrivateKey(file, path string) (priv, pub [32]byte, err error) {
+// readPrivateKey reads a WireGuard private key file (wg genkey) as a secret: bounded,
+// with a warning when others can read it. Its errors name the field and never quote
+// the file's contents.
+func readPrivateKey(file, path string, log *slog.Logger) (priv, pub [32]byte, err error) {
 	fail := func(msg string) error {
 		return config.Errors{{File: file, Field: "link.private_key_file", Msg: msg}}
 	}
-	data, err := os.ReadFile(path)
+	data, err := secretfile.Read(path, log)
 	if err != nil {
 		return priv, pub, fail(err.Error())
 	}

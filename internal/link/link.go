@@ -48,7 +48,7 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	priv, pub, err := readPrivateKey(path, cfg.PrivateKeyFile)
+	priv, pub, err := readPrivateKey(path, cfg.PrivateKeyFile, log)
 	if err != nil {
 		return err
 	}
