@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/manifoldlb/manifold/internal/listen"
 )
 
 const (
@@ -28,8 +30,10 @@ const (
 
 // Serve joins the client connections ln accepts to streams of service until ctx is
 // done or ln is closed. It returns once every one of them has ended: when ctx is
-// done, those still open are cut.
-func (e *Edge) Serve(ctx context.Context, service string, ln net.Listener) error {
+// done, those still open are cut. The listener's bounds are listen's: an accept error
+// that passes (out of descriptors) is waited out, never the end of the service.
+func (e *Edge) Serve(ctx context.Context, service string, raw net.Listener) error {
+	ln := listen.Limit(raw, listen.Limits{})
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	var wg sync.WaitGroup

@@ -47,7 +47,7 @@ func proxy(conn net.Conn, s *quic.Stream, toStream, fromStream byteCounters) err
 			first = err
 			s.CancelRead(streamAborted)
 			s.CancelWrite(streamAborted)
-			if tcp, ok := conn.(*net.TCPConn); ok {
+			if tcp, ok := tcpConn(conn); ok {
 				_ = tcp.SetLinger(0) // a reset tells the client its request did not complete
 			}
 			conn.Close()
@@ -80,6 +80,21 @@ func copyCounting(dst io.Writer, src io.Reader, n byteCounters) error {
 			pool.Put(buf)
 			pool = &largeCopyBuffers
 			buf = pool.Get().(*[]byte)
+		}
+	}
+}
+
+// tcpConn is the TCP connection under conn: conn itself, or the one a listener's
+// wrapper (listen's, crypto/tls's) holds.
+func tcpConn(conn net.Conn) (*net.TCPConn, bool) {
+	for {
+		switch c := conn.(type) {
+		case *net.TCPConn:
+			return c, true
+		case interface{ NetConn() net.Conn }:
+			conn = c.NetConn()
+		default:
+			return nil, false
 		}
 	}
 }
