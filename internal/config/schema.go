@@ -140,6 +140,12 @@ var NodeSchema = []Field{
 		Doc: "the fleet's edges' shared secret: they relay clients to edges that have their service's connector (unused without a fleet)"},
 	{Path: "tunnels.ca_file", Type: TypeString, Example: "/etc/manifold/edge-ca.crt",
 		Doc: "with relay_token_file: the CA of the other edges' certificates (a relay sends its token only to them)"},
+	{Path: "tunnels.idle_timeout", Type: TypeDuration, Default: def(DefaultTunnelIdleTimeout), Range: durations(MinTunnelIdleTimeout, MaxTunnelIdleTimeout),
+		OrZero: true, Example: "340s", Doc: "a client connection that carries no byte either way for this long is closed, its stream given back (0s: never)"},
+	{Path: "tunnels.max_conns_per_source", Type: TypeInt, Default: def(DefaultTunnelMaxConnsPerSource), Range: &Range{0, MaxTunnelConns},
+		Example: "256", Doc: "connections one client address holds open to one tunnel service; past it a new one is closed at once (0: no bound)"},
+	{Path: "tunnels.max_pending_hellos", Type: TypeInt, Default: def(DefaultTunnelMaxPendingHellos), Range: &Range{1, MaxTunnelConns},
+		Example: "128", Doc: "connectors' connections that have not said hello yet, at once; past it a new one is refused at its first packet"},
 
 	{Path: "services", Type: TypeList},
 	{Path: "services[].name", Type: TypeString, Required: true, Example: "web", Doc: "[a-zA-Z0-9._-]{1,63}, unique"},

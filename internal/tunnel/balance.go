@@ -32,10 +32,20 @@ const (
 // done or ln is closed. It returns once every one of them has ended: when ctx is
 // done, those still open are cut. The listener's bounds are listen's: an accept error
 // that passes (out of descriptors) is waited out, never the end of the service.
+//
+// A client address holds at most MaxConnsPerSource connections at once, and a
+// connection idle for IdleTimeout is closed (idle.go).
 func (e *Edge) Serve(ctx context.Context, service string, raw net.Listener) error {
-	ln := listen.Limit(raw, listen.Limits{})
+	ln := listen.Limit(raw, listen.Limits{MaxConnsPerSource: e.cfg.MaxConnsPerSource})
+	e.addListener(ln)
+	defer e.removeListener(ln)
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
+	idle := newIdleCutter(e.cfg.Clock, e.cfg.IdleTimeout, func() {
+		e.clientsIdle.Add(1)
+		e.notify()
+	})
+	defer idle.stop() // after every join has ended: defers run last first
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -46,19 +56,23 @@ func (e *Edge) Serve(ctx context.Context, service string, raw net.Listener) erro
 			}
 			return fmt.Errorf("service %s: accept: %w", service, err)
 		}
-		wg.Go(func() { e.join(ctx, service, conn) })
+		wg.Go(func() { e.join(ctx, service, conn, idle) })
 	}
 }
 
-func (e *Edge) join(ctx context.Context, service string, client net.Conn) {
+func (e *Edge) join(ctx context.Context, service string, client net.Conn, idle *idleCutter) {
 	defer client.Close()
 	stop := context.AfterFunc(ctx, func() { client.Close() })
 	defer stop()
+	// watched from the start: a connection that waits for a connector is not
+	// moving bytes either (QueueTimeout ends that wait far sooner anyway)
+	seen := idle.add(client)
+	defer idle.remove(seen)
 	t, slot, s := e.connect(ctx, service, client.RemoteAddr().String(), true)
 	if t == nil {
 		return
 	}
-	_ = proxy(client, s, byteCounters{&t.bytesToOrigin, &e.bytesToOrigin}, byteCounters{&t.bytesFromOrg, &e.bytesFromOrigin})
+	_ = proxy(client, s, byteCounters{&t.bytesToOrigin, &e.bytesToOrigin}, byteCounters{&t.bytesFromOrg, &e.bytesFromOrigin}, seen)
 	e.release(t, slot)
 }
 

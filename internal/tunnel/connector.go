@@ -330,7 +330,7 @@ func (c *Connector) serveStream(s *quic.Stream, link *edgeLink) {
 	c.streams.Add(1)
 	link.open.Add(1)
 	defer link.open.Add(-1)
-	_ = proxy(origin, s, byteCounters{&c.bytesFromOrigin}, byteCounters{&c.bytesToOrigin})
+	_ = proxy(origin, s, byteCounters{&c.bytesFromOrigin}, byteCounters{&c.bytesToOrigin}, nil)
 }
 
 func refuseStream(s *quic.Stream, reason string) {

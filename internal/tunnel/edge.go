@@ -24,6 +24,10 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/manifoldlb/manifold/internal/clock"
+	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/listen"
 )
 
 // Defaults of EdgeConfig's limits.
@@ -51,7 +55,20 @@ type EdgeConfig struct {
 	// with (relay.go): a tunnel whose hello gives it is another edge, offering the
 	// services of its own connectors. Empty: this edge takes no relay.
 	RelayToken string
-	Log        *slog.Logger
+	// IdleTimeout closes a client connection that carried no byte either way for that
+	// long, giving its stream back (0: never; the node's default is
+	// config.DefaultTunnelIdleTimeout).
+	IdleTimeout time.Duration
+	// MaxConnsPerSource bounds the connections one client address holds open to one
+	// service at once (0: no bound; the node's default is
+	// config.DefaultTunnelMaxConnsPerSource).
+	MaxConnsPerSource int
+	// MaxPendingHellos bounds the connectors' connections that have not finished their
+	// hello at once; past it a new one is refused at its first packet
+	// (0: config.DefaultTunnelMaxPendingHellos).
+	MaxPendingHellos int
+	Log              *slog.Logger
+	Clock            clock.Clock // the idle timeout's (nil: the real one)
 }
 
 // Refusal reasons, the keys of EdgeCounters.Refused.
@@ -80,7 +97,13 @@ type Edge struct {
 	lastID    uint64
 	notifier  // every attach, detach, drain, stream taken or released, and refusal
 
+	// the services' listeners (Serve), for their counters; those closed are added up
+	// in listenersGone
+	listeners     map[*listen.Listener]bool
+	listenersGone listen.Stats
+
 	refused         map[string]*atomic.Uint64 // fixed keys: refusalReasons
+	clientsIdle     atomic.Uint64
 	attached        atomic.Uint64
 	gone            atomic.Uint64
 	streams         atomic.Uint64
@@ -133,8 +156,14 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 	if cfg.QueueTimeout == 0 {
 		cfg.QueueTimeout = DefaultQueueTimeout
 	}
+	if cfg.MaxPendingHellos == 0 {
+		cfg.MaxPendingHellos = config.DefaultTunnelMaxPendingHellos
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
 	}
 	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
 	if err != nil {
@@ -151,6 +180,7 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 		tunnels:   map[uint64]*edgeTunnel{},
 		byService: map[string][]*edgeTunnel{},
 		perToken:  map[string]int{},
+		listeners: map[*listen.Listener]bool{},
 		refused:   map[string]*atomic.Uint64{},
 	}
 	for _, r := range refusalReasons {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
@@ -150,4 +152,141 @@ func exhaustDescriptors(t *testing.T) (release func()) {
 		files = nil
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &limit)
 	}
+}
+
+// Clients that connect and say nothing hold a connector's whole capacity only until
+// the idle timeout: then they are closed, their streams given back, and a real
+// request goes through.
+func TestIdleClientsAreClosedAndTheirStreamsGivenBack(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	const timeout = 340 * time.Second
+	e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{IdleTimeout: timeout, Clock: clk, QueueTimeout: 300 * time.Millisecond})
+	o := startOrigin(t, "a")
+	startConnector(t, e.connectorFile(t, "a", tokenWeb, "  - {name: web, to: "+o.addr+", capacity: 10}\n"))
+	addr := e.serve(t, "web")
+	waitFor(t, &e.notifier, 5*time.Second, "connector a attached", func() bool { _, ok := e.tunnelOf("a"); return ok })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := clk.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal("the service has no idle timeout's ticker")
+	}
+
+	var idle []net.Conn
+	for range 10 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	waitFor(t, &e.notifier, 5*time.Second, "the 10 idle clients took the connector's 10 streams", func() bool {
+		s, _ := e.tunnelOf("a")
+		return s.StreamsOpen == 10
+	})
+	client, url := newClient(), "http://"+addr+"/"
+	if _, err := get(client, url); err == nil {
+		t.Fatal("a request went through a connector whose capacity idle clients hold")
+	}
+
+	clk.Advance(timeout + timeout/idleTicksPerTimeout*2)
+	waitFor(t, &e.notifier, 10*time.Second, "the idle clients closed", func() bool { return e.Counters().ClientsIdle == 10 })
+	for i, c := range idle {
+		if !closedByEdge(t, c) {
+			t.Fatalf("idle client %d is still connected", i)
+		}
+	}
+	if from, err := get(client, url); err != nil || from != "a" {
+		t.Fatalf("a request after the idle clients were closed: origin %q, error %v", from, err)
+	}
+}
+
+// closedByEdge reports whether the edge closed c (end of stream or reset) without
+// sending a byte.
+func closedByEdge(t *testing.T, c net.Conn) bool {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := c.Read(make([]byte, 1))
+	return n == 0 && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET))
+}
+
+// A connection that moved a byte since the last tick is not idle; one that moved
+// none for the timeout is closed, once.
+func TestIdleCutterKeepsTheConnectionsThatMoveBytes(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	var cut int
+	c := newIdleCutter(clk, 10*time.Second, func() { cut++ }) // a tick of 1s, 10 ticks
+	defer c.stop()
+	quietEdge, quiet := net.Pipe()
+	activeEdge, active := net.Pipe()
+	defer quiet.Close()
+	defer active.Close()
+	q, a := c.add(quietEdge), c.add(activeEdge)
+
+	c.now.Store(5)
+	a.touch()
+	c.now.Store(10) // quiet: idle for 9 ticks at least, 10 at most
+	c.cut()
+	if cut != 0 {
+		t.Fatal("a connection idle for less than the timeout was closed")
+	}
+	c.now.Store(11)
+	c.cut()
+	if cut != 1 {
+		t.Fatalf("%d connections closed at tick 11, want the quiet one", cut)
+	}
+	if _, err := quietEdge.Read(make([]byte, 1)); !errors.Is(err, io.ErrClosedPipe) {
+		t.Fatalf("the quiet connection reads %v, want it closed", err)
+	}
+	c.now.Store(15)
+	c.cut()
+	if cut != 1 {
+		t.Fatal("the connection that moved a byte at tick 5 was closed at tick 15")
+	}
+	c.remove(a)
+	c.remove(q)
+	c.now.Store(100)
+	c.cut()
+	if cut != 1 {
+		t.Fatal("a connection removed was closed")
+	}
+}
+
+// One client address holds at most MaxConnsPerSource connections to a service;
+// another address is served beside it.
+func TestConnectionsPerSourceAreBounded(t *testing.T) {
+	e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{MaxConnsPerSource: 2})
+	o := startOrigin(t, "a")
+	startConnector(t, e.connectorFile(t, "a", tokenWeb, web(o)))
+	addr := e.serve(t, "web")
+	waitFor(t, &e.notifier, 5*time.Second, "connector a attached", func() bool { _, ok := e.tunnelOf("a"); return ok })
+
+	held := make(chan error, 2)
+	for range 2 {
+		go func() { _, err := get(clientFrom("127.0.0.1"), "http://"+addr+"/hold"); held <- err }()
+	}
+	for range 2 {
+		<-o.held
+	}
+	if _, err := get(clientFrom("127.0.0.1"), "http://"+addr+"/"); err == nil {
+		t.Error("a third connection from 127.0.0.1 was served, its address holding 2 already")
+	}
+	if from, err := get(clientFrom("127.0.0.2"), "http://"+addr+"/"); err != nil || from != "a" {
+		t.Errorf("a connection from 127.0.0.2: origin %q, error %v; want it served", from, err)
+	}
+	if c := e.Counters(); c.ClientsRefusedPerSource != 1 {
+		t.Errorf("edge counters %+v: want 1 client refused per source", c)
+	}
+	o.releaseHeld()
+	for range 2 {
+		if err := <-held; err != nil {
+			t.Errorf("a request within the limit failed: %v", err)
+		}
+	}
+}
+
+// clientFrom is newClient with connections from the address src.
+func clientFrom(src string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: d.DialContext}, Timeout: 20 * time.Second}
 }

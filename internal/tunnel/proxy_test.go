@@ -46,7 +46,7 @@ func TestCopyCountingGrowsItsBufferForABulkStream(t *testing.T) {
 			src := &sizedReader{data: data, chunk: tc.chunk}
 			var dst bytes.Buffer
 			var total atomic.Int64
-			if err := copyCounting(&dst, src, byteCounters{&total}); err != nil {
+			if err := copyCounting(&dst, src, byteCounters{&total}, nil); err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(dst.Bytes(), data) {
