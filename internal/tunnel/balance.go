@@ -89,7 +89,7 @@ func (e *Edge) connect(ctx context.Context, service, client string, relays bool)
 		if t == nil {
 			e.clientsRefused.Add(1)
 			e.notify()
-			e.log.Warn("client refused: no connector with free capacity", "service", service,
+			e.clientRefusals.Warn("client refused: no connector with free capacity", "service", service,
 				"client", client, "waited", e.cfg.QueueTimeout)
 			return nil, nil, nil
 		}

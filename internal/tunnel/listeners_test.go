@@ -6,16 +6,20 @@ package tunnel
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/quic-go/quic-go"
 
 	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/hostprog"
@@ -289,4 +293,68 @@ func TestConnectionsPerSourceAreBounded(t *testing.T) {
 func clientFrom(src string) *http.Client {
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
 	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: d.DialContext}, Timeout: 20 * time.Second}
+}
+
+// QUIC peers that connect and never say hello hold at most MaxPendingHellos
+// connections (and their goroutines) of the edge: the others are refused at their
+// first packet and counted; a real connector attaches all the same. Refusals are
+// logged at a bounded rate, with what the peer chose clipped.
+func TestSilentQUICPeersAreBounded(t *testing.T) {
+	const limit, peers = 8, 200
+	e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{MaxPendingHellos: limit})
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &quic.Transport{Conn: udp}
+	defer udp.Close()
+	defer tr.Close()
+	dial := func(tlsConf *tls.Config) (*quic.Conn, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return tr.Dial(ctx, e.Addr(), tlsConf, nil)
+	}
+
+	longALPN := strings.Repeat("evil", 60)
+	for range peers / 2 {
+		if conn, err := dial(&tls.Config{InsecureSkipVerify: true, NextProtos: []string{longALPN}}); err == nil {
+			conn.CloseWithError(0, "")
+			t.Fatal("a peer offering another ALPN was taken")
+		}
+	}
+	logs := e.logs.String()
+	if lines := strings.Count(logs, "tunnel refused"); lines > peers/4 {
+		t.Errorf("%d refusal lines for %d peers, want the rate limit's few", lines, peers/2)
+	}
+	if strings.Contains(logs, longALPN) {
+		t.Errorf("a refusal line holds the peer's ALPN of %d bytes whole", len(longALPN))
+	}
+
+	before := runtime.NumGoroutine()
+	var silent []*quic.Conn
+	for range peers {
+		// a peer speaking the protocol, that never opens its control stream
+		if conn, err := dial(&tls.Config{InsecureSkipVerify: true, NextProtos: []string{alpn}}); err == nil {
+			silent = append(silent, conn)
+		}
+	}
+	grown := runtime.NumGoroutine() - before
+	t.Logf("%d silent peers connected, %d refused; goroutines %d → %d", len(silent), peers-len(silent), before, before+grown)
+	if len(silent) > limit {
+		t.Errorf("%d silent peers connected, want at most %d", len(silent), limit)
+	}
+	if got := e.Counters().Refused[RefusedHelloLimit]; got < peers-limit {
+		t.Errorf("%d peers refused for the hello limit, want at least %d", got, peers-limit)
+	}
+	// a handful per connection on each side: far fewer than one per peer
+	if grown > peers/2 {
+		t.Errorf("%d silent peers grew the goroutines by %d, want fewer than %d", peers, grown, peers/2)
+	}
+
+	o := startOrigin(t, "a")
+	startConnector(t, e.connectorFile(t, "a", tokenWeb, web(o)))
+	waitFor(t, &e.notifier, 30*time.Second, "connector a attached beside the silent peers", func() bool { _, ok := e.tunnelOf("a"); return ok })
+	for _, c := range silent {
+		c.CloseWithError(0, "")
+	}
 }
