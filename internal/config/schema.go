@@ -135,7 +135,7 @@ var NodeSchema = []Field{
 	{Path: "tunnels.cert_file", Type: TypeString, Required: true, Example: "/etc/manifold/edge.crt", Doc: "the edge's certificate chain (PEM)"},
 	{Path: "tunnels.key_file", Type: TypeString, Required: true, Example: "/etc/manifold/edge.key", Doc: "its key (PEM)"},
 	{Path: "tunnels.tokens_file", Type: TypeString, Required: true, Example: "/etc/manifold/tunnel-tokens.yaml",
-		Doc: "a YAML list of {token, services}: what each connector may serve; read at start"},
+		Doc: "a YAML list of {token, services}: what each connector may serve (a token, or sha256: and its hash); read at start"},
 	{Path: "tunnels.relay_token_file", Type: TypeString, Example: "/etc/manifold/relay-token",
 		Doc: "the fleet's edges' shared secret: they relay clients to edges that have their service's connector (unused without a fleet)"},
 	{Path: "tunnels.ca_file", Type: TypeString, Example: "/etc/manifold/edge-ca.crt",

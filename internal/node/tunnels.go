@@ -53,7 +53,7 @@ func (n *Node) startEdge(ctx context.Context) (func(), error) {
 		n.log.Warn("tunnels.relay_token_file unused: edges relay to the edges of their fleet, and this node has no fleet section")
 	}
 	if t.RelayTokenFile != "" && n.fleet != nil {
-		token, err := tunnel.LoadRelayToken(t.RelayTokenFile)
+		token, err := tunnel.LoadRelayToken(t.RelayTokenFile, n.log)
 		if err != nil {
 			return nil, fmt.Errorf("tunnels.relay_token_file: %w", err)
 		}

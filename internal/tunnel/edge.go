@@ -29,6 +29,7 @@ import (
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/listen"
 	"github.com/manifoldlb/manifold/internal/ratelog"
+	"github.com/manifoldlb/manifold/internal/secretfile"
 )
 
 // Defaults of EdgeConfig's limits.
@@ -179,18 +180,18 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real()
 	}
-	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+	cert, err := loadKeyPair(cfg.CertFile, cfg.KeyFile, cfg.Log)
 	if err != nil {
 		return nil, fmt.Errorf("tunnel certificate %s, key %s: %w", cfg.CertFile, cfg.KeyFile, err)
 	}
-	tokens, err := LoadTokens(cfg.TokensFile)
+	tokens, err := LoadTokens(cfg.TokensFile, cfg.Log)
 	if err != nil {
 		return nil, err
 	}
 	e := &Edge{
 		cfg:            cfg,
 		log:            cfg.Log,
-		tokens:         newTokenSet(tokens),
+		tokens:         tokenSet(tokens),
 		refusals:       ratelog.New(cfg.Log, clock.Real(), time.Second, 10),
 		clientRefusals: ratelog.New(cfg.Log, clock.Real(), time.Second, 10),
 		tunnels:        map[uint64]*edgeTunnel{},
@@ -238,6 +239,20 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 		return nil, fmt.Errorf("tunnel listen %s: %w", cfg.Listen, err)
 	}
 	return e, nil
+}
+
+// loadKeyPair is tls.LoadX509KeyPair with the key read as a secret file: a warning
+// on log when others may read it.
+func loadKeyPair(certFile, keyFile string, log *slog.Logger) (tls.Certificate, error) {
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	keyPEM, err := secretfile.Read(keyFile, log)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(certPEM, keyPEM)
 }
 
 // pendingHello is a connection that counts in Edge.pendingHellos, from its first

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -18,12 +19,14 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/secretfile"
 )
 
 // yamlFile collects the problems of one file.
 type yamlFile struct {
 	name string
 	errs config.Errors
+	log  *slog.Logger // where readSecret warns; nil: nowhere
 }
 
 func (y *yamlFile) add(line int, field, format string, args ...any) {
@@ -40,7 +43,17 @@ func (y *yamlFile) err() error {
 
 // readFile reads a file a config names; a problem is reported against field.
 func (y *yamlFile) readFile(line int, field, path string) ([]byte, bool) {
-	data, err := os.ReadFile(path)
+	return y.read(line, field, path, os.ReadFile)
+}
+
+// readSecret is readFile for a file that holds a secret: bounded in size, with a
+// warning on y.log when others than its owner may read it.
+func (y *yamlFile) readSecret(line int, field, path string) ([]byte, bool) {
+	return y.read(line, field, path, func(path string) ([]byte, error) { return secretfile.Read(path, y.log) })
+}
+
+func (y *yamlFile) read(line int, field, path string, read func(string) ([]byte, error)) ([]byte, bool) {
+	data, err := read(path)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
