@@ -360,8 +360,9 @@ func printTunnels(w io.Writer, st *api.TunnelsStatus) {
 	for _, reason := range slices.Sorted(maps.Keys(c.Refused)) {
 		refused = append(refused, fmt.Sprintf("%s %d", reason, c.Refused[reason]))
 	}
-	fmt.Fprintf(w, "\nAttached %d, gone %d, refused: %s\nStreams %d (retried %d), clients refused %d\n",
-		c.Attached, c.Gone, strings.Join(refused, ", "), c.Streams, c.StreamRetries, c.ClientsRefused)
+	fmt.Fprintf(w, "\nAttached %d, gone %d, refused: %s\nStreams %d (retried %d), clients refused %d (no capacity), %d (per source), closed idle %d, accept errors %d\n",
+		c.Attached, c.Gone, strings.Join(refused, ", "), c.Streams, c.StreamRetries, c.ClientsRefused,
+		c.ClientsRefusedPerSource, c.ClientsIdle, c.AcceptErrors)
 }
 
 // humanBytes writes a byte count in binary units.

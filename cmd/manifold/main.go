@@ -191,7 +191,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	case config.LinkFile:
 		_, err = config.ParseLink(path, data)
 	case config.ConnectFile:
-		_, err = tunnel.ParseConnectorConfig(path, data)
+		_, err = tunnel.ParseConnectorConfig(path, data, slog.New(slog.NewTextHandler(stderr, nil)))
 	default:
 		_, err = config.Parse(path, data)
 	}

@@ -171,7 +171,8 @@ func TestTunnels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Tunnels{Listen: DefaultTunnelListen, CertFile: "edge.crt", KeyFile: "edge.key", TokensFile: "tokens.yaml"}
+	want := &Tunnels{Listen: DefaultTunnelListen, CertFile: "edge.crt", KeyFile: "edge.key", TokensFile: "tokens.yaml",
+		IdleTimeout: DefaultTunnelIdleTimeout, MaxConnsPerSource: DefaultTunnelMaxConnsPerSource, MaxPendingHellos: DefaultTunnelMaxPendingHellos}
 	if !reflect.DeepEqual(got.Tunnels, want) {
 		t.Errorf("tunnels: got %+v, want %+v", got.Tunnels, want)
 	}

@@ -44,6 +44,17 @@ const (
 
 	// tunnels.listen: connectors dial every address of the edge on QUIC's port 7443.
 	DefaultTunnelListen = "0.0.0.0:7443"
+	// tunnels.idle_timeout: AWS Global Accelerator's TCP idle timeout, which clients of
+	// a global front door already live with (keep-alives under it keep a connection).
+	DefaultTunnelIdleTimeout = 340 * time.Second
+	// tunnels.max_conns_per_source: far above what one client opens (a browser opens
+	// at most 6 connections to a host), room for a few dozen users behind one NAT
+	// address, and a small share of a tunnel's DefaultMaxStreamsPerTunnel (10 000).
+	DefaultTunnelMaxConnsPerSource = 256
+	// tunnels.max_pending_hellos: at about a round trip each, 128 hellos at once
+	// attach over a thousand connectors a second after an edge restarts, while a flood
+	// of silent peers holds at most 128 connections' goroutines.
+	DefaultTunnelMaxPendingHellos = 128
 
 	// bgp.peers[].hold_time.
 	DefaultHoldTime = 9 * time.Second
@@ -154,8 +165,19 @@ func applyDefaults(c *Config, present func(path string) bool) {
 			}
 		}
 	}
-	if c.Tunnels != nil && !present("tunnels.listen") {
-		c.Tunnels.Listen = DefaultTunnelListen
+	if t := c.Tunnels; t != nil {
+		if !present("tunnels.listen") {
+			t.Listen = DefaultTunnelListen
+		}
+		if !present("tunnels.idle_timeout") {
+			t.IdleTimeout = DefaultTunnelIdleTimeout
+		}
+		if !present("tunnels.max_conns_per_source") {
+			t.MaxConnsPerSource = DefaultTunnelMaxConnsPerSource
+		}
+		if !present("tunnels.max_pending_hellos") {
+			t.MaxPendingHellos = DefaultTunnelMaxPendingHellos
+		}
 	}
 	for i := range c.Services {
 		s := &c.Services[i]

@@ -824,6 +824,14 @@ func (p *parser) tunnels(n *yaml.Node, path string, out *Tunnels) {
 			out.RelayTokenFile, _ = p.str(v, path)
 		case "ca_file":
 			out.CAFile, _ = p.str(v, path)
+		case "idle_timeout":
+			out.IdleTimeout, _ = p.duration(v, path)
+		case "max_conns_per_source":
+			x, _ := p.integer(v, path)
+			out.MaxConnsPerSource = int(x)
+		case "max_pending_hellos":
+			x, _ := p.integer(v, path)
+			out.MaxPendingHellos = int(x)
 		}
 	})
 }

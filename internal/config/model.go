@@ -42,6 +42,15 @@ type Tunnels struct {
 	// RelayTokenFile holds the secret the edges of a fleet relay to each other with;
 	// CAFile the CA of their certificates. Both or neither; only with a fleet.
 	RelayTokenFile, CAFile string
+	// IdleTimeout closes a client connection of a tunnel service that carried no byte
+	// either way for that long (0: never), giving its stream back to the connector.
+	IdleTimeout time.Duration
+	// MaxConnsPerSource bounds the connections one client address holds open to one
+	// tunnel service at once (0: no bound).
+	MaxConnsPerSource int
+	// MaxPendingHellos bounds the connectors' QUIC connections that have not finished
+	// their hello at once; past it a new one is refused at its first packet.
+	MaxPendingHellos int
 }
 
 // Fleet is where a node of a fleet finds the fleet's one desired state: etcd.

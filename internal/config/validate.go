@@ -45,6 +45,13 @@ const (
 	MinBFDInterval = 10 * time.Millisecond
 	MaxBFDInterval = 10 * time.Second
 	MaxPrepend     = 10
+	// tunnels.idle_timeout: under a second would cut requests that wait on a slow
+	// origin; a day is longer than any NAT keeps an idle mapping.
+	MinTunnelIdleTimeout = time.Second
+	MaxTunnelIdleTimeout = 24 * time.Hour
+	// MaxTunnelConns bounds tunnels.max_conns_per_source and max_pending_hellos: a
+	// million is past any descriptor limit.
+	MaxTunnelConns = 1 << 20
 )
 
 // require reports a required field that is absent, at the line of its enclosing
@@ -101,6 +108,9 @@ func (p *parser) validateTunnels(t *Tunnels) {
 		if f := fv[0]; p.require(f) && p.usable(f) && fv[1] == "" {
 			p.errorAt(f, "must not be empty")
 		}
+	}
+	if ip := "tunnels.idle_timeout"; p.given(ip) && t.IdleTimeout != 0 && (t.IdleTimeout < MinTunnelIdleTimeout || t.IdleTimeout > MaxTunnelIdleTimeout) {
+		p.errorAt(ip, "%s is out of range (accepted: 0s for never, or %s..%s)", t.IdleTimeout, MinTunnelIdleTimeout, MaxTunnelIdleTimeout)
 	}
 	if (t.RelayTokenFile == "") != (t.CAFile == "") && p.usable("tunnels.relay_token_file") && p.usable("tunnels.ca_file") {
 		missing, given := "tunnels.ca_file", "tunnels.relay_token_file"

@@ -142,11 +142,17 @@ var (
 	tunnelsGoneDesc = desc("manifold_tunnels_gone_total",
 		"Tunnels dropped because their connector stopped answering pings.")
 	tunnelsRefusedDesc = desc("manifold_tunnels_refused_total",
-		"Connectors refused, by reason: unknown_token, out_of_scope, tunnel_limit, tls, protocol.", "reason")
+		"Connectors refused, by reason: unknown_token, out_of_scope, tunnel_limit, tls, protocol, hello_limit.", "reason")
 	tunnelRetriesDesc = desc("manifold_tunnel_stream_retries_total",
 		"Streams that failed before carrying a byte and were retried on another connector.")
 	tunnelClientsRefusedDesc = desc("manifold_tunnel_clients_refused_total",
 		"Client connections closed because no connector of their service had free capacity in time.")
+	tunnelClientsPerSourceDesc = desc("manifold_tunnel_clients_refused_per_source_total",
+		"Client connections closed at once because their address had tunnels.max_conns_per_source open to the service.")
+	tunnelClientsIdleDesc = desc("manifold_tunnel_clients_idle_total",
+		"Client connections closed after tunnels.idle_timeout without a byte either way.")
+	tunnelAcceptErrorsDesc = desc("manifold_tunnel_accept_errors_total",
+		"Accept errors of the tunnel services' listeners waited out (out of file descriptors).")
 	apiDesc = desc("manifold_api_requests_total",
 		"REST API requests answered, by method (those of HTTP, any other as OTHER) and status code.", "method", "code")
 )
@@ -160,7 +166,8 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 		fleetRevisionDesc, fleetReachableDesc, fleetStaleDesc, fleetLagDesc, fleetConflictsDesc, steeringShareDesc, steeringTargetDesc,
 		kubeSyncedDesc, kubeReachableDesc, kubeServicesDesc, kubeSkippedDesc, kubeUpdatesDesc,
 		tunnelConnectorsDesc, tunnelCapacityDesc, tunnelServiceOpenDesc, tunnelOpenDesc, tunnelStreamsDesc, tunnelBytesDesc, tunnelRTTDesc,
-		tunnelsAttachedDesc, tunnelsGoneDesc, tunnelsRefusedDesc, tunnelRetriesDesc, tunnelClientsRefusedDesc} {
+		tunnelsAttachedDesc, tunnelsGoneDesc, tunnelsRefusedDesc, tunnelRetriesDesc, tunnelClientsRefusedDesc,
+		tunnelClientsPerSourceDesc, tunnelClientsIdleDesc, tunnelAcceptErrorsDesc} {
 		ch <- d
 	}
 }
@@ -262,6 +269,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(tunnelRetriesDesc, c.StreamRetries)
 		counter(tunnelClientsRefusedDesc, c.ClientsRefused)
+		counter(tunnelClientsPerSourceDesc, c.ClientsRefusedPerSource)
+		counter(tunnelClientsIdleDesc, c.ClientsIdle)
+		counter(tunnelAcceptErrorsDesc, c.AcceptErrors)
 	}
 	counter(reloadsDesc, st.Reloads)
 	counter(reloadFailuresDesc, st.ReloadFailures)

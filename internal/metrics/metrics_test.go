@@ -91,7 +91,8 @@ var full = fixed{
 		Services: []api.TunnelService{{Name: "home", Connectors: 2, Capacity: 300, Open: 5}},
 		Tunnels: []tunnel.TunnelStatus{{ID: 7, Connector: "nas", StreamsOpen: 4, Streams: 90, BytesToOrigin: 1000, BytesFromOrigin: 50000,
 			RTT: 2500 * time.Microsecond}},
-		Counters: tunnel.EdgeCounters{Attached: 3, Gone: 1, Refused: map[string]uint64{tunnel.RefusedOutOfScope: 2}, StreamRetries: 1, ClientsRefused: 6},
+		Counters: tunnel.EdgeCounters{Attached: 3, Gone: 1, Refused: map[string]uint64{tunnel.RefusedOutOfScope: 2}, StreamRetries: 1, ClientsRefused: 6,
+			ClientsRefusedPerSource: 7, ClientsIdle: 8, AcceptErrors: 9},
 	},
 }
 
@@ -151,6 +152,9 @@ func TestMetricsReportTheSnapshot(t *testing.T) {
 		"manifold_tunnels_refused_total,reason=out_of_scope":                              2,
 		"manifold_tunnel_stream_retries_total":                                            1,
 		"manifold_tunnel_clients_refused_total":                                           6,
+		"manifold_tunnel_clients_refused_per_source_total":                                7,
+		"manifold_tunnel_clients_idle_total":                                              8,
+		"manifold_tunnel_accept_errors_total":                                             9,
 	}
 	if _, ok := v["manifold_steering_share,origin=eu,service=web,site=ams"]; ok {
 		t.Error("another site's share is reported: the node applies its own site's only")

@@ -46,13 +46,14 @@ type tunnelListener struct {
 // listener and relay, and removes the VIPs it put on lo.
 func (n *Node) startEdge(ctx context.Context) (func(), error) {
 	t := n.cfg.Tunnels
-	ec := tunnel.EdgeConfig{Listen: t.Listen, CertFile: t.CertFile, KeyFile: t.KeyFile, TokensFile: t.TokensFile, Log: n.log}
+	ec := tunnel.EdgeConfig{Listen: t.Listen, CertFile: t.CertFile, KeyFile: t.KeyFile, TokensFile: t.TokensFile,
+		IdleTimeout: t.IdleTimeout, MaxConnsPerSource: t.MaxConnsPerSource, MaxPendingHellos: t.MaxPendingHellos, Log: n.log}
 	var rc tunnel.RelayConfig
 	if t.RelayTokenFile != "" && n.fleet == nil {
 		n.log.Warn("tunnels.relay_token_file unused: edges relay to the edges of their fleet, and this node has no fleet section")
 	}
 	if t.RelayTokenFile != "" && n.fleet != nil {
-		token, err := tunnel.LoadRelayToken(t.RelayTokenFile)
+		token, err := tunnel.LoadRelayToken(t.RelayTokenFile, n.log)
 		if err != nil {
 			return nil, fmt.Errorf("tunnels.relay_token_file: %w", err)
 		}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/manifoldlb/manifold/internal/listen"
 )
 
 const (
@@ -28,10 +30,22 @@ const (
 
 // Serve joins the client connections ln accepts to streams of service until ctx is
 // done or ln is closed. It returns once every one of them has ended: when ctx is
-// done, those still open are cut.
-func (e *Edge) Serve(ctx context.Context, service string, ln net.Listener) error {
+// done, those still open are cut. The listener's bounds are listen's: an accept error
+// that passes (out of descriptors) is waited out, never the end of the service.
+//
+// A client address holds at most MaxConnsPerSource connections at once, and a
+// connection idle for IdleTimeout is closed (idle.go).
+func (e *Edge) Serve(ctx context.Context, service string, raw net.Listener) error {
+	ln := listen.Limit(raw, listen.Limits{MaxConnsPerSource: e.cfg.MaxConnsPerSource})
+	e.addListener(ln)
+	defer e.removeListener(ln)
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
+	idle := newIdleCutter(e.cfg.Clock, e.cfg.IdleTimeout, func() {
+		e.clientsIdle.Add(1)
+		e.notify()
+	})
+	defer idle.stop() // after every join has ended: defers run last first
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -42,19 +56,23 @@ func (e *Edge) Serve(ctx context.Context, service string, ln net.Listener) error
 			}
 			return fmt.Errorf("service %s: accept: %w", service, err)
 		}
-		wg.Go(func() { e.join(ctx, service, conn) })
+		wg.Go(func() { e.join(ctx, service, conn, idle) })
 	}
 }
 
-func (e *Edge) join(ctx context.Context, service string, client net.Conn) {
+func (e *Edge) join(ctx context.Context, service string, client net.Conn, idle *idleCutter) {
 	defer client.Close()
 	stop := context.AfterFunc(ctx, func() { client.Close() })
 	defer stop()
+	// watched from the start: a connection that waits for a connector is not
+	// moving bytes either (QueueTimeout ends that wait far sooner anyway)
+	seen := idle.add(client)
+	defer idle.remove(seen)
 	t, slot, s := e.connect(ctx, service, client.RemoteAddr().String(), true)
 	if t == nil {
 		return
 	}
-	_ = proxy(client, s, byteCounters{&t.bytesToOrigin, &e.bytesToOrigin}, byteCounters{&t.bytesFromOrg, &e.bytesFromOrigin})
+	_ = proxy(client, s, byteCounters{&t.bytesToOrigin, &e.bytesToOrigin}, byteCounters{&t.bytesFromOrg, &e.bytesFromOrigin}, seen)
 	e.release(t, slot)
 }
 
@@ -71,7 +89,7 @@ func (e *Edge) connect(ctx context.Context, service, client string, relays bool)
 		if t == nil {
 			e.clientsRefused.Add(1)
 			e.notify()
-			e.log.Warn("client refused: no connector with free capacity", "service", service,
+			e.clientRefusals.Warn("client refused: no connector with free capacity", "service", service,
 				"client", client, "waited", e.cfg.QueueTimeout)
 			return nil, nil, nil
 		}

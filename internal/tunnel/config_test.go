@@ -1,9 +1,15 @@
 package tunnel
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseTokens(t *testing.T) {
@@ -30,6 +36,10 @@ func TestParseTokens(t *testing.T) {
 		{"unknown field", "- {token: " + tokenWeb + ", services: [web], scope: all}", "[0].scope: unknown field (known: token, services)"},
 		{"same token twice", "- {token: " + tokenWeb + ", services: [web]}\n- {token: " + tokenWeb + ", services: [api]}",
 			"tokens.yaml:2: [1].token: same token as [0].token"},
+		{"same token and its hash", "- {token: " + tokenWeb + ", services: [web]}\n- {token: " + hashEntry(tokenWeb) + ", services: [api]}",
+			"tokens.yaml:2: [1].token: same token as [0].token"},
+		{"hash too short", `- {token: "sha256:0123abcd", services: [web]}`, "[0].token: sha256: and the token's SHA-256 in 64 hex digits"},
+		{"hash not hex", "- {token: " + hashEntry(tokenWeb)[:70] + "g, services: [web]}", "[0].token: sha256: and the token's SHA-256"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseTokens("tokens.yaml", []byte(tc.file))
@@ -40,6 +50,92 @@ func TestParseTokens(t *testing.T) {
 				t.Errorf("the error gives the token away: %v", err)
 			}
 		})
+	}
+}
+
+// hashEntry is what `printf %s TOKEN | sha256sum` gives, as an entry of the tokens file.
+func hashEntry(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// A tokens file may hold a token's SHA-256 instead of the token: the token then finds
+// its entry (and its scope), any other does not.
+func TestTokensByTheirHash(t *testing.T) {
+	// sha256sum writes lower case; upper case is the same hash
+	tokens, err := ParseTokens("tokens.yaml", []byte("- {token: "+hashEntry(tokenWeb)+", services: [web]}\n- {token: sha256:"+
+		strings.ToUpper(hashEntry(tokenBoth)[len("sha256:"):])+", services: [web, api]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := tokenSet(tokens)
+	if got, ok := set.lookup(tokenWeb); !ok || strings.Join(got.Services, ",") != "web" || got.Fingerprint() != fingerprint(tokenWeb) {
+		t.Errorf("lookup of the token whose hash is listed: %+v, %v; want its scope web and its fingerprint", got, ok)
+	}
+	if got, ok := set.lookup(tokenBoth); !ok || strings.Join(got.Services, ",") != "web,api" {
+		t.Errorf("lookup of a token listed in plain: %+v, %v", got, ok)
+	}
+	for _, wrong := range []string{hashEntry(tokenWeb), "not-a-token-of-this-edge", ""} {
+		if got, ok := set.lookup(wrong); ok {
+			t.Errorf("lookup of %q found %+v", wrong, got)
+		}
+	}
+
+	// A connector whose token's hash is listed attaches to an edge.
+	e := startEdge(t, newPKI(t), "- {token: "+hashEntry(tokenWeb)+", services: [web]}\n", EdgeConfig{})
+	o := startOrigin(t, "a")
+	startConnector(t, e.connectorFile(t, "a", tokenWeb, web(o)))
+	waitFor(t, &e.notifier, 5*time.Second, "connector a attached by its token's hash", func() bool {
+		_, ok := e.tunnelOf("a")
+		return ok || e.Counters().Refused[RefusedUnknownToken] > 0
+	})
+	if s, ok := e.tunnelOf("a"); !ok || s.Token != fingerprint(tokenWeb) {
+		t.Fatalf("connector a: attached %v, status %+v; refusals %v", ok, s, e.Counters().Refused)
+	}
+}
+
+// The tunnel's secret files (the edge's tokens file and key, the connector's token
+// file) are warned of, by name, when others than their owner may read them.
+func TestSecretFilesReadableByOthersAreWarnedOf(t *testing.T) {
+	const warning = "secret file is readable by others"
+	p := newPKI(t)
+	e := startEdge(t, p, tokensFile, EdgeConfig{})
+	o := startOrigin(t, "a")
+	quiet := startConnector(t, e.connectorFile(t, "quiet", tokenWeb, web(o)))
+	if strings.Contains(e.logs.String(), warning) || strings.Contains(quiet.logs.String(), warning) {
+		t.Fatalf("a warning for files only their owner reads:\n%s\n%s", e.logs, quiet.logs)
+	}
+
+	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(tokens, []byte(tokensFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p.keyFile, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuffer{}
+	loudEdge, err := NewEdge(EdgeConfig{Listen: "127.0.0.1:0", CertFile: p.certFile, KeyFile: p.keyFile, TokensFile: tokens,
+		Log: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	_ = loudEdge.Run(stopped) // frees its port
+	for _, file := range []string{p.keyFile, tokens} {
+		if !strings.Contains(logs.String(), warning+": chmod 600 it\" file="+file) {
+			t.Errorf("no warning naming %s:\n%s", file, logs)
+		}
+	}
+
+	path := e.connectorFile(t, "loud", tokenWeb, web(o))
+	tokenFile := filepath.Join(filepath.Dir(path), "token")
+	if err := os.Chmod(tokenFile, 0o604); err != nil {
+		t.Fatal(err)
+	}
+	loud := startConnector(t, path)
+	if !strings.Contains(loud.logs.String(), "file="+tokenFile) {
+		t.Errorf("the connector did not warn of its token file:\n%s", loud.logs)
 	}
 }
 
@@ -58,7 +154,7 @@ ca_file: `+p.caFile+`
 services:
   - {name: web, to: 127.0.0.1:8000, capacity: 30}
   - {name: api, to: "[::1]:9000"}
-`))
+`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +209,7 @@ services:
 		{"unknown top field", map[string]string{"services": valid["services"] + "\ntoken: x"}, "connect.yaml:5: token: unknown field"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseConnectorConfig("connect.yaml", []byte(file(tc.replace)))
+			_, err := ParseConnectorConfig("connect.yaml", []byte(file(tc.replace)), nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one saying %q", err, tc.want)
 			}
@@ -121,7 +217,7 @@ services:
 	}
 
 	// Every problem at once, in line order.
-	_, err = ParseConnectorConfig("connect.yaml", []byte("edges: [x]\ntoken_file: /nonexistent\nca_file: /nonexistent\nservices: []\ndrain_time: -1s"))
+	_, err = ParseConnectorConfig("connect.yaml", []byte("edges: [x]\ntoken_file: /nonexistent\nca_file: /nonexistent\nservices: []\ndrain_time: -1s"), nil)
 	if err == nil || strings.Count(err.Error(), "\n") != 4 {
 		t.Fatalf("error %v, want 5 problems", err)
 	}

@@ -330,7 +330,7 @@ func (c *Connector) serveStream(s *quic.Stream, link *edgeLink) {
 	c.streams.Add(1)
 	link.open.Add(1)
 	defer link.open.Add(-1)
-	_ = proxy(origin, s, byteCounters{&c.bytesFromOrigin}, byteCounters{&c.bytesToOrigin})
+	_ = proxy(origin, s, byteCounters{&c.bytesFromOrigin}, byteCounters{&c.bytesToOrigin}, nil)
 }
 
 func refuseStream(s *quic.Stream, reason string) {
@@ -396,7 +396,7 @@ func (c *Connector) Counters() ConnectorCounters {
 // RunConnector is `manifold connect`: it reads the config file at path and runs a
 // connector until ctx is done, then drains it.
 func RunConnector(ctx context.Context, path string, log *slog.Logger) error {
-	cfg, err := LoadConnectorConfig(path)
+	cfg, err := LoadConnectorConfig(path, log)
 	if err != nil {
 		return err
 	}

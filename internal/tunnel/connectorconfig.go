@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"crypto/x509"
+	"log/slog"
 	"net"
 	"os"
 	"slices"
@@ -50,20 +51,20 @@ var connectorKeys = []string{"name", "edges", "token_file", "ca_file", "server_n
 
 // LoadConnectorConfig reads and validates a connector's config file, and the token
 // and CA files it names. On any problem it returns an error listing all of them, each
-// as FILE:LINE: field: message.
-func LoadConnectorConfig(path string) (*ConnectorConfig, error) {
+// as FILE:LINE: field: message. A token file that others may read is warned of on log.
+func LoadConnectorConfig(path string, log *slog.Logger) (*ConnectorConfig, error) {
 	y := &yamlFile{name: path}
 	data, ok := y.readFile(0, "", path)
 	if !ok {
 		return nil, y.err()
 	}
-	return ParseConnectorConfig(path, data)
+	return ParseConnectorConfig(path, data, log)
 }
 
 // ParseConnectorConfig is LoadConnectorConfig on the file's contents; file is used
 // only in error messages (the token and CA files are read from disk).
-func ParseConnectorConfig(file string, data []byte) (*ConnectorConfig, error) {
-	y := &yamlFile{name: file}
+func ParseConnectorConfig(file string, data []byte, log *slog.Logger) (*ConnectorConfig, error) {
+	y := &yamlFile{name: file, log: log}
 	root := y.document(data)
 	if root == nil {
 		return nil, y.err()
@@ -92,7 +93,7 @@ func ParseConnectorConfig(file string, data []byte) (*ConnectorConfig, error) {
 		y.add(root.Line, "token_file", "required: the file holding this connector's token")
 	} else if path, ok := y.text(n, "token_file"); ok {
 		c.TokenFile = path
-		if data, ok := y.readFile(n.Line, "token_file", path); ok {
+		if data, ok := y.readSecret(n.Line, "token_file", path); ok {
 			c.Token = strings.TrimSpace(string(data))
 			if len(c.Token) < MinTokenLen {
 				y.add(n.Line, "token_file", "%s holds no token of at least %d characters", path, MinTokenLen)

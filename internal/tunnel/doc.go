@@ -65,4 +65,10 @@
 // refused, counted by reason, logged with the token's fingerprint, never the token.
 // The edge accepts no stream from a connector but the control stream, and never
 // connects into the origin's network but through a stream the connector accepted.
+//
+// What anyone can send is bounded: connections that have not said hello
+// (MaxPendingHellos, refused at their first packet past it, helloTimeout each), a
+// client address's connections to a service (MaxConnsPerSource), a client connection
+// that moves no byte (IdleTimeout, idle.go); accept errors that pass are waited out
+// (internal/listen), and refusals are logged at a bounded rate (internal/ratelog).
 package tunnel

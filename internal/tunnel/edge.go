@@ -24,6 +24,12 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/manifoldlb/manifold/internal/clock"
+	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/listen"
+	"github.com/manifoldlb/manifold/internal/ratelog"
+	"github.com/manifoldlb/manifold/internal/secretfile"
 )
 
 // Defaults of EdgeConfig's limits.
@@ -51,7 +57,20 @@ type EdgeConfig struct {
 	// with (relay.go): a tunnel whose hello gives it is another edge, offering the
 	// services of its own connectors. Empty: this edge takes no relay.
 	RelayToken string
-	Log        *slog.Logger
+	// IdleTimeout closes a client connection that carried no byte either way for that
+	// long, giving its stream back (0: never; the node's default is
+	// config.DefaultTunnelIdleTimeout).
+	IdleTimeout time.Duration
+	// MaxConnsPerSource bounds the connections one client address holds open to one
+	// service at once (0: no bound; the node's default is
+	// config.DefaultTunnelMaxConnsPerSource).
+	MaxConnsPerSource int
+	// MaxPendingHellos bounds the connectors' connections that have not finished their
+	// hello at once; past it a new one is refused at its first packet
+	// (0: config.DefaultTunnelMaxPendingHellos).
+	MaxPendingHellos int
+	Log              *slog.Logger
+	Clock            clock.Clock // the idle timeout's (nil: the real one)
 }
 
 // Refusal reasons, the keys of EdgeCounters.Refused.
@@ -61,9 +80,16 @@ const (
 	RefusedTunnelLimit  = "tunnel_limit"
 	RefusedTLS          = "tls"
 	RefusedProtocol     = "protocol"
+	// RefusedHelloLimit: MaxPendingHellos connections had not said hello yet; refused
+	// at the connection's first packet, before its handshake.
+	RefusedHelloLimit = "hello_limit"
 )
 
-var refusalReasons = []string{RefusedUnknownToken, RefusedOutOfScope, RefusedTunnelLimit, RefusedTLS, RefusedProtocol}
+var refusalReasons = []string{RefusedUnknownToken, RefusedOutOfScope, RefusedTunnelLimit, RefusedTLS, RefusedProtocol, RefusedHelloLimit}
+
+// maxLoggedString clips what a peer chose (an ALPN name, a message type, a service
+// name) in a log line.
+const maxLoggedString = 64
 
 // Edge takes tunnels from connectors and joins client connections to them.
 type Edge struct {
@@ -72,6 +98,12 @@ type Edge struct {
 	transport *quic.Transport
 	ln        *quic.Listener
 	tokens    tokenSet
+	// refusals and clientRefusals log the refused connectors and clients at a bounded
+	// rate each: they are anyone's to cause
+	refusals, clientRefusals *ratelog.Limiter
+	// pendingHellos counts the connections between their first packet and the end of
+	// their hello (at most cfg.MaxPendingHellos)
+	pendingHellos atomic.Int64
 
 	mu        sync.Mutex
 	tunnels   map[uint64]*edgeTunnel
@@ -80,7 +112,13 @@ type Edge struct {
 	lastID    uint64
 	notifier  // every attach, detach, drain, stream taken or released, and refusal
 
+	// the services' listeners (Serve), for their counters; those closed are added up
+	// in listenersGone
+	listeners     map[*listen.Listener]bool
+	listenersGone listen.Stats
+
 	refused         map[string]*atomic.Uint64 // fixed keys: refusalReasons
+	clientsIdle     atomic.Uint64
 	attached        atomic.Uint64
 	gone            atomic.Uint64
 	streams         atomic.Uint64
@@ -133,25 +171,34 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 	if cfg.QueueTimeout == 0 {
 		cfg.QueueTimeout = DefaultQueueTimeout
 	}
+	if cfg.MaxPendingHellos == 0 {
+		cfg.MaxPendingHellos = config.DefaultTunnelMaxPendingHellos
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	cert, err := loadKeyPair(cfg.CertFile, cfg.KeyFile, cfg.Log)
 	if err != nil {
 		return nil, fmt.Errorf("tunnel certificate %s, key %s: %w", cfg.CertFile, cfg.KeyFile, err)
 	}
-	tokens, err := LoadTokens(cfg.TokensFile)
+	tokens, err := LoadTokens(cfg.TokensFile, cfg.Log)
 	if err != nil {
 		return nil, err
 	}
 	e := &Edge{
-		cfg:       cfg,
-		log:       cfg.Log,
-		tokens:    newTokenSet(tokens),
-		tunnels:   map[uint64]*edgeTunnel{},
-		byService: map[string][]*edgeTunnel{},
-		perToken:  map[string]int{},
-		refused:   map[string]*atomic.Uint64{},
+		cfg:            cfg,
+		log:            cfg.Log,
+		tokens:         tokenSet(tokens),
+		refusals:       ratelog.New(cfg.Log, clock.Real(), time.Second, 10),
+		clientRefusals: ratelog.New(cfg.Log, clock.Real(), time.Second, 10),
+		tunnels:        map[uint64]*edgeTunnel{},
+		byService:      map[string][]*edgeTunnel{},
+		perToken:       map[string]int{},
+		listeners:      map[*listen.Listener]bool{},
+		refused:        map[string]*atomic.Uint64{},
 	}
 	for _, r := range refusalReasons {
 		e.refused[r] = new(atomic.Uint64)
@@ -163,7 +210,8 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 		// Counted here because a failed handshake never reaches Accept.
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 			if !slices.Contains(hello.SupportedProtos, alpn) {
-				e.refuse(nil, remoteOf(hello), RefusedTLS, fmt.Sprintf("the peer does not speak %s (ALPN %q)", alpn, hello.SupportedProtos))
+				e.refuse(nil, remoteOf(hello), RefusedTLS, fmt.Sprintf("the peer does not speak %s (ALPN %s)", alpn,
+					ratelog.Clip(fmt.Sprintf("%q", hello.SupportedProtos), maxLoggedString)))
 				return nil, errors.New("not a manifold tunnel connector")
 			}
 			return nil, nil
@@ -179,8 +227,9 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 	}
 	// A transport of our own, so that Run's end frees the port at once (a listener
 	// of quic.ListenAddr keeps it until its closed connections have drained).
-	e.transport = &quic.Transport{Conn: udp}
+	e.transport = &quic.Transport{Conn: udp, ConnContext: e.admitHello}
 	e.ln, err = e.transport.Listen(tlsConf, &quic.Config{
+		HandshakeIdleTimeout:  helloTimeout,
 		MaxIdleTimeout:        idleTimeout,
 		MaxIncomingStreams:    1, // the control stream: the edge opens all the others
 		MaxIncomingUniStreams: -1,
@@ -190,6 +239,53 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 		return nil, fmt.Errorf("tunnel listen %s: %w", cfg.Listen, err)
 	}
 	return e, nil
+}
+
+// loadKeyPair is tls.LoadX509KeyPair with the key read as a secret file: a warning
+// on log when others may read it.
+func loadKeyPair(certFile, keyFile string, log *slog.Logger) (tls.Certificate, error) {
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	keyPEM, err := secretfile.Read(keyFile, log)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(certPEM, keyPEM)
+}
+
+// pendingHello is a connection that counts in Edge.pendingHellos, from its first
+// packet until its hello is answered or it closes, whichever comes first.
+type pendingHello struct {
+	e    *Edge
+	once sync.Once
+}
+
+type pendingHelloKey struct{}
+
+func (p *pendingHello) done() { p.once.Do(func() { p.e.pendingHellos.Add(-1) }) }
+
+// admitHello is quic-go's ConnContext, called at a new connection's first packet:
+// past MaxPendingHellos connections that have not said hello, the new one is refused
+// there, before the handshake's work and goroutines.
+func (e *Edge) admitHello(ctx context.Context, info *quic.ClientInfo) (context.Context, error) {
+	if e.pendingHellos.Add(1) > int64(e.cfg.MaxPendingHellos) {
+		e.pendingHellos.Add(-1)
+		e.refuse(nil, info.RemoteAddr.String(), RefusedHelloLimit,
+			fmt.Sprintf("%d connections have not said hello yet, the limit", e.cfg.MaxPendingHellos))
+		return nil, errors.New("too many connections waiting for their hello")
+	}
+	p := &pendingHello{e: e}
+	context.AfterFunc(ctx, p.done) // closed, or the handshake failed, before the hello
+	return context.WithValue(ctx, pendingHelloKey{}, p), nil
+}
+
+// helloDone gives back conn's pending hello slot.
+func helloDone(conn *quic.Conn) {
+	if p, ok := conn.Context().Value(pendingHelloKey{}).(*pendingHello); ok {
+		p.done()
+	}
 }
 
 func remoteOf(hello *tls.ClientHelloInfo) string {
@@ -228,36 +324,48 @@ func (e *Edge) Run(ctx context.Context) error {
 func (e *Edge) attach(ctx context.Context, conn *quic.Conn) {
 	stop := context.AfterFunc(ctx, func() { _ = conn.CloseWithError(codeDone, "edge stopping") })
 	defer stop()
+	t, hello := e.greet(ctx, conn)
+	if t == nil {
+		return
+	}
+	defer e.detach(t)
+	e.log.Info("tunnel attached", "tunnel", t.id, "connector", t.connector, "remote", t.remote,
+		"token", t.token, "services", hello.Services)
+	if err := t.control.send(message{Type: "welcome", Tunnel: t.id}); err != nil {
+		return
+	}
+	e.serveControl(t)
+}
+
+// greet waits up to helloTimeout for a new tunnel's hello and registers the tunnel;
+// nil when it is refused. The connection holds its pending hello slot until then.
+func (e *Edge) greet(ctx context.Context, conn *quic.Conn) (*edgeTunnel, message) {
+	defer helloDone(conn)
 	remote := conn.RemoteAddr().String()
-	hctx, cancel := context.WithTimeout(ctx, helloTimeout)
+	deadline := time.Now().Add(helloTimeout)
+	hctx, cancel := context.WithDeadline(ctx, deadline)
 	s, err := conn.AcceptStream(hctx)
 	cancel()
 	if err != nil {
 		e.refuse(conn, remote, RefusedProtocol, "no control stream: "+err.Error())
-		return
+		return nil, message{}
 	}
 	control := &controlStream{s: s}
-	hello, err := control.receive(time.Now().Add(helloTimeout))
+	hello, err := control.receive(deadline)
 	switch {
 	case err != nil:
 		e.refuse(conn, remote, RefusedProtocol, "no hello: "+err.Error())
-		return
+		return nil, hello
 	case hello.Type != "hello" || hello.Version != protocolVersion:
-		e.refuse(conn, remote, RefusedProtocol, fmt.Sprintf("expected hello of version %d, got %q of version %d", protocolVersion, hello.Type, hello.Version))
-		return
+		e.refuse(conn, remote, RefusedProtocol, fmt.Sprintf("expected hello of version %d, got %q of version %d", protocolVersion,
+			ratelog.Clip(hello.Type, maxLoggedString), hello.Version))
+		return nil, hello
 	}
 	t, reason, msg := e.register(conn, control, remote, hello)
 	if t == nil {
 		e.refuse(conn, remote, reason, msg)
-		return
 	}
-	defer e.detach(t)
-	e.log.Info("tunnel attached", "tunnel", t.id, "connector", t.connector, "remote", remote,
-		"token", t.token, "services", hello.Services)
-	if err := control.send(message{Type: "welcome", Tunnel: t.id}); err != nil {
-		return
-	}
-	e.serveControl(t)
+	return t, hello
 }
 
 // register checks a hello and, when it passes, makes the tunnel available to the
@@ -306,10 +414,10 @@ func slots(announced []announcedService, token Token, fp string, relay bool) (ma
 	services := map[string]*serviceSlot{}
 	for _, s := range announced {
 		if !relay && !slices.Contains(token.Services, s.Name) {
-			return nil, RefusedOutOfScope, fmt.Sprintf("token %s may not serve %q (its scope: %v)", fp, s.Name, token.Services)
+			return nil, RefusedOutOfScope, fmt.Sprintf("token %s may not serve %q (its scope: %v)", fp, ratelog.Clip(s.Name, maxLoggedString), token.Services)
 		}
 		if s.Capacity < 1 || services[s.Name] != nil {
-			return nil, RefusedProtocol, fmt.Sprintf("service %q announced twice or with capacity %d", s.Name, s.Capacity)
+			return nil, RefusedProtocol, fmt.Sprintf("service %q announced twice or with capacity %d", ratelog.Clip(s.Name, maxLoggedString), s.Capacity)
 		}
 		services[s.Name] = &serviceSlot{capacity: s.Capacity}
 	}
@@ -341,12 +449,12 @@ func (e *Edge) offer(t *edgeTunnel, announced []announcedService) error {
 	return nil
 }
 
-// refuse counts and logs a refused peer and closes its connection (conn is nil when
-// the TLS handshake itself is refused).
+// refuse counts and logs (at a bounded rate) a refused peer and closes its
+// connection (conn is nil when the connection itself or its handshake is refused).
 func (e *Edge) refuse(conn *quic.Conn, remote, reason, msg string) {
 	e.refused[reason].Add(1)
 	e.notify()
-	e.log.Warn("tunnel refused", "remote", remote, "reason", reason, "detail", msg)
+	e.refusals.Warn("tunnel refused", "remote", remote, "reason", reason, "detail", msg)
 	if conn != nil {
 		_ = conn.CloseWithError(codeRefused, reason+": "+msg)
 	}

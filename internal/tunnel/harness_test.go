@@ -281,18 +281,20 @@ func web(o *origin) string { return "  - {name: web, to: " + o.addr + "}\n" }
 
 type testConnector struct {
 	*Connector
+	logs *logBuffer
 	stop func() // drains, and waits for Run to return
 }
 
 // startConnector runs a connector in this process until stop (or the test's end).
 func startConnector(t *testing.T, path string) *testConnector {
 	t.Helper()
-	cfg, err := LoadConnectorConfig(path)
+	logs := &logBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	cfg, err := LoadConnectorConfig(path, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &logBuffer{}
-	c := NewConnector(cfg, slog.New(slog.NewTextHandler(logs, nil)))
+	c := NewConnector(cfg, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -316,7 +318,7 @@ func startConnector(t *testing.T, path string) *testConnector {
 			t.Logf("connector %s log:\n%s", cfg.Name, logs)
 		}
 	})
-	return &testConnector{Connector: c, stop: stop}
+	return &testConnector{Connector: c, logs: logs, stop: stop}
 }
 
 // startChildConnector runs a connector in a child process, which the test can kill.

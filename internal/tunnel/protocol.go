@@ -25,8 +25,11 @@ const (
 
 	// idleTimeout is QUIC's own backstop behind the pings (quic-go's floor is 5 s).
 	idleTimeout = 5 * time.Second
-	// helloTimeout bounds how long an edge waits for a new tunnel to say hello.
-	helloTimeout = 5 * time.Second
+	// helloTimeout bounds how long an edge waits for a new tunnel to say hello once
+	// its handshake is done, and the handshake's idle time: a hello takes a round trip
+	// or two, and a connection that has not said hello holds one of the edge's
+	// MaxPendingHellos slots, which a silent peer should give back soon.
+	helloTimeout = 3 * time.Second
 	// maxFrame bounds a control message, read before the peer is authenticated.
 	maxFrame = 16 << 10
 

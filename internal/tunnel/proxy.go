@@ -24,18 +24,19 @@ var (
 // proxy joins a TCP connection to a stream until both directions have ended, each
 // closed on its own (a client's half-close reaches the origin). When either direction
 // fails, both are torn down, so that neither end waits for bytes that will not come.
-// toStream and fromStream count the bytes each way.
-func proxy(conn net.Conn, s *quic.Stream, toStream, fromStream byteCounters) error {
+// toStream and fromStream count the bytes each way; seen, when not nil, is stamped at
+// every read either way (idle.go).
+func proxy(conn net.Conn, s *quic.Stream, toStream, fromStream byteCounters, seen *activity) error {
 	errs := make(chan error, 2)
 	go func() {
-		err := copyCounting(s, conn, toStream)
+		err := copyCounting(s, conn, toStream, seen)
 		if err == nil {
 			err = s.Close()
 		}
 		errs <- err
 	}()
 	go func() {
-		err := copyCounting(conn, s, fromStream)
+		err := copyCounting(conn, s, fromStream, seen)
 		if err == nil {
 			err = closeWrite(conn)
 		}
@@ -47,7 +48,7 @@ func proxy(conn net.Conn, s *quic.Stream, toStream, fromStream byteCounters) err
 			first = err
 			s.CancelRead(streamAborted)
 			s.CancelWrite(streamAborted)
-			if tcp, ok := conn.(*net.TCPConn); ok {
+			if tcp, ok := tcpConn(conn); ok {
 				_ = tcp.SetLinger(0) // a reset tells the client its request did not complete
 			}
 			conn.Close()
@@ -57,13 +58,14 @@ func proxy(conn net.Conn, s *quic.Stream, toStream, fromStream byteCounters) err
 	return first
 }
 
-func copyCounting(dst io.Writer, src io.Reader, n byteCounters) error {
+func copyCounting(dst io.Writer, src io.Reader, n byteCounters, seen *activity) error {
 	pool := &smallCopyBuffers
 	buf := pool.Get().(*[]byte)
 	defer func() { pool.Put(buf) }()
 	for {
 		r, rerr := src.Read(*buf)
 		if r > 0 {
+			seen.touch()
 			w, werr := dst.Write((*buf)[:r])
 			n.add(w)
 			if werr != nil {
@@ -80,6 +82,21 @@ func copyCounting(dst io.Writer, src io.Reader, n byteCounters) error {
 			pool.Put(buf)
 			pool = &largeCopyBuffers
 			buf = pool.Get().(*[]byte)
+		}
+	}
+}
+
+// tcpConn is the TCP connection under conn: conn itself, or the one a listener's
+// wrapper (listen's, crypto/tls's) holds.
+func tcpConn(conn net.Conn) (*net.TCPConn, bool) {
+	for {
+		switch c := conn.(type) {
+		case *net.TCPConn:
+			return c, true
+		case interface{ NetConn() net.Conn }:
+			conn = c.NetConn()
+		default:
+			return nil, false
 		}
 	}
 }

@@ -6,6 +6,9 @@ import (
 	"io"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/manifoldlb/manifold/internal/clock"
 )
 
 // sizedReader serves data in reads of at most chunk bytes and records the size of
@@ -46,7 +49,7 @@ func TestCopyCountingGrowsItsBufferForABulkStream(t *testing.T) {
 			src := &sizedReader{data: data, chunk: tc.chunk}
 			var dst bytes.Buffer
 			var total atomic.Int64
-			if err := copyCounting(&dst, src, byteCounters{&total}); err != nil {
+			if err := copyCounting(&dst, src, byteCounters{&total}, nil); err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(dst.Bytes(), data) {
@@ -68,4 +71,40 @@ func TestCopyCountingGrowsItsBufferForABulkStream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The idle timeout's stamp on the bulk path: copyCounting of a bulk stream with and
+// without an activity to stamp (two atomic loads per read).
+func BenchmarkCopyCounting(b *testing.B) {
+	const size = 64 << 20
+	clk := clock.NewFake(time.Unix(0, 0))
+	cutter := newIdleCutter(clk, time.Minute, func() {})
+	defer cutter.stop()
+	for _, bc := range []struct {
+		name string
+		seen *activity
+	}{{"no idle timeout", nil}, {"idle timeout", &activity{cutter: cutter}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var total atomic.Int64
+			b.SetBytes(size)
+			for b.Loop() {
+				src := &chunkReader{left: size, chunk: 16 << 10} // reads of a TCP socket's size
+				if err := copyCounting(io.Discard, src, byteCounters{&total}, bc.seen); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// chunkReader serves left zero bytes in reads of at most chunk bytes.
+type chunkReader struct{ left, chunk int }
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	if r.left == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), r.chunk, r.left)
+	r.left -= n
+	return n, nil
 }

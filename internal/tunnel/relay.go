@@ -24,6 +24,8 @@ import (
 	"sync/atomic"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/manifoldlb/manifold/internal/secretfile"
 )
 
 // RelayConfig is how an edge relays to the other edges of its fleet.
@@ -168,9 +170,10 @@ func LoadCAs(path string) (*x509.CertPool, error) {
 }
 
 // LoadRelayToken reads the fleet's relay token from a file (surrounding whitespace
-// trimmed); it must be at least MinTokenLen long.
-func LoadRelayToken(path string) (string, error) {
-	data, err := os.ReadFile(path)
+// trimmed); it must be at least MinTokenLen long. A file that others may read is
+// warned of on log.
+func LoadRelayToken(path string, log *slog.Logger) (string, error) {
+	data, err := secretfile.Read(path, log)
 	if err != nil {
 		return "", err
 	}

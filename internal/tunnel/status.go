@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/listen"
 )
 
 // TunnelStatus is one connector's tunnel as an edge sees it (GET /api/v1/tunnels).
@@ -49,7 +51,15 @@ type EdgeCounters struct {
 	StreamRetries uint64 `json:"stream_retries"`
 	// ClientsRefused counts client connections closed because no connector of their
 	// service had free capacity within QueueTimeout.
-	ClientsRefused  uint64 `json:"clients_refused"`
+	ClientsRefused uint64 `json:"clients_refused"`
+	// ClientsRefusedPerSource counts client connections closed at once because their
+	// address had MaxConnsPerSource open to the service already.
+	ClientsRefusedPerSource uint64 `json:"clients_refused_per_source"`
+	// ClientsIdle counts client connections closed after IdleTimeout without a byte.
+	ClientsIdle uint64 `json:"clients_idle"`
+	// AcceptErrors counts the services' accept errors that were waited out (out of
+	// file descriptors).
+	AcceptErrors    uint64 `json:"accept_errors"`
 	BytesToOrigin   int64  `json:"bytes_to_origin"`
 	BytesFromOrigin int64  `json:"bytes_from_origin"`
 }
@@ -91,7 +101,34 @@ func (e *Edge) Counters() EdgeCounters {
 	for reason, n := range e.refused {
 		c.Refused[reason] = n.Load()
 	}
+	c.ClientsIdle = e.clientsIdle.Load()
+	e.mu.Lock()
+	l := e.listenersGone
+	for ln := range e.listeners {
+		st := ln.Stats()
+		l.RefusedSource += st.RefusedSource
+		l.AcceptErrors += st.AcceptErrors
+	}
+	e.mu.Unlock()
+	c.ClientsRefusedPerSource, c.AcceptErrors = l.RefusedSource, l.AcceptErrors
 	return c
+}
+
+// addListener and removeListener keep the counters of a service's listener in the
+// edge's, after it is closed too.
+func (e *Edge) addListener(ln *listen.Listener) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.listeners[ln] = true
+}
+
+func (e *Edge) removeListener(ln *listen.Listener) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.listeners, ln)
+	st := ln.Stats()
+	e.listenersGone.RefusedSource += st.RefusedSource
+	e.listenersGone.AcceptErrors += st.AcceptErrors
 }
 
 // Changed returns a channel closed at the edge's next change of state: a tunnel

@@ -2,7 +2,9 @@ package tunnel
 
 import (
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
+	"log/slog"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,30 +16,35 @@ import (
 // between the internet and the services it may serve (openssl rand -hex 32 makes one).
 const MinTokenLen = 16
 
+// hashPrefix marks an entry of the tokens file that holds the token's SHA-256 in hex
+// rather than the token: the edge needs only the hash, and a file of hashes that
+// leaks gives no connector's token away. `printf %s TOKEN | sha256sum` makes one.
+const hashPrefix = "sha256:"
+
 // A Token lets a connector serve the services named in its scope.
 type Token struct {
-	secret   string
+	hash     [sha256.Size]byte // of the secret: all the edge keeps of it
 	Services []string
 }
 
 // Fingerprint names the token in logs and status without giving it away: the first
 // 12 hex digits of its SHA-256.
-func (t Token) Fingerprint() string { return fingerprint(t.secret) }
+func (t Token) Fingerprint() string { return fingerprintOf(t.hash) }
 
-func fingerprint(secret string) string {
-	sum := sha256.Sum256([]byte(secret))
-	return "sha256:" + hex.EncodeToString(sum[:6])
-}
+func fingerprint(secret string) string { return fingerprintOf(sha256.Sum256([]byte(secret))) }
+
+func fingerprintOf(hash [sha256.Size]byte) string { return hashPrefix + hex.EncodeToString(hash[:6]) }
 
 // serviceName is internal/config's rule for service names: the edge serves a tunnel
 // service under the name of the node's service.
 var serviceName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,63}$`)
 
 // LoadTokens reads the edge's tokens file, a YAML list of
-// `{token: "...", services: [web, api]}`.
-func LoadTokens(path string) ([]Token, error) {
-	y := &yamlFile{name: path}
-	data, ok := y.readFile(0, "", path)
+// `{token: "...", services: [web, api]}` (a token or "sha256:" and its hash), and
+// warns on log when others may read it.
+func LoadTokens(path string, log *slog.Logger) ([]Token, error) {
+	y := &yamlFile{name: path, log: log}
+	data, ok := y.readSecret(0, "", path)
 	if !ok {
 		return nil, y.err()
 	}
@@ -57,7 +64,7 @@ func ParseTokens(file string, data []byte) ([]Token, error) {
 		return nil, y.err()
 	}
 	var tokens []Token
-	first := map[string]string{}
+	first := map[[sha256.Size]byte]string{}
 	for i, n := range entries {
 		path := index("", i)
 		fields, ok := y.mapping(n, path, "token", "services")
@@ -68,16 +75,20 @@ func ParseTokens(file string, data []byte) ([]Token, error) {
 		if v := fields["token"]; v == nil {
 			y.add(n.Line, join(path, "token"), "required")
 		} else if s, ok := y.text(v, join(path, "token")); ok {
+			hash, hashed := parseHash(s)
 			switch {
-			case len(s) < MinTokenLen:
+			case strings.HasPrefix(s, hashPrefix) && !hashed:
+				y.add(v.Line, join(path, "token"), "%s and the token's SHA-256 in %d hex digits (printf %%s TOKEN | sha256sum makes it)",
+					hashPrefix, 2*sha256.Size)
+			case !hashed && len(s) < MinTokenLen:
 				y.add(v.Line, join(path, "token"), "too short: at least %d characters (openssl rand -hex 32 makes one)", MinTokenLen)
 			case strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }):
 				y.add(v.Line, join(path, "token"), "must not contain whitespace or control characters")
-			case first[s] != "":
-				y.add(v.Line, join(path, "token"), "same token as %s: a token has one scope", first[s])
+			case first[hash] != "":
+				y.add(v.Line, join(path, "token"), "same token as %s: a token has one scope", first[hash])
 			default:
-				first[s] = join(path, "token")
-				t.secret = s
+				first[hash] = join(path, "token")
+				t.hash = hash
 			}
 		}
 		if v := fields["services"]; v == nil {
@@ -114,19 +125,33 @@ func (y *yamlFile) serviceNames(n *yaml.Node, path string) []string {
 	return names
 }
 
-// tokenSet finds a token by its secret. It is keyed by the secret's hash, so that the
-// lookup's timing says nothing about how much of a wrong token was right.
-type tokenSet map[[sha256.Size]byte]Token
-
-func newTokenSet(tokens []Token) tokenSet {
-	s := tokenSet{}
-	for _, t := range tokens {
-		s[sha256.Sum256([]byte(t.secret))] = t
+// parseHash returns the hash an entry of the tokens file gives: the token's own, or
+// the one written after hashPrefix; hashed says it was written so.
+func parseHash(entry string) (hash [sha256.Size]byte, hashed bool) {
+	if hexHash, ok := strings.CutPrefix(entry, hashPrefix); ok {
+		b, err := hex.DecodeString(hexHash)
+		if err != nil || len(b) != sha256.Size {
+			return hash, false
+		}
+		return [sha256.Size]byte(b), true
 	}
-	return s
+	return sha256.Sum256([]byte(entry)), false
 }
 
+// tokenSet finds a token by its secret: the secret's SHA-256 is compared with every
+// token's hash, each in constant time and all of them every time, so that the
+// lookup's timing says nothing about how much of a wrong token was right, nor which
+// token matched.
+type tokenSet []Token
+
 func (s tokenSet) lookup(secret string) (Token, bool) {
-	t, ok := s[sha256.Sum256([]byte(secret))]
-	return t, ok
+	hash := sha256.Sum256([]byte(secret))
+	var found Token
+	ok := false
+	for _, t := range s {
+		if subtle.ConstantTimeCompare(hash[:], t.hash[:]) == 1 {
+			found, ok = t, true
+		}
+	}
+	return found, ok
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,12 +20,14 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/decode"
+	"github.com/manifoldlb/manifold/internal/secretfile"
 )
 
 // yamlFile collects the problems of one file.
 type yamlFile struct {
 	name string
 	errs config.Errors
+	log  *slog.Logger // where readSecret warns; nil: nowhere
 }
 
 func (y *yamlFile) add(line int, field, format string, args ...any) {
@@ -41,7 +44,17 @@ func (y *yamlFile) err() error {
 
 // readFile reads a file a config names; a problem is reported against field.
 func (y *yamlFile) readFile(line int, field, path string) ([]byte, bool) {
-	data, err := decode.ReadFile(path)
+	return y.read(line, field, path, decode.ReadFile)
+}
+
+// readSecret is readFile for a file that holds a secret: bounded in size, with a
+// warning on y.log when others than its owner may read it.
+func (y *yamlFile) readSecret(line int, field, path string) ([]byte, bool) {
+	return y.read(line, field, path, func(path string) ([]byte, error) { return secretfile.Read(path, y.log) })
+}
+
+func (y *yamlFile) read(line int, field, path string, read func(string) ([]byte, error)) ([]byte, bool) {
+	data, err := read(path)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
