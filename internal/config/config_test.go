@@ -689,3 +689,30 @@ func TestParseSteer(t *testing.T) {
 		}
 	}
 }
+
+// An etcd login (username, password_file) over an http:// endpoint would send the
+// password in clear: refused, naming the endpoint; over https:// it is accepted. The
+// node's file and the steering controller's validate the fleet section alike.
+func TestEtcdLoginNeedsHTTPS(t *testing.T) {
+	fleet := func(endpoints string) string {
+		return "fleet:\n  etcd:\n    endpoints: " + endpoints + "\n    username: manifold\n    password_file: /etc/manifold/etcd.pass\n"
+	}
+	node := "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\n"
+	for _, c := range []struct{ name, endpoints, want string }{
+		{"http", "[http://10.0.0.5:2379]",
+			`fleet.etcd.endpoints[0]: "http://10.0.0.5:2379" would carry the password of fleet.etcd.username in clear: a login needs https:// endpoints (with ca_file)`},
+		{"one of two http", "[https://10.0.0.5:2379, http://10.0.0.6:2379]", `fleet.etcd.endpoints[1]: "http://10.0.0.6:2379" would carry`},
+		{"https", "[https://10.0.0.5:2379, https://10.0.0.6:2379]", ""},
+	} {
+		_, nerr := Parse("n.yaml", []byte(node+fleet(c.endpoints)))
+		_, serr := ParseSteer("s.yaml", []byte(fleet(c.endpoints)))
+		for file, err := range map[string]error{"node": nerr, "steer": serr} {
+			switch {
+			case c.want == "" && err != nil:
+				t.Errorf("%s, %s file: %v, want it accepted", c.name, file, err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Errorf("%s, %s file: %v, want %s", c.name, file, err, c.want)
+			}
+		}
+	}
+}
