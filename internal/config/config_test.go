@@ -716,3 +716,19 @@ func TestEtcdLoginNeedsHTTPS(t *testing.T) {
 		}
 	}
 }
+
+// A relative path in a config file is relative to the file's directory (the systemd
+// units load a config and its secrets as credentials into one directory); an absolute
+// one stays as it is.
+func TestRelativeFilesAreBesideTheConfig(t *testing.T) {
+	s, err := ParseSteer("/run/credentials/manifold-steer.service/steer.yaml", []byte(
+		"fleet:\n  etcd:\n    endpoints: [https://10.0.0.5:2379]\n    cert_file: etcd-client.crt\n    key_file: /etc/manifold/etcd-client.key\n"+
+			"    ca_file: ca/etcd-ca.crt\n    username: steer\n    password_file: etcd.pass\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := "/run/credentials/manifold-steer.service/"
+	if f := s.Fleet; f.CertFile != dir+"etcd-client.crt" || f.KeyFile != "/etc/manifold/etcd-client.key" || f.CAFile != dir+"ca/etcd-ca.crt" || f.PasswordFile != dir+"etcd.pass" {
+		t.Errorf("fleet files %+v, want the relative ones under %s", f, dir)
+	}
+}
