@@ -50,8 +50,10 @@ build:
 	$(GO) build -o $(BENCH) ./cmd/manifold-bench
 
 # image builds the container image of deploy/kubernetes (Dockerfile: the static
-# binary FROM scratch) with buildah; nothing is pulled. IMAGE names it.
-IMAGE ?= ghcr.io/manifoldlb/manifold:latest
+# binary FROM scratch) with buildah; nothing is pulled. IMAGE names it, tagged with
+# VERSION (an OCI tag has no ~ or +: they become -), never :latest, which would let a
+# node pull another build than its neighbours.
+IMAGE ?= ghcr.io/manifoldlb/manifold:$(subst +,-,$(subst ~,-,$(VERSION)))
 image: deps
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/manifold-static ./cmd/manifold
 	buildah bud --isolation chroot -t $(IMAGE) .

@@ -72,10 +72,11 @@ type ctlClient struct {
 	base   string
 	token  string
 	http   *http.Client
-	daemon string // what serves the API, for the message when it cannot be reached
+	daemon string    // what serves the API, for the message when it cannot be reached
+	warn   io.Writer // where the API's warnings go (a change made, with a problem)
 }
 
-func ctl(args []string, w io.Writer) error {
+func ctl(args []string, w, warn io.Writer) error {
 	fs := flag.NewFlagSet("ctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	apiURL := fs.String("api", "", "node API base URL (env MANIFOLD_API)")
@@ -109,7 +110,8 @@ func ctl(args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c := &ctlClient{base: strings.TrimRight(*apiURL, "/"), token: os.Getenv("MANIFOLD_API_TOKEN"), http: client, daemon: "manifold run"}
+	c := &ctlClient{base: strings.TrimRight(*apiURL, "/"), token: os.Getenv("MANIFOLD_API_TOKEN"), http: client,
+		daemon: "manifold run", warn: warn}
 	if cmd == "link" {
 		c.daemon = "manifold link"
 	}
@@ -296,6 +298,11 @@ func (c *ctlClient) call(method, path string, body []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%s %s: %w", method, c.base+path, err)
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		for _, h := range resp.Header.Values("Warning") {
+			if text := api.WarningText(h); text != "" {
+				fmt.Fprintf(c.warn, "warning: %s\n", text)
+			}
+		}
 		return raw, nil
 	}
 	var e api.Error

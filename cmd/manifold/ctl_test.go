@@ -140,7 +140,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func runCtl(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	err := ctl(args, &out)
+	err := ctl(args, &out, &out)
 	return out.String(), err
 }
 

@@ -50,7 +50,7 @@ func init() {
 		{"validate", "--config FILE", "check a node, backend, steering or connector config file", []string{"--config"},
 			func(a []string) error { return exitWith(validate(a, os.Stdout, os.Stderr)) }},
 		{"ctl", "[--api URL] [--ca-file FILE] COMMAND", "operate a running node (manifold ctl: the commands)", ctlWords(),
-			func(a []string) error { return ctl(a, os.Stdout) }},
+			func(a []string) error { return ctl(a, os.Stdout, os.Stderr) }},
 		{"fleet", "import|export ...", "seed or read the fleet store (manifold fleet: how)",
 			[]string{"import", "export", "--config", "--services", "--force"},
 			func(a []string) error { return fleetCmd(a, os.Stdout) }},

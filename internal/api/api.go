@@ -380,13 +380,20 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	return b, true
 }
 
-// fail writes the response of a failed change and reports whether there was one.
+// fail writes the response of a failed change and reports whether there was one. A
+// change that was made with a warning (store.Committed) did not fail: the warning goes
+// in a Warning header, as Kubernetes' API server sends its warnings, and the caller
+// answers as for any success.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) bool {
 	if err == nil {
 		return false
 	}
 	var se *store.Error
+	var made *store.Committed
 	switch {
+	case errors.As(err, &made):
+		w.Header().Add("Warning", WarningHeader(made.Warning))
+		return false
 	case errors.As(err, &se):
 		code := map[store.Kind]int{
 			store.Invalid:     http.StatusBadRequest,
@@ -407,6 +414,21 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) bool {
 		note.err = err.Error()
 	}
 	return true
+}
+
+// WarningHeader is a Warning header's value (RFC 9110's obsoleted but still read
+// warn-code 299, "miscellaneous persistent warning", as Kubernetes sends).
+func WarningHeader(text string) string {
+	return "299 - " + strconv.Quote(text)
+}
+
+// WarningText is the text of a Warning header's value, or "" when it is not one.
+func WarningText(header string) string {
+	text, err := strconv.Unquote(strings.TrimPrefix(header, "299 - "))
+	if err != nil {
+		return ""
+	}
+	return text
 }
 
 func (s *Server) writeService(w http.ResponseWriter, code int, name string) {

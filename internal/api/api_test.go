@@ -38,6 +38,9 @@ type fakeNode struct {
 	// fleetDown makes the store unreachable.
 	fleet     *api.FleetStatus
 	fleetDown bool
+	// warn is the warning of the next change, made as the node's file source makes a
+	// change whose directory fsync failed after the rename (store.Committed).
+	warn string
 }
 
 func (f *fakeNode) Fleet(context.Context) (api.FleetStatus, error) {
@@ -116,6 +119,10 @@ func (f *fakeNode) Change(ctx context.Context, edit func(*store.Store) (*store.C
 			return err
 		}
 		return &store.Error{Kind: store.Failed, Problems: []store.Problem{{Message: "the kernel refused the change"}}}
+	}
+	if w := f.warn; w != "" {
+		f.warn = ""
+		return &store.Committed{Warning: w}
 	}
 	return nil
 }

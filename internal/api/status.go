@@ -29,8 +29,11 @@ type KubernetesState struct {
 	Reachable bool     `json:"reachable"` // the API server answered the last probe
 	Services  int      `json:"services"`  // manifold services taken from the cluster
 	Skipped   []string `json:"skipped"`   // one line each: what is not served, and why
-	Submitted uint64   `json:"submitted"` // updates the node applied
-	Refused   uint64   `json:"refused"`   // updates the node refused (logged; the next change tries again)
+	// OutOfPool counts the addresses of Services' status the node refuses: in no
+	// IPPool that selects the Service (each also in Skipped, and an Event on it).
+	OutOfPool int    `json:"out_of_pool"`
+	Submitted uint64 `json:"submitted"` // updates the node applied
+	Refused   uint64 `json:"refused"`   // updates the node refused (logged; the next change tries again)
 }
 
 // FleetState is a node's view of the fleet store.

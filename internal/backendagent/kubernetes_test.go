@@ -107,6 +107,7 @@ func TestLearnsTheVIPsOfItsNode(t *testing.T) {
 	}
 	c := cluster
 	ns := c.Namespace(t, "backend")
+	c.Pool(t, ns, map[string]any{"cidrs": []any{"198.51.100.16/28"}, "namespaces": []any{ns}})
 	me, other := ns+"-w1", ns+"-w2"
 	c.Node(t, me, "10.9.0.1", true, nil)
 	c.Node(t, other, "10.9.0.2", true, nil)

@@ -711,3 +711,46 @@ func TestParseSteer(t *testing.T) {
 		}
 	}
 }
+
+// An etcd login (username, password_file) over an http:// endpoint would send the
+// password in clear: refused, naming the endpoint; over https:// it is accepted. The
+// node's file and the steering controller's validate the fleet section alike.
+func TestEtcdLoginNeedsHTTPS(t *testing.T) {
+	fleet := func(endpoints string) string {
+		return "fleet:\n  etcd:\n    endpoints: " + endpoints + "\n    username: manifold\n    password_file: /etc/manifold/etcd.pass\n"
+	}
+	node := "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\n"
+	for _, c := range []struct{ name, endpoints, want string }{
+		{"http", "[http://10.0.0.5:2379]",
+			`fleet.etcd.endpoints[0]: "http://10.0.0.5:2379" would carry the password of fleet.etcd.username in clear: a login needs https:// endpoints (with ca_file)`},
+		{"one of two http", "[https://10.0.0.5:2379, http://10.0.0.6:2379]", `fleet.etcd.endpoints[1]: "http://10.0.0.6:2379" would carry`},
+		{"https", "[https://10.0.0.5:2379, https://10.0.0.6:2379]", ""},
+	} {
+		_, nerr := Parse("n.yaml", []byte(node+fleet(c.endpoints)))
+		_, serr := ParseSteer("s.yaml", []byte(fleet(c.endpoints)))
+		for file, err := range map[string]error{"node": nerr, "steer": serr} {
+			switch {
+			case c.want == "" && err != nil:
+				t.Errorf("%s, %s file: %v, want it accepted", c.name, file, err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Errorf("%s, %s file: %v, want %s", c.name, file, err, c.want)
+			}
+		}
+	}
+}
+
+// A relative path in a config file is relative to the file's directory (the systemd
+// units load a config and its secrets as credentials into one directory); an absolute
+// one stays as it is.
+func TestRelativeFilesAreBesideTheConfig(t *testing.T) {
+	s, err := ParseSteer("/run/credentials/manifold-steer.service/steer.yaml", []byte(
+		"fleet:\n  etcd:\n    endpoints: [https://10.0.0.5:2379]\n    cert_file: etcd-client.crt\n    key_file: /etc/manifold/etcd-client.key\n"+
+			"    ca_file: ca/etcd-ca.crt\n    username: steer\n    password_file: etcd.pass\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := "/run/credentials/manifold-steer.service/"
+	if f := s.Fleet; f.CertFile != dir+"etcd-client.crt" || f.KeyFile != "/etc/manifold/etcd-client.key" || f.CAFile != dir+"ca/etcd-ca.crt" || f.PasswordFile != dir+"etcd.pass" {
+		t.Errorf("fleet files %+v, want the relative ones under %s", f, dir)
+	}
+}

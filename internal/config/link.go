@@ -107,7 +107,7 @@ func (p *parser) link(n *yaml.Node, path string, l *Link) {
 			x, _ := p.integer(v, path)
 			l.Port = uint16(x)
 		case "private_key_file":
-			l.PrivateKeyFile, _ = p.str(v, path)
+			l.PrivateKeyFile = p.filePath(v, path)
 		case "peer_public_key":
 			// never quoted in a message: a private key pasted here by mistake stays out of logs
 			if s, ok := p.str(v, path); ok {

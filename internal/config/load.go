@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -530,6 +531,26 @@ func (p *parser) list(n *yaml.Node, path string, fn func(i int, path string, ite
 }
 
 // str reads any scalar as a string, as written (so `password: 1234` is "1234").
+// filePath reads a file's path: a relative one is relative to the config file's
+// directory, so that a config loaded from systemd's credentials directory (--config
+// %d/connect.yaml, LoadCredential=) finds the secrets loaded beside it.
+func (p *parser) filePath(n *yaml.Node, path string) string {
+	s, ok := p.str(n, path)
+	if !ok || s == "" {
+		return s
+	}
+	return PathBeside(p.file, s)
+}
+
+// PathBeside is path as the config file file names it: relative to file's directory
+// when it is relative.
+func PathBeside(file, path string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(filepath.Dir(file), path)
+}
+
 func (p *parser) str(n *yaml.Node, path string) (string, bool) {
 	if n.Kind != yaml.ScalarNode || isNull(n) {
 		p.fail(n, path, "must be a string, got %s", kindName(n))
@@ -737,13 +758,13 @@ func (p *parser) node(n *yaml.Node, path string, out *Node) {
 		case "api_token":
 			out.APIToken, _ = p.str(v, path)
 		case "api_token_file":
-			out.APITokenFile, _ = p.str(v, path)
+			out.APITokenFile = p.filePath(v, path)
 		case "api_hosts":
 			out.APIHosts = p.stringList(v, path)
 		case "api_cert_file":
-			out.APICertFile, _ = p.str(v, path)
+			out.APICertFile = p.filePath(v, path)
 		case "api_key_file":
-			out.APIKeyFile, _ = p.str(v, path)
+			out.APIKeyFile = p.filePath(v, path)
 		case "api_insecure_remote":
 			out.APIInsecureRemote, _ = p.boolean(v, path)
 		case "flow_table_size":
@@ -779,15 +800,15 @@ func (p *parser) fleet(n *yaml.Node, path string, out *Fleet) {
 				case "endpoints":
 					out.Endpoints = p.stringList(v, path)
 				case "cert_file":
-					out.CertFile, _ = p.str(v, path)
+					out.CertFile = p.filePath(v, path)
 				case "key_file":
-					out.KeyFile, _ = p.str(v, path)
+					out.KeyFile = p.filePath(v, path)
 				case "ca_file":
-					out.CAFile, _ = p.str(v, path)
+					out.CAFile = p.filePath(v, path)
 				case "username":
 					out.Username, _ = p.str(v, path)
 				case "password_file":
-					out.PasswordFile, _ = p.str(v, path)
+					out.PasswordFile = p.filePath(v, path)
 				}
 			})
 		case "prefix":
@@ -815,15 +836,15 @@ func (p *parser) tunnels(n *yaml.Node, path string, out *Tunnels) {
 		case "listen":
 			out.Listen, _ = p.str(v, path)
 		case "cert_file":
-			out.CertFile, _ = p.str(v, path)
+			out.CertFile = p.filePath(v, path)
 		case "key_file":
-			out.KeyFile, _ = p.str(v, path)
+			out.KeyFile = p.filePath(v, path)
 		case "tokens_file":
-			out.TokensFile, _ = p.str(v, path)
+			out.TokensFile = p.filePath(v, path)
 		case "relay_token_file":
-			out.RelayTokenFile, _ = p.str(v, path)
+			out.RelayTokenFile = p.filePath(v, path)
 		case "ca_file":
-			out.CAFile, _ = p.str(v, path)
+			out.CAFile = p.filePath(v, path)
 		case "idle_timeout":
 			out.IdleTimeout, _ = p.duration(v, path)
 		case "max_conns_per_source":

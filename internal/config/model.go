@@ -4,7 +4,9 @@
 package config
 
 import (
+	"fmt"
 	"net/netip"
+	"net/url"
 	"time"
 )
 
@@ -60,8 +62,26 @@ type Fleet struct {
 	// TLS to etcd: a client certificate and key, and the CA that signs the members'
 	// certificates (all optional; an https endpoint without CAFile uses the system's).
 	CertFile, KeyFile, CAFile string
-	// Username and PasswordFile log in to etcd when it has authentication enabled.
+	// Username and PasswordFile log in to etcd when it has authentication enabled;
+	// only over https:// endpoints (PasswordInClear).
 	Username, PasswordFile string
+}
+
+// PasswordInClear finds the first endpoint that would carry the etcd password in
+// clear — a login (Username or PasswordFile) with an endpoint that is not https:// —
+// and says why it is refused; i is -1 when there is none. etcd's Authenticate call
+// sends the password as it is, and every request after it a token good for minutes:
+// on a plain connection anyone on the path reads both.
+func (f *Fleet) PasswordInClear() (i int, problem string) {
+	if f.Username == "" && f.PasswordFile == "" {
+		return -1, ""
+	}
+	for i, e := range f.Endpoints {
+		if u, err := url.Parse(e); err != nil || u.Scheme != "https" {
+			return i, fmt.Sprintf("%q would carry the password of fleet.etcd.username in clear: a login needs https:// endpoints (with ca_file)", e)
+		}
+	}
+	return -1, ""
 }
 
 type XDPMode string

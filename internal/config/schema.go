@@ -125,7 +125,7 @@ var NodeSchema = []Field{
 	{Path: "fleet.etcd.cert_file", Type: TypeString, Example: `""`, Doc: "TLS client certificate (with key_file)"},
 	{Path: "fleet.etcd.key_file", Type: TypeString, Example: `""`, Doc: "its key"},
 	{Path: "fleet.etcd.ca_file", Type: TypeString, Example: `""`, Doc: "the CA of the members' certificates (default: the system's)"},
-	{Path: "fleet.etcd.username", Type: TypeString, Example: `""`, Doc: "with password_file, when etcd has authentication on"},
+	{Path: "fleet.etcd.username", Type: TypeString, Example: `""`, Doc: "with password_file, when etcd has authentication on; https:// endpoints only"},
 	{Path: "fleet.etcd.password_file", Type: TypeString, Example: `""`, Doc: "a file holding the password; read at start"},
 	{Path: "fleet.prefix", Type: TypeString, Default: DefaultFleetPrefix, Example: DefaultFleetPrefix,
 		Doc: "the fleet's keys; one etcd serves several fleets under other prefixes"},

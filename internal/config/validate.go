@@ -325,6 +325,9 @@ func (p *parser) validateFleet(f *Fleet) {
 		}
 		p.errorAt(missing, "username and password_file go together")
 	}
+	if i, problem := f.PasswordInClear(); i >= 0 && p.usable("fleet.etcd.endpoints") {
+		p.errorAt(index("fleet.etcd.endpoints", i), "%s", problem)
+	}
 	if pp := "fleet.prefix"; p.given(pp) && (!strings.HasPrefix(f.Prefix, "/") || strings.HasSuffix(f.Prefix, "/") || strings.ContainsAny(f.Prefix, " \t\n")) {
 		p.errorAt(pp, "%q must start with / and not end with one (like /manifold or /fleets/eu)", f.Prefix)
 	}

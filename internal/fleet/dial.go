@@ -64,7 +64,11 @@ func Dial(cfg config.Fleet) (*clientv3.Client, error) {
 		return nil, errors.New("fleet.etcd.password_file: required with a username")
 	case cfg.Username == "" && cfg.PasswordFile != "":
 		return nil, errors.New("fleet.etcd.username: required with a password_file")
-	case cfg.Username != "":
+	}
+	if i, problem := cfg.PasswordInClear(); i >= 0 {
+		return nil, fmt.Errorf("fleet.etcd.endpoints[%d]: %s", i, problem)
+	}
+	if cfg.Username != "" {
 		pw, err := os.ReadFile(cfg.PasswordFile)
 		if err != nil {
 			return nil, fmt.Errorf("fleet.etcd.password_file: %w", err)

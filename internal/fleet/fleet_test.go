@@ -657,7 +657,8 @@ func TestDialErrorsNameTheField(t *testing.T) {
 		{config.Fleet{}, "fleet.etcd.endpoints"},
 		{config.Fleet{Endpoints: []string{"https://127.0.0.1:1"}, CAFile: filepath.Join(dir, "none.pem")}, "fleet.etcd.ca_file"},
 		{config.Fleet{Endpoints: []string{"http://127.0.0.1:1"}, CertFile: "c.pem"}, "fleet.etcd.cert_file"},
-		{config.Fleet{Endpoints: []string{"http://127.0.0.1:1"}, Username: "u", PasswordFile: filepath.Join(dir, "none")}, "fleet.etcd.password_file"},
+		{config.Fleet{Endpoints: []string{"https://127.0.0.1:1"}, Username: "u", PasswordFile: filepath.Join(dir, "none")}, "fleet.etcd.password_file"},
+		{config.Fleet{Endpoints: []string{"http://127.0.0.1:1"}, Username: "u", PasswordFile: filepath.Join(dir, "none")}, "fleet.etcd.endpoints[0]"},
 		{config.Fleet{Endpoints: []string{"http://127.0.0.1:1"}, PasswordFile: "p"}, "fleet.etcd.username"},
 	} {
 		if _, err := Dial(tc.cfg); err == nil || !strings.HasPrefix(err.Error(), tc.want) {

@@ -15,25 +15,19 @@ import (
 	"github.com/manifoldlb/manifold/internal/testpki"
 )
 
-// A fleet on an etcd that takes only TLS clients with a certificate of its CA, as the
-// docs/fleet.md's set-up has it: the node's client certificate is let in; a client without
-// one, or one that trusts another CA, is not.
-func TestDialTLSToARealEtcd(t *testing.T) {
-	if _, err := hostprog.Etcd.Path(); err != nil {
-		testenv.Missingf(t, "needs etcd: %v", err)
-	}
-	p := testpki.New(t, "fleet-ca")
+// startTLSEtcd starts one etcd member that serves its clients over TLS with a
+// certificate of p, with extra flags; it returns the client URL.
+func startTLSEtcd(t *testing.T, p *testpki.CA, extra ...string) string {
+	t.Helper()
+	testenv.Need(t, hostprog.Check(hostprog.Etcd))
 	serverCert, serverKey := p.Issue(t, "etcd", x509.ExtKeyUsageServerAuth)
-	clientCert, clientKey := p.Issue(t, "lb1", x509.ExtKeyUsageClientAuth)
-	caFile := p.File
-
 	clientURL, peerURL := "https://"+freePort(t), "http://"+freePort(t)
 	m := &member{name: "tls", dir: filepath.Join(t.TempDir(), "data"), out: &syncBuffer{}, client: clientURL, peer: peerURL}
-	m.args = []string{"--name", m.name, "--data-dir", m.dir,
+	m.args = append([]string{"--name", m.name, "--data-dir", m.dir,
 		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 		"--initial-cluster", m.name + "=" + peerURL, "--logger", "zap", "--log-level", "warn",
-		"--cert-file", serverCert, "--key-file", serverKey, "--trusted-ca-file", caFile, "--client-cert-auth"}
+		"--cert-file", serverCert, "--key-file", serverKey}, extra...)
 	c := &cluster{t: t, members: []*member{m}}
 	c.start(m)
 	t.Cleanup(func() {
@@ -42,6 +36,17 @@ func TestDialTLSToARealEtcd(t *testing.T) {
 			t.Logf("etcd:\n%s", m.out.String())
 		}
 	})
+	return clientURL
+}
+
+// A fleet on an etcd that takes only TLS clients with a certificate of its CA, as the
+// docs/fleet.md's set-up has it: the node's client certificate is let in; a client without
+// one, or one that trusts another CA, is not.
+func TestDialTLSToARealEtcd(t *testing.T) {
+	p := testpki.New(t, "fleet-ca")
+	caFile := p.File
+	clientURL := startTLSEtcd(t, p, "--trusted-ca-file", caFile, "--client-cert-auth")
+	clientCert, clientKey := p.Issue(t, "lb1", x509.ExtKeyUsageClientAuth)
 
 	good := config.Fleet{Endpoints: []string{clientURL}, CertFile: clientCert, KeyFile: clientKey, CAFile: caFile, Prefix: prefix}
 	cli, err := Dial(good)
@@ -81,12 +86,20 @@ func TestDialTLSToARealEtcd(t *testing.T) {
 	}
 }
 
-// With etcd's authentication on, the node logs in with username and password_file; a
-// wrong password is refused.
+// With etcd's authentication on, the node logs in with username and password_file
+// over https://; a wrong password is refused, and so is any login over http://, which
+// would send the password in clear (the dialer refuses it before connecting).
 func TestDialPasswordToARealEtcd(t *testing.T) {
-	c := startEtcd(t, 1)
-	admin := c.client()
-	ctx := context.Background()
+	p := testpki.New(t, "fleet-ca")
+	caFile := p.File
+	endpoint := startTLSEtcd(t, p)
+	admin, err := Dial(config.Fleet{Endpoints: []string{endpoint}, CAFile: caFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	if _, err := admin.UserAdd(ctx, "root", "r00t-pw"); err != nil {
 		t.Fatal(err)
 	}
@@ -101,22 +114,27 @@ func TestDialPasswordToARealEtcd(t *testing.T) {
 	os.WriteFile(good, []byte("r00t-pw\n"), 0o600)
 	os.WriteFile(bad, []byte("guess\n"), 0o600)
 
-	cli, err := Dial(config.Fleet{Endpoints: c.endpoints(), Username: "root", PasswordFile: good})
+	cli, err := Dial(config.Fleet{Endpoints: []string{endpoint}, CAFile: caFile, Username: "root", PasswordFile: good})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if _, err := cli.Put(cctx, prefix+"/probe", "x"); err != nil {
+	if _, err := cli.Put(ctx, prefix+"/probe", "x"); err != nil {
 		t.Fatalf("the right password: %v", err)
 	}
-	wrong, err := Dial(config.Fleet{Endpoints: c.endpoints(), Username: "root", PasswordFile: bad})
+	wrong, err := Dial(config.Fleet{Endpoints: []string{endpoint}, CAFile: caFile, Username: "root", PasswordFile: bad})
 	if err == nil {
 		defer wrong.Close()
-		_, err = wrong.Get(cctx, prefix+"/probe")
+		_, err = wrong.Get(ctx, prefix+"/probe")
 	}
 	if err == nil || !strings.Contains(err.Error(), "authentication failed") {
 		t.Fatalf("a wrong password: %v, want authentication failed", err)
+	}
+	plain := "http://" + strings.TrimPrefix(endpoint, "https://")
+	if clear, err := Dial(config.Fleet{Endpoints: []string{endpoint, plain}, CAFile: caFile, Username: "root", PasswordFile: good}); err == nil {
+		clear.Close()
+		t.Fatal("a login with an http:// endpoint was dialled")
+	} else if !strings.HasPrefix(err.Error(), "fleet.etcd.endpoints[1]: ") || !strings.Contains(err.Error(), "in clear") {
+		t.Fatalf("a login over http://: %v, want it refused naming fleet.etcd.endpoints[1]", err)
 	}
 }

@@ -81,7 +81,7 @@ var (
 	Promtool  = debian("promtool", "/usr/bin/promtool", "prometheus")
 	Python3   = debian("python3", "/usr/bin/python3", "python3-minimal") // also `make bench`'s plots
 	Sh        = debian("sh", "/bin/sh", "dash")
-	Systemd   = debian("systemd-analyze", "/usr/bin/systemd-analyze", "systemd") // the units' test: systemd-analyze verify
+	Systemd   = debian("systemd-analyze", "/usr/bin/systemd-analyze", "systemd") // the units' tests: systemd-analyze verify and security
 	TC        = debian("tc", "/usr/sbin/tc", "iproute2")
 	Tcpdump   = debian("tcpdump", "/usr/bin/tcpdump", "tcpdump")
 	Unshare   = debian("unshare", "/usr/bin/unshare", "util-linux")

@@ -9,14 +9,16 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// A Claim is what a Service asks of an address: the pools select it by its labels,
-// and it shares an address only with Services of the same sharing key whose ports
-// differ from its own.
+// A Claim is what a Service asks of an address: the pools select it by its labels
+// and its namespace's, and it shares an address only with Services of the same
+// sharing key whose ports differ from its own.
 type Claim struct {
-	Service    string // namespace/name
-	Labels     labels.Set
-	SharingKey string // the manifold.io/allow-shared-ip annotation; "" shares with no one
-	Ports      []Port
+	Service         string // namespace/name
+	Namespace       string
+	NamespaceLabels labels.Set // the labels of the Namespace object
+	Labels          labels.Set
+	SharingKey      string // the manifold.io/allow-shared-ip annotation; "" shares with no one
+	Ports           []Port
 }
 
 // A Port is one port of a Service, as two Services sharing an address must not
@@ -105,7 +107,7 @@ func shareable(c, other Claim) bool {
 
 func (a *Allocator) poolFor(c Claim, addr netip.Addr, autoOnly bool) *Pool {
 	for _, p := range a.pools {
-		if (!autoOnly || p.AutoAssign) && p.Selector.Matches(c.Labels) && p.contains(addr) {
+		if (!autoOnly || p.AutoAssign) && p.Selects(c) && p.Contains(addr) {
 			return p
 		}
 	}
@@ -129,7 +131,7 @@ func (a *Allocator) Pick(c Claim, v6 bool) (netip.Addr, error) {
 	}
 	var served []string
 	for _, p := range a.pools {
-		if !p.AutoAssign || !p.Selector.Matches(c.Labels) {
+		if !p.AutoAssign || !p.Selects(c) {
 			continue
 		}
 		served = append(served, p.Name)

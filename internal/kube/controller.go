@@ -2,7 +2,7 @@
 // (`manifold kube-controller`) gives Services of type LoadBalancer their addresses
 // from IPPools and writes them into the Services' status.
 //
-//	informers (Services, IPPools) ──► queue ──► one worker: sync(key)
+//	informers (Services, IPPools, Namespaces) ──► queue ──► one worker: sync(key)
 //	                                                 │ Allocator (who holds what)
 //	                                                 ├─► status.loadBalancer.ingress
 //	                                                 └─► Events
@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"slices"
@@ -183,10 +184,12 @@ type controller struct {
 	o        Options
 	cs       kubernetes.Interface
 	services corelisters.ServiceLister
-	pools    cache.GenericLister
-	queue    workqueue.TypedRateLimitingInterface[string]
-	alloc    *Allocator
-	events   record.EventRecorder
+	// namespaces' labels select pools (an IPPool's namespaceSelectors)
+	namespaces corelisters.NamespaceLister
+	pools      cache.GenericLister
+	queue      workqueue.TypedRateLimitingInterface[string]
+	alloc      *Allocator
+	events     record.EventRecorder
 	// uids of the Services holding addresses, to name a deleted one in its Event.
 	uids map[string]corev1.ObjectReference
 }
@@ -198,18 +201,20 @@ func serve(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, 
 
 	factory := informers.NewSharedInformerFactory(cs, 0)
 	svcInformer := factory.Core().V1().Services()
+	nsInformer := factory.Core().V1().Namespaces()
 	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	poolInformer := dfactory.ForResource(PoolResource)
 
 	c := &controller{
-		o:        o,
-		cs:       cs,
-		services: svcInformer.Lister(),
-		pools:    poolInformer.Lister(),
-		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		alloc:    NewAllocator(),
-		events:   broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "manifold-controller"}),
-		uids:     map[string]corev1.ObjectReference{},
+		o:          o,
+		cs:         cs,
+		services:   svcInformer.Lister(),
+		namespaces: nsInformer.Lister(),
+		pools:      poolInformer.Lister(),
+		queue:      workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		alloc:      NewAllocator(),
+		events:     broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "manifold-controller"}),
+		uids:       map[string]corev1.ObjectReference{},
 	}
 	defer c.queue.ShutDown()
 	enqueue := func(obj any) {
@@ -219,6 +224,26 @@ func serve(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, 
 	}
 	if _, err := svcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
+	}); err != nil {
+		return err
+	}
+	// a Namespace's labels may bring its Services into a pool or take them out
+	namespaceChanged := func(obj any) {
+		ns, ok := obj.(*corev1.Namespace)
+		if !ok {
+			return // a deleted Namespace's tombstone: its Services are being deleted too
+		}
+		svcs, _ := c.services.Services(ns.Name).List(labels.Everything())
+		for _, svc := range svcs {
+			c.queue.Add(ns.Name + "/" + svc.Name)
+		}
+	}
+	if _, err := nsInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, obj any) {
+			if !maps.Equal(old.(*corev1.Namespace).Labels, obj.(*corev1.Namespace).Labels) {
+				namespaceChanged(obj)
+			}
+		},
 	}); err != nil {
 		return err
 	}
@@ -366,7 +391,7 @@ func (c *controller) sync(ctx context.Context, key string) error {
 // per family the one it holds or its status shows, or else a new one.
 func (c *controller) assign(svc *corev1.Service) ([]netip.Addr, error) {
 	key := svc.Namespace + "/" + svc.Name
-	claim := claimOf(svc)
+	claim := c.claimOf(svc)
 	want, err := requested(svc)
 	if err != nil {
 		return nil, err
@@ -454,8 +479,19 @@ func (c *controller) writeStatus(ctx context.Context, svc *corev1.Service, addrs
 	return nil
 }
 
-func claimOf(svc *corev1.Service) Claim {
-	c := Claim{Service: svc.Namespace + "/" + svc.Name, Labels: labels.Set(svc.Labels), SharingKey: svc.Annotations[AnnotationShared]}
+func (ctl *controller) claimOf(svc *corev1.Service) Claim {
+	c := ClaimOf(svc)
+	if ns, err := ctl.namespaces.Get(svc.Namespace); err == nil {
+		c.NamespaceLabels = labels.Set(ns.Labels)
+	}
+	return c
+}
+
+// ClaimOf is the claim of svc but for its namespace's labels (Claim.NamespaceLabels),
+// which the caller reads from its Namespace.
+func ClaimOf(svc *corev1.Service) Claim {
+	c := Claim{Service: svc.Namespace + "/" + svc.Name, Namespace: svc.Namespace, Labels: labels.Set(svc.Labels),
+		SharingKey: svc.Annotations[AnnotationShared]}
 	for _, p := range svc.Spec.Ports {
 		c.Ports = append(c.Ports, Port{Protocol: string(cmp.Or(p.Protocol, corev1.ProtocolTCP)), Port: p.Port})
 	}

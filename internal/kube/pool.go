@@ -3,6 +3,7 @@ package kube
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // PoolResource is the IPPool custom resource (deploy/kubernetes/01-crd-ippool.yaml).
@@ -25,6 +27,37 @@ type Pool struct {
 	// Selector picks the Services the pool serves; it selects every Service when the
 	// pool has no serviceSelector.
 	Selector labels.Selector
+	// Namespaces and NamespaceSelectors (MetalLB's names) limit the pool to the
+	// Services of the namespaces named, or whose labels a selector matches; with
+	// neither, a Service of any namespace.
+	Namespaces         []string
+	NamespaceSelectors []labels.Selector
+}
+
+// Selects tells whether the pool serves c's Service: its namespace is one of the
+// pool's, and its labels match the pool's serviceSelector. Every way to an address
+// (picked, asked for, shared) goes through it.
+func (p *Pool) Selects(c Claim) bool {
+	if !p.Selector.Matches(c.Labels) {
+		return false
+	}
+	if len(p.Namespaces) == 0 && len(p.NamespaceSelectors) == 0 {
+		return true
+	}
+	if slices.Contains(p.Namespaces, c.Namespace) {
+		return true
+	}
+	return slices.ContainsFunc(p.NamespaceSelectors, func(s labels.Selector) bool { return s.Matches(c.NamespaceLabels) })
+}
+
+// Contains tells whether a is one of the pool's addresses.
+func (p *Pool) Contains(a netip.Addr) bool {
+	for _, r := range p.Ranges {
+		if r.contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // A Range is the addresses from First to Last, both included, of one family.
@@ -34,21 +67,16 @@ func (r Range) contains(a netip.Addr) bool {
 	return a.Is4() == r.First.Is4() && r.First.Compare(a) <= 0 && a.Compare(r.Last) <= 0
 }
 
-func (p *Pool) contains(a netip.Addr) bool {
-	for _, r := range p.Ranges {
-		if r.contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
 // ippoolSpec is the spec of an IPPool as the CRD's schema defines it.
 type ippoolSpec struct {
 	CIDRs           []string              `json:"cidrs"`
 	Ranges          []string              `json:"ranges"`
 	AutoAssign      *bool                 `json:"autoAssign"`
 	ServiceSelector *metav1.LabelSelector `json:"serviceSelector"`
+	// MetalLB's IPAddressPool has them under serviceAllocation; here they sit beside
+	// serviceSelector, which this pool had first.
+	Namespaces         []string               `json:"namespaces"`
+	NamespaceSelectors []metav1.LabelSelector `json:"namespaceSelectors"`
 }
 
 // ParsePool reads an IPPool. The CRD's schema checks the shape; this checks what a
@@ -86,6 +114,19 @@ func ParsePool(u *unstructured.Unstructured) (*Pool, error) {
 			return nil, fmt.Errorf("ippool %s: spec.serviceSelector: %w", p.Name, err)
 		}
 		p.Selector = sel
+	}
+	for i, n := range spec.Namespaces {
+		if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
+			return nil, fmt.Errorf("ippool %s: spec.namespaces[%d]: %q is not a namespace name: %s", p.Name, i, n, strings.Join(errs, "; "))
+		}
+		p.Namespaces = append(p.Namespaces, n)
+	}
+	for i := range spec.NamespaceSelectors {
+		sel, err := metav1.LabelSelectorAsSelector(&spec.NamespaceSelectors[i])
+		if err != nil {
+			return nil, fmt.Errorf("ippool %s: spec.namespaceSelectors[%d]: %w", p.Name, i, err)
+		}
+		p.NamespaceSelectors = append(p.NamespaceSelectors, sel)
 	}
 	return p, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/kube"
@@ -17,7 +18,9 @@ import (
 
 // From the cluster's objects to manifold services:
 //
-//	Service (type LoadBalancer, manifold's class, an address in status.loadBalancer.ingress)
+//	Service (type LoadBalancer, manifold's class, an address in status.loadBalancer.ingress
+//	         that an IPPool selecting the Service holds: the status is anyone's to write
+//	         who may update services/status, the pools are the cluster admin's)
 //	  × each of its ports (TCP or UDP) × each address ─► one manifold service, VIP:port/protocol
 //	EndpointSlices of the Service (label kubernetes.io/service-name), the address's family:
 //	  ready endpoints per Node
@@ -40,6 +43,30 @@ type Plan struct {
 	// Skipped says, one line each, what could not be served and why; the rest is
 	// served as if it were not there.
 	Skipped []string
+	// OutOfPool is the addresses of Services' status that no pool selecting the
+	// Service holds: refused (and in Skipped).
+	OutOfPool []Refusal
+}
+
+// A Refusal is an address of a Service's status the plan refused.
+type Refusal struct {
+	Service *corev1.Service
+	Addr    netip.Addr
+}
+
+// Pools is what says which addresses a Service may have: the IPPools and the labels
+// of the Namespaces (which pools select by).
+type Pools struct {
+	Pools      []*kube.Pool
+	Namespaces map[string]labels.Set
+}
+
+// admit tells whether a pool that selects svc holds a, as the controller decides
+// when it gives the address (kube.Pool.Selects).
+func (ps Pools) admit(svc *corev1.Service, a netip.Addr) bool {
+	c := kube.ClaimOf(svc)
+	c.NamespaceLabels = ps.Namespaces[svc.Namespace]
+	return slices.ContainsFunc(ps.Pools, func(p *kube.Pool) bool { return p.Selects(c) && p.Contains(a) })
 }
 
 // VIPsOn is the addresses of the services that have a backend on the Node node: the
@@ -64,7 +91,7 @@ type vipKey struct {
 }
 
 // plan is the pure part of Cluster.Plan.
-func plan(svcs []*corev1.Service, eps []*discoveryv1.EndpointSlice, nodes []*corev1.Node, defaultClass bool) Plan {
+func plan(svcs []*corev1.Service, eps []*discoveryv1.EndpointSlice, nodes []*corev1.Node, pools Pools, defaultClass bool) Plan {
 	p := Plan{Nodes: map[string]map[netip.Addr]string{}}
 	slices.SortFunc(svcs, func(a, b *corev1.Service) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
@@ -88,6 +115,11 @@ func plan(svcs []*corev1.Service, eps []*discoveryv1.EndpointSlice, nodes []*cor
 			vip, err := netip.ParseAddr(ing.IP)
 			if err != nil || !vip.IsGlobalUnicast() {
 				p.Skipped = append(p.Skipped, fmt.Sprintf("Service %s: %q in status.loadBalancer.ingress is not a unicast address", key, ing.IP))
+				continue
+			}
+			if !pools.admit(svc, vip) {
+				p.Skipped = append(p.Skipped, fmt.Sprintf("Service %s: %s is in no IPPool that selects the Service: refused", key, vip))
+				p.OutOfPool = append(p.OutOfPool, Refusal{Service: svc, Addr: vip})
 				continue
 			}
 			for _, port := range svc.Spec.Ports {

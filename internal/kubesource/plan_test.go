@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/manifoldlb/manifold/internal/kube"
 )
@@ -45,7 +46,9 @@ func TestPlanDualStackAndUDP(t *testing.T) {
 	}
 	p := plan([]*corev1.Service{svc}, []*discoveryv1.EndpointSlice{
 		slice(discoveryv1.AddressTypeIPv4, "10.244.0.1", "10.244.0.2"), slice(discoveryv1.AddressTypeIPv6, "fd00:244::1"),
-	}, []*corev1.Node{node}, false)
+	}, []*corev1.Node{node}, Pools{Pools: []*kube.Pool{{Name: "doc", Selector: labels.Everything(), Ranges: []kube.Range{
+		{First: netip.MustParseAddr("192.0.2.0"), Last: netip.MustParseAddr("192.0.2.255")},
+		{First: netip.MustParseAddr("2001:db8::"), Last: netip.MustParseAddr("2001:db8::ffff")}}}}}, false)
 	var got []string
 	for _, s := range p.Services {
 		got = append(got, fmt.Sprintf("%s %s:%d/%s %s×%d", s.Name, s.VIP, s.Port, s.Protocol, s.Backends[0].Address, s.Backends[0].Weight))

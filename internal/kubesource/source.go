@@ -10,7 +10,11 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/kube"
 	"github.com/manifoldlb/manifold/internal/reconcile"
 )
 
@@ -28,6 +32,7 @@ type Source struct {
 	node         config.Node // the node's addresses: a VIP of a family it has none of is skipped
 	sink         reconcile.Sink
 	log          *slog.Logger
+	events       record.EventRecorder // on the Services whose addresses the node refuses
 
 	mu    sync.Mutex // guards state and changed
 	state State
@@ -41,6 +46,9 @@ type State struct {
 	Reachable bool // the last probe of the API server was answered
 	Services  []config.Service
 	Skipped   []string // what the last Plan left out, and why
+	// OutOfPool is how many addresses of Services' status the last Plan refused as in
+	// no IPPool that selects the Service.
+	OutOfPool int
 	// Submitted counts the updates the node took; Refused those it did not (the
 	// error is logged; the next change tries again).
 	Submitted, Refused uint64
@@ -48,7 +56,8 @@ type State struct {
 
 // NewSource makes the source of an LB node whose services come from cluster.
 func NewSource(cluster *Cluster, k config.Kubernetes, node config.Node, sink reconcile.Sink, log *slog.Logger) *Source {
-	return &Source{cluster: cluster, defaultClass: k.DefaultClass, node: node, sink: sink, log: log, changed: make(chan struct{})}
+	return &Source{cluster: cluster, defaultClass: k.DefaultClass, node: node, sink: sink, log: log, changed: make(chan struct{}),
+		events: cluster.Recorder("manifold-node", node.Name)}
 }
 
 // State returns the source's state and a channel closed at its next change.
@@ -82,9 +91,11 @@ func (s *Source) Run(ctx context.Context) error {
 	var last []config.Service
 	current := false // last is what the node runs: nothing to submit while the plan is the same
 	var skipped []string
+	refused := map[string]bool{} // the last Plan's refusals, each told once in an Event
 	for revision := 1; ; revision++ {
 		p := s.cluster.Plan(s.defaultClass)
 		p = s.servable(p)
+		refused = s.tellRefused(p.OutOfPool, refused)
 		if !slices.Equal(p.Skipped, skipped) {
 			for _, why := range p.Skipped {
 				s.log.Warn("kubernetes: not served", "why", why)
@@ -103,7 +114,7 @@ func (s *Source) Run(ctx context.Context) error {
 			}
 			last, current = p.Services, err == nil
 			s.update(func(st *State) {
-				st.Services, st.Skipped = p.Services, p.Skipped
+				st.Services, st.Skipped, st.OutOfPool = p.Services, p.Skipped, len(p.OutOfPool)
 				if err != nil {
 					st.Refused++
 				} else {
@@ -111,7 +122,7 @@ func (s *Source) Run(ctx context.Context) error {
 				}
 			})
 		} else {
-			s.update(func(st *State) { st.Skipped = p.Skipped })
+			s.update(func(st *State) { st.Skipped, st.OutOfPool = p.Skipped, len(p.OutOfPool) })
 		}
 		select {
 		case <-ctx.Done():
@@ -119,6 +130,22 @@ func (s *Source) Run(ctx context.Context) error {
 		case <-s.cluster.Changed():
 		}
 	}
+}
+
+// tellRefused records a Warning Event on each Service with an address refused that
+// was not refused in the last Plan (before: the last Plan's), and returns the
+// refusals now.
+func (s *Source) tellRefused(out []Refusal, before map[string]bool) map[string]bool {
+	now := map[string]bool{}
+	for _, r := range out {
+		key := string(r.Service.UID) + " " + r.Addr.String()
+		now[key] = true
+		if !before[key] {
+			s.events.Eventf(r.Service, corev1.EventTypeWarning, kube.ReasonNotInPool,
+				"%s is in no IPPool that selects this Service: LB node %s does not serve it", r.Addr, s.node.Name)
+		}
+	}
+	return now
 }
 
 // servable moves to Skipped the services of a family the node has no address of.

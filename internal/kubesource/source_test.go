@@ -96,6 +96,8 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	c := apiServer(t)
 	e := &env{t: t, c: c, ns: c.Namespace(t, "src"), sink: &sink{}}
+	// the addresses the tests' Services have, for the namespace's Services only
+	c.Pool(t, e.ns, map[string]any{"cidrs": []any{"198.51.100.0/24", "2001:db8::/64"}, "namespaces": []any{e.ns}})
 	cl, err := NewCluster(c.As(kubetest.NodeUser))
 	if err != nil {
 		t.Fatal(err)

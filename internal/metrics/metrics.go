@@ -117,6 +117,8 @@ var (
 		"Services the node takes from the cluster (one per Service port with an address).")
 	kubeSkippedDesc = desc("manifold_kubernetes_skipped",
 		"What the node leaves out of the cluster's Services, and logs why (GET /api/v1/status: kubernetes.skipped).")
+	kubeOutOfPoolDesc = desc("manifold_kubernetes_addresses_out_of_pool",
+		"Addresses of Services' status.loadBalancer.ingress the node refuses: in no IPPool that selects the Service (an Event on each).")
 	kubeUpdatesDesc = desc("manifold_kubernetes_updates_total",
 		"Updates from the cluster the node applied or refused (logged; the next change tries again).", "result")
 	steeringShareDesc = desc("manifold_steering_share",
@@ -164,7 +166,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 		flowsDesc, flowSizeDesc, checksDesc, checkFailuresDesc, checkUpDesc, checkLatencyDesc, peerUpDesc,
 		updatesSentDesc, updatesReceivedDesc, reloadsDesc, reloadFailuresDesc, apiDesc,
 		fleetRevisionDesc, fleetReachableDesc, fleetStaleDesc, fleetLagDesc, fleetConflictsDesc, steeringShareDesc, steeringTargetDesc,
-		kubeSyncedDesc, kubeReachableDesc, kubeServicesDesc, kubeSkippedDesc, kubeUpdatesDesc,
+		kubeSyncedDesc, kubeReachableDesc, kubeServicesDesc, kubeSkippedDesc, kubeOutOfPoolDesc, kubeUpdatesDesc,
 		tunnelConnectorsDesc, tunnelCapacityDesc, tunnelServiceOpenDesc, tunnelOpenDesc, tunnelStreamsDesc, tunnelBytesDesc, tunnelRTTDesc,
 		tunnelsAttachedDesc, tunnelsGoneDesc, tunnelsRefusedDesc, tunnelRetriesDesc, tunnelClientsRefusedDesc,
 		tunnelClientsPerSourceDesc, tunnelClientsIdleDesc, tunnelAcceptErrorsDesc} {
@@ -231,6 +233,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(kubeReachableDesc, bit(k.Reachable))
 		gauge(kubeServicesDesc, float64(k.Services))
 		gauge(kubeSkippedDesc, float64(len(k.Skipped)))
+		gauge(kubeOutOfPoolDesc, float64(k.OutOfPool))
 		counter(kubeUpdatesDesc, k.Submitted, "applied")
 		counter(kubeUpdatesDesc, k.Refused, "refused")
 	}

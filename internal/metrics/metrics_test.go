@@ -76,7 +76,7 @@ var full = fixed{
 		ReloadFailures:   1,
 		Fleet:            &api.FleetState{Prefix: "/manifold", AppliedRevision: 40, StoreRevision: 42, Reachable: false, StaleSince: "2026-11-23T15:00:00Z", WriteConflicts: 3},
 		Kubernetes: &api.KubernetesState{Synced: true, Reachable: false, Services: 5,
-			Skipped: []string{"service a: no address", "service b: no address"}, Submitted: 12, Refused: 1},
+			Skipped: []string{"service a: no address", "service b: no address"}, OutOfPool: 1, Submitted: 12, Refused: 1},
 	},
 	Events: map[string]uint64{"flow_not_inserted": 7},
 	HealthChecks: []HealthCheck{
@@ -133,6 +133,7 @@ func TestMetricsReportTheSnapshot(t *testing.T) {
 		"manifold_kubernetes_api_reachable":                                               0,
 		"manifold_kubernetes_services":                                                    5,
 		"manifold_kubernetes_skipped":                                                     2,
+		"manifold_kubernetes_addresses_out_of_pool":                                       1,
 		"manifold_kubernetes_updates_total,result=applied":                                12,
 		"manifold_kubernetes_updates_total,result=refused":                                1,
 		"manifold_config_reload_failures_total":                                           1,

@@ -242,5 +242,5 @@ func (n *Node) kubeState() *api.KubernetesState {
 	}
 	s, _ := n.kube.State()
 	return &api.KubernetesState{Synced: s.Synced, Reachable: s.Reachable, Services: len(s.Services),
-		Skipped: append([]string{}, s.Skipped...), Submitted: s.Submitted, Refused: s.Refused}
+		Skipped: append([]string{}, s.Skipped...), OutOfPool: s.OutOfPool, Submitted: s.Submitted, Refused: s.Refused}
 }

@@ -93,7 +93,8 @@ func (s *Source) rereadAndApply(ctx context.Context) {
 
 // Change makes an edit of the file (an API write) and applies it: the file is written
 // and fsynced first, so what the node runs is what a restart would run; when the kernel
-// refuses, the file is put back. On any error nothing changed.
+// refuses, the file is put back. On any error nothing changed, but for *Committed:
+// the change was made and the error carries a warning.
 func (s *Source) Change(ctx context.Context, edit func(*Store) (*Change, error)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -113,6 +114,10 @@ func (s *Source) Change(ctx context.Context, edit func(*Store) (*Change, error))
 		return err
 	}
 	s.log.Info("config changed through the API", "change", ch.Summary, "config", s.store.Path(), "revision", ch.Revision())
+	if w := ch.Warning(); w != "" {
+		s.log.Warn("config change made, with a problem", "config", s.store.Path(), "warning", w)
+		return &Committed{Warning: w}
+	}
 	return nil
 }
 

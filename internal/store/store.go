@@ -141,6 +141,7 @@ type Change struct {
 	data, prev []byte
 	prevCfg    *config.Config
 	write      bool // an edit, to be written; a reload adopts what is on disk already
+	warning    string
 }
 
 // Revision identifies the file's contents after the change (see Store.Revision).
@@ -171,7 +172,12 @@ func (s *Store) Commit(ch *Change) error {
 		if !bytes.Equal(disk, ch.prev) {
 			return changedOnDisk(s.path)
 		}
-		if err := writeAtomic(s.path, ch.data); err != nil {
+		switch err := writeAtomic(s.path, ch.data); {
+		case isNotDurable(err):
+			// the file holds the change: the store follows it, or the next write
+			// would find the file "edited" and refuse
+			ch.warning = err.Error()
+		case err != nil:
 			return fail(Failed, "", "cannot write the config file: %v", err)
 		}
 	}
@@ -179,11 +185,24 @@ func (s *Store) Commit(ch *Change) error {
 	return nil
 }
 
+// Warning is what went wrong after Commit wrote the change ("" when nothing did): the
+// change holds, but a power cut may still undo it.
+func (ch *Change) Warning() string { return ch.warning }
+
+// Committed is the answer to a change that was made, with a warning about a step
+// after it that failed (see Change.Warning). It is an error only to travel where
+// errors go: a caller that finds it reports success and passes the warning on.
+type Committed struct{ Warning string }
+
+func (c *Committed) Error() string { return "the change was made; warning: " + c.Warning }
+
 // Revert undoes a committed change (the kernel refused it): the file and the state
 // are what they were before.
 func (s *Store) Revert(ch *Change) error {
 	if ch.write && !bytes.Equal(ch.data, ch.prev) {
-		if err := writeAtomic(s.path, ch.prev); err != nil {
+		// a restore that may not survive a power cut did restore the file: the state
+		// follows it (the caller reports the kernel's refusal, which is the news)
+		if err := writeAtomic(s.path, ch.prev); err != nil && !isNotDurable(err) {
 			return fmt.Errorf("restore the config file: %w", err)
 		}
 	}

@@ -222,3 +222,20 @@ services:
 		t.Fatalf("error %v, want 5 problems", err)
 	}
 }
+
+// A relative token_file or ca_file is beside the config file, whatever the working
+// directory: the systemd unit loads the config, the token and the CA as credentials
+// into one directory and runs --config %d/connect.yaml.
+func TestConnectorFilesBesideTheConfig(t *testing.T) {
+	p := newPKI(t)
+	writeFile(t, filepath.Join(p.dir, "token"), tokenWeb+"\n")
+	conf := filepath.Join(p.dir, "connect.yaml")
+	writeFile(t, conf, "edges: [127.0.0.1:7443]\ntoken_file: token\nca_file: "+filepath.Base(p.caFile)+"\nservices: [{name: web, to: 127.0.0.1:8000}]\n")
+	c, err := LoadConnectorConfig(conf, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Token != tokenWeb || c.TokenFile != filepath.Join(p.dir, "token") || c.CAFile != p.caFile {
+		t.Errorf("token %q from %s, CA %s: want the files beside %s", c.Token, c.TokenFile, c.CAFile, conf)
+	}
+}

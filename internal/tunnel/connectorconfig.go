@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/manifoldlb/manifold/internal/config"
 )
 
 // Bounds and defaults of the connector's config.
@@ -92,6 +94,7 @@ func ParseConnectorConfig(file string, data []byte, log *slog.Logger) (*Connecto
 	if n := fields["token_file"]; n == nil {
 		y.add(root.Line, "token_file", "required: the file holding this connector's token")
 	} else if path, ok := y.text(n, "token_file"); ok {
+		path = config.PathBeside(y.name, path)
 		c.TokenFile = path
 		if data, ok := y.readSecret(n.Line, "token_file", path); ok {
 			c.Token = strings.TrimSpace(string(data))
@@ -103,6 +106,7 @@ func ParseConnectorConfig(file string, data []byte, log *slog.Logger) (*Connecto
 	if n := fields["ca_file"]; n == nil {
 		y.add(root.Line, "ca_file", "required: the CA that signs the edges' certificates")
 	} else if path, ok := y.text(n, "ca_file"); ok {
+		path = config.PathBeside(y.name, path)
 		c.CAFile = path
 		if data, ok := y.readFile(n.Line, "ca_file", path); ok {
 			c.CAs = x509.NewCertPool()

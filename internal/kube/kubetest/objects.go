@@ -8,6 +8,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // What kubelet, the scheduler and the EndpointSlice controller would write, written
@@ -102,4 +104,21 @@ func (c *Cluster) Service(t testing.TB, ns string, svc *corev1.Service, addrs ..
 	if _, err := services.UpdateStatus(context.Background(), svc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// poolResource is kube.PoolResource (kube's tests import this package).
+var poolResource = schema.GroupVersionResource{Group: "manifold.io", Version: "v1alpha1", Resource: "ippools"}
+
+// Pool creates the IPPool name with spec, deleted when the test ends: the LB nodes
+// serve only the addresses of a pool that selects the Service.
+func (c *Cluster) Pool(t testing.TB, name string, spec map[string]any) {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "manifold.io/v1alpha1", "kind": "IPPool", "metadata": map[string]any{"name": name}, "spec": spec,
+	}}
+	pools := c.Dyn.Resource(poolResource)
+	if _, err := pools.Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pools.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 }
