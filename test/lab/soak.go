@@ -81,12 +81,14 @@ const (
 	// packets were lost while the router moved it answers late, once TCP has sent
 	// them again (after up to 3 s of backoff), and is not broken.
 	soakStall = 10 * time.Second
-	// soakFirstPort is the client port of the first long-lived connection, the others
-	// follow: above the kernel's ephemeral range (32768-60999), where the steady
-	// stream's connections come from. A stream connection that reused a long-lived
-	// connection's 5-tuple would leave a flow entry for it on the node it went
-	// through, pinned to the backend of its own time (see docs/security.md).
-	soakFirstPort = 61000
+	// The long-lived connections take their client ports from soakPorts, each one a
+	// new port, in turn (wrapping after 35 536 connections); the steady stream takes
+	// the client's ephemeral ports, which the soak moves below them
+	// (soakEphemeralPorts). A connection on the 5-tuple of an earlier one meets, on a
+	// node the earlier one went through, the earlier one's flow entry, pinned to its
+	// backend: if the router moves it there, it is reset (docs/security.md).
+	soakPortsFirst, soakPortsLast = 30000, 65535
+	soakEphemeralPorts            = "10000 29999"
 	// SoakToken is the nodes' API token: every write carries it.
 	SoakToken = "soak-api-token-0123456789"
 )
@@ -256,13 +258,15 @@ type soak struct {
 
 	writes  writeHistory
 	written map[string]int // the last weight written (or tried) to each key
+
+	lastPort int // the client port last given to a long-lived connection
 }
 
 // soakConn is one long-lived connection and what it met since it was opened.
 type soakConn struct {
 	vip     netip.Addr
 	c       *KeepAliveConn // nil: to be dialled at the next exercise
-	port    int            // the client's, the same for the connections that replace it
+	port    int            // the client's
 	backend string
 	routes  uint64 // route changes of vip when opened
 	stops   int    // stops of backend's server when opened
@@ -295,9 +299,12 @@ func RunSoak(ctx context.Context, a *ActiveActive, spec SoakSpec) (*SoakReport, 
 	defer s.routes.Close()
 	s.load = StartLoad(a.Client.NS, []netip.Addr{WebVIP4, WebVIP6})
 	defer s.load.Finish()
+	if err := a.Client.Sysctl(map[string]string{"net.ipv4.ip_local_port_range": soakEphemeralPorts}); err != nil {
+		return nil, err
+	}
 	for i := range spec.Conns {
 		vip := []netip.Addr{WebVIP4, WebVIP6}[i%2]
-		s.conns = append(s.conns, &soakConn{vip: vip, port: soakFirstPort + i})
+		s.conns = append(s.conns, &soakConn{vip: vip, port: s.newPort()})
 	}
 	defer func() {
 		for _, c := range s.conns {
@@ -664,6 +671,16 @@ func (s *soak) backendAddr(role string, vip netip.Addr) netip.Addr {
 	return h.Addr6
 }
 
+// newPort is the next client port of soakPorts.
+func (s *soak) newPort() int {
+	if s.lastPort < soakPortsFirst || s.lastPort >= soakPortsLast {
+		s.lastPort = soakPortsFirst
+	} else {
+		s.lastPort++
+	}
+	return s.lastPort
+}
+
 // dial opens c's connection from its port and records what it met so far.
 func (s *soak) dial(c *soakConn) (string, error) {
 	kc, err := DialKeepAlive(s.a.Client.NS, URL(c.vip, 80), c.port)
@@ -743,18 +760,25 @@ func (s *soak) classify(c *SoakClass, sc *soakConn, cause error) {
 	sc.c.Close()
 	sc.c = nil
 	was, port := sc.backend, sc.port
+	// its replacement, from a new port (or at the next exercise)
+	defer func() {
+		sc.port = s.newPort()
+		s.dial(sc)
+	}()
 	if s.stops[was] > sc.stops || s.downs[s.backendAddr(was, sc.vip)] > sc.downs || s.stoppedBackend == was {
 		c.BrokenBackend++
-		s.dial(sc) // or at the next exercise
 		return
 	}
 	moved := s.routes.Changes(sc.vip) > sc.routes && s.rings[sc.vip] > sc.rings
 	// the same 5-tuple again: where the ring of the node the router now sends it to
-	// puts it (a SYN takes no flow entry)
+	// puts it (a SYN takes no flow entry); closed with a RST, which ends its flow
 	var now string
 	err := Eventually(2*soakStall, 100*time.Millisecond, func() error {
+		probe := &soakConn{vip: sc.vip, port: port}
 		var err error
-		now, err = s.dial(sc)
+		if now, err = s.dial(probe); err == nil {
+			probe.c.Close()
+		}
 		return err
 	})
 	switch {

@@ -94,8 +94,8 @@ func run(ctx context.Context, manifold, out, commit string, spec lab.SoakSpec) (
 	}
 	md := r.Markdown()
 	fmt.Println("\n" + md)
-	head := fmt.Sprintf("# Chaos soak\n\n`make soak ROUNDS=%d SEED=%d` on %s, commit %s, manifold %s; docs/security.md (\"Chaos soak\") says what counts.\n\n",
-		spec.Rounds, spec.Seed, time.Now().UTC().Format("2006-01-02"), commit, filepath.Base(manifold))
+	head := fmt.Sprintf("# Chaos soak\n\n`make soak ROUNDS=%d SEED=%d` on %s, commit %s; docs/security.md (\"Chaos soak\") says what counts.\n\n",
+		spec.Rounds, spec.Seed, time.Now().UTC().Format("2006-01-02"), commit)
 	if err := os.WriteFile(filepath.Join(out, "soak.md"), []byte(head+md), 0o644); err != nil {
 		return nil, err
 	}
