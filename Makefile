@@ -13,7 +13,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Tests that need root (BPF, namespaces) skip with a reason without it.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all deps bench-deps build deb generate check-generated vet test unit fuzz lab demo bench clean kube-apiserver image
+.PHONY: all deps bench-deps build deb generate check-generated vet test unit fuzz lab demo bench soak clean kube-apiserver image
 
 all: build
 
@@ -117,6 +117,16 @@ lab: deps build
 
 demo: deps build
 	$(GO) run ./test/lab/demo
+
+# soak: the chaos soak (test/lab/soak.go), ROUNDS rounds of at most 5 s, a fault each,
+# drawn from SEED (from the clock when empty; printed first, to replay a failure). Not
+# part of make test, which runs TestSoak's 20 rounds. Writes bench/results/soak.md and
+# soak.json; fails when a goal is missed.
+ROUNDS ?= 1000
+SEED   ?=
+soak: deps build
+	$(GO) run ./test/lab/soak -manifold $(BIN) -rounds $(ROUNDS) $(if $(SEED),-seed $(SEED)) \
+		-out bench/results -commit "$$(git rev-parse --short HEAD 2>/dev/null)"
 
 # bench: every benchmark, each next to its references in the same run; numbers and
 # ratios, never pass/fail. Each part writes bench/results/parts/*.json; the report

@@ -3,6 +3,7 @@ module github.com/manifoldlb/manifold
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/cilium/ebpf v0.22.0
 	github.com/gopacket/gopacket v1.7.7
 	github.com/prometheus/common v0.72.0

@@ -265,6 +265,19 @@ func (c *Checker) Up(t Target) bool {
 	return ok && p.up
 }
 
+// Known reports whether a target's state is known: it has passed Rise checks or
+// failed one since it was set. A kind none target is known at once; a target that is
+// not in the set is not.
+func (c *Checker) Known(t Target) bool {
+	if !probed(t.Check.Kind) {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.probers[t]
+	return ok && p.known
+}
+
 // Status returns the state and counters of every target, sorted by address then
 // check parameters.
 func (c *Checker) Status() []Status {

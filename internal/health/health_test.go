@@ -267,13 +267,13 @@ func TestTCPUpAfterRise(t *testing.T) {
 	tg := tcpTarget(loopback, srv.port(), 3, 2)
 	h.Set([]Target{tg})
 	h.ticks(t, 1)
-	if h.Up(tg) {
-		t.Fatal("Up = true after 2 of 3 successes")
+	if h.Up(tg) || h.Known(tg) {
+		t.Fatalf("after 2 of 3 successes: Up = %v, Known = %v; want neither", h.Up(tg), h.Known(tg))
 	}
 	h.tick(t)
 	h.expectEvent(t, tg, true, "3 consecutive successes")
-	if !h.Up(tg) {
-		t.Error("Up = false after the up event")
+	if !h.Up(tg) || !h.Known(tg) {
+		t.Errorf("after the up event: Up = %v, Known = %v; want both", h.Up(tg), h.Known(tg))
 	}
 	s := h.status(t, tg)
 	if !s.Up || !s.LastOK || s.LastError != "" || s.Checks != 3 || s.Failures != 0 || s.ConsecutiveSuccesses != 3 || !s.LastCheck.Equal(h.clock.Now()) {
@@ -413,8 +413,8 @@ func TestInitialDownEvent(t *testing.T) {
 	h.Set([]Target{tg})
 	// The first failure makes the initial (down) state known, whatever fall is.
 	h.expectEvent(t, tg, false, "1 consecutive failure: dial tcp 127.0.0.1:"+strconv.Itoa(int(port))+": ")
-	if h.Up(tg) {
-		t.Error("Up = true for a refused target")
+	if h.Up(tg) || !h.Known(tg) {
+		t.Errorf("a refused target: Up = %v, Known = %v; want known down", h.Up(tg), h.Known(tg))
 	}
 	// No more events while the state does not change.
 	h.ticks(t, 4)

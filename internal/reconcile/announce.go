@@ -31,13 +31,22 @@ const (
 // the service has at least one healthy backend (a draining one counts: its flows still
 // need the node). A tunnel service has no backends: it is announced while a
 // connector of it is attached to an edge (TunnelsConnected).
+//
+// A service not announced yet is announced only once the health of every backend is
+// known. Until then its Maglev table holds only the backends whose checks passed so
+// far, unlike the other nodes' tables: a flow the router moved to this node (a node
+// that starts or comes back) would go to another backend than on the node it came
+// from, and break. The chaos soak found it (docs/security.md). An announced service
+// stays announced while a backend added to it is checked.
 func (c *Controller) wantedAnnouncements() map[string]Announcement {
 	out := map[string]Announcement{}
 	for _, s := range c.served {
-		healthy := 0
+		healthy, unknown := 0, 0
 		for j := range s.Backends {
 			if c.healthy(s, &s.Backends[j]) {
 				healthy++
+			} else if !c.checked(s, &s.Backends[j]) {
+				unknown++
 			}
 		}
 		switch {
@@ -53,6 +62,8 @@ func (c *Controller) wantedAnnouncements() map[string]Announcement {
 			out[s.Name] = Announcement{Announced: true, Reason: reasonConnector}
 		case healthy == 0:
 			out[s.Name] = Announcement{Reason: ReasonNoBackend}
+		case unknown > 0 && !c.announce[s.Name].Announced:
+			out[s.Name] = Announcement{Reason: fmt.Sprintf("%d of %d backends healthy, %d not checked yet", healthy, len(s.Backends), unknown)}
 		default:
 			out[s.Name] = Announcement{Announced: true, Reason: fmt.Sprintf("%d of %d backends healthy", healthy, len(s.Backends))}
 		}

@@ -33,6 +33,7 @@ import (
 type Health interface {
 	Set(targets []health.Target)
 	Up(t health.Target) bool
+	Known(t health.Target) bool
 }
 
 // Neighbours keeps the link-layer next hops of the backends resolved (XDP forwards
@@ -243,6 +244,12 @@ func (c *Controller) healthy(s *config.Service, b *config.Backend) bool {
 		return true
 	}
 	return c.health.Up(health.Target{Addr: b.Address, Check: s.Health})
+}
+
+// checked reports whether a backend's health is known: it has no check, or its check
+// has passed Rise times or failed since the backend was set.
+func (c *Controller) checked(s *config.Service, b *config.Backend) bool {
+	return !hasCheck(s) || c.health.Known(health.Target{Addr: b.Address, Check: s.Health})
 }
 
 func (c *Controller) setRevision(source, rev string) {

@@ -91,14 +91,16 @@ func (s *fakeSpeaker) is(vips ...string) bool {
 	return true
 }
 
-// fakeHealth answers Up from a set the test controls, and records the targets set.
+// fakeHealth answers Up and Known from sets the test controls, and records the
+// targets set.
 type fakeHealth struct {
-	down    map[netip.Addr]bool
-	targets []health.Target
+	down, unknown map[netip.Addr]bool
+	targets       []health.Target
 }
 
-func (h *fakeHealth) Set(t []health.Target)   { h.targets = slices.Clone(t) }
-func (h *fakeHealth) Up(t health.Target) bool { return !h.down[t.Addr] }
+func (h *fakeHealth) Set(t []health.Target)      { h.targets = slices.Clone(t) }
+func (h *fakeHealth) Up(t health.Target) bool    { return !h.down[t.Addr] }
+func (h *fakeHealth) Known(t health.Target) bool { return !h.unknown[t.Addr] }
 
 type fakeNeighbours struct{ last []netip.Addr }
 
@@ -184,6 +186,33 @@ func TestWithdrawWhenNoBackendIsHealthyAndAnnounceOnRecovery(t *testing.T) {
 	}
 	if want := []string{"announce " + vip1, "withdraw " + vip1, "announce " + vip1}; !slices.Equal(r.speaker.log, want) {
 		t.Errorf("speaker saw %v, want %v", r.speaker.log, want)
+	}
+}
+
+// TestAnnounceWaitsUntilEveryBackendIsChecked: a node that starts (or comes back)
+// announces a service only once the health of each backend is known. Before, its
+// table holds only the backends whose checks passed so far, unlike the tables of the
+// other nodes, and flows the router moves to it go to other backends and break (the
+// chaos soak's node-restart rounds). A backend added to an announced service does
+// not withdraw it.
+func TestAnnounceWaitsUntilEveryBackendIsChecked(t *testing.T) {
+	r := newRig(t, true, 0)
+	b2, b3 := netip.MustParseAddr("10.0.1.2"), netip.MustParseAddr("10.0.1.3")
+	r.health.down[b2], r.health.unknown = true, map[netip.Addr]bool{b2: true}
+	r.submit(withCheck(svc("web", vip1, 80, "10.0.1.1", "10.0.1.2")))
+	r.c.Attached()
+	if a := r.announcement("web"); !r.speaker.is() || a.Announced || a.Reason != "1 of 2 backends healthy, 1 not checked yet" {
+		t.Fatalf("10.0.1.2 not checked yet: announced %v, %+v", r.speaker.Announced(), a)
+	}
+	delete(r.health.unknown, b2) // its first check failed
+	r.c.HealthChanged()
+	if a := r.announcement("web"); !r.speaker.is(vip1) || a.Reason != "1 of 2 backends healthy" {
+		t.Fatalf("every backend checked: announced %v, %+v", r.speaker.Announced(), a)
+	}
+	r.health.down[b3], r.health.unknown[b3] = true, true
+	r.submit(withCheck(svc("web", vip1, 80, "10.0.1.1", "10.0.1.2", "10.0.1.3")))
+	if want := []string{"announce " + vip1}; !r.speaker.is(vip1) || !slices.Equal(r.speaker.log, want) {
+		t.Errorf("a backend added while announced: announced %v, the speaker saw %v, want %v", r.speaker.Announced(), r.speaker.log, want)
 	}
 }
 

@@ -53,6 +53,13 @@ type ActiveActiveSpec struct {
 	// BFDNodes, or of every node when BFDNodes is empty.
 	BFD      *RouterBFD
 	BFDNodes []string
+	// Fleet, when set, makes the nodes a fleet: an etcd cluster with a member on each
+	// of the first three nodes holds the services (both web services and both partial
+	// ones, imported with `manifold fleet import`), and the nodes' files name no
+	// service.
+	Fleet bool
+	// APIToken is every node's node.api_token, which NodeAPI sends ("" for none).
+	APIToken string
 }
 
 // bfdOn reports whether node role runs BFD.
@@ -72,6 +79,9 @@ type ActiveActive struct {
 	Configs  map[string]NodeConfig // by node role
 	Running  map[string]*Node      // nodes started and not stopped
 	Nginx    map[string]*Process   // by backend role; nil while stopped
+	Agents   map[string]*Process   // `manifold backend`, by backend role
+	API      map[string]*NodeAPI   // by node role
+	Etcd     *Etcd                 // when Spec.Fleet is set
 }
 
 // NewActiveActive builds the topology and starts BIRD, the backends' nginx and
@@ -94,12 +104,13 @@ func NewActiveActive(spec ActiveActiveSpec) (a *ActiveActive, err error) {
 		}
 	}()
 	a = &ActiveActive{Lab: l, Spec: spec, Client: l.Host("client"), Nodes: l.HostsOf(LBNode), Backends: l.HostsOf(Backend),
-		Configs: map[string]NodeConfig{}, Running: map[string]*Node{}, Nginx: map[string]*Process{}}
+		Configs: map[string]NodeConfig{}, Running: map[string]*Node{}, Nginx: map[string]*Process{},
+		Agents: map[string]*Process{}, API: map[string]*NodeAPI{}}
 	for _, be := range a.Backends {
 		if err := a.StartNginx(be.Role); err != nil {
 			return nil, err
 		}
-		if _, err := l.StartBackendAgent(spec.Manifold, be, WebVIP4, WebVIP6, PartialVIP4, PartialVIP6); err != nil {
+		if a.Agents[be.Role], err = l.StartBackendAgent(spec.Manifold, be, WebVIP4, WebVIP6, PartialVIP4, PartialVIP6); err != nil {
 			return nil, err
 		}
 	}
@@ -107,6 +118,12 @@ func NewActiveActive(spec ActiveActiveSpec) (a *ActiveActive, err error) {
 	for i, n := range a.Nodes {
 		peers = append(peers, RouterPeer{Name: n.Role, Address: n.Addr4, ASN: NodeASN, Password: spec.Password, BFD: spec.bfdOn(n.Role)})
 		a.Configs[n.Role] = a.nodeConfig(n, i)
+		a.API[n.Role] = &NodeAPI{Host: n, Token: spec.APIToken, client: HTTPClient(n.NS, 10*time.Second)}
+	}
+	if spec.Fleet {
+		if err := a.startFleet(); err != nil {
+			return nil, err
+		}
 	}
 	ro := RouterOptions{HoldTime: spec.HoldTime, BFD: spec.BFD}
 	switch spec.Router {
@@ -124,10 +141,28 @@ func NewActiveActive(spec ActiveActiveSpec) (a *ActiveActive, err error) {
 	return a, nil
 }
 
+// startFleet starts the etcd cluster, seeds it with the services of the first node's
+// config, and leaves every node's config with a fleet section and no services.
+func (a *ActiveActive) startFleet() error {
+	var err error
+	if a.Etcd, err = a.StartEtcd(a.Nodes[:min(3, len(a.Nodes))]...); err != nil {
+		return err
+	}
+	first := a.Nodes[0]
+	services := a.Configs[first.Role]
+	for _, n := range a.Nodes {
+		c := a.Configs[n.Role]
+		c.Services, c.Fleet = nil, &Fleet{Endpoints: a.Etcd.Endpoints()}
+		a.Configs[n.Role] = c
+	}
+	services.BGP = nil
+	return a.FleetImport(a.Spec.Manifold, first, a.Configs[first.Role], services, false)
+}
+
 // nodeConfig is node i's config: the web service, the partial one on nodes 0 and 1.
 // Odd nodes list backends in reverse order: the order must not matter.
 func (a *ActiveActive) nodeConfig(n *Host, i int) NodeConfig {
-	c := NodeConfig{Name: n.Role, Address: n.Addr4, Address6: n.Addr6, BGP: &BGP{
+	c := NodeConfig{Name: n.Role, Address: n.Addr4, Address6: n.Addr6, APIToken: a.Spec.APIToken, BGP: &BGP{
 		ASN: NodeASN, RouterID: n.Addr4, DrainTime: a.Spec.DrainTime,
 		Peers: []BGPPeer{{Address: n.Gateway4, ASN: RouterASN, HoldTime: a.Spec.HoldTime, Password: a.Spec.Password}},
 	}}

@@ -128,8 +128,11 @@ func DialKeepAlive(ns, rawURL string, localPort int) (*KeepAliveConn, error) {
 }
 
 // Do sends one GET on the connection and returns the body of a 200 response.
-func (c *KeepAliveConn) Do() (string, error) {
-	if err := c.conn.SetDeadline(time.Now().Add(RequestTimeout)); err != nil {
+func (c *KeepAliveConn) Do() (string, error) { return c.DoWithin(RequestTimeout) }
+
+// DoWithin is Do with its own bound on the exchange.
+func (c *KeepAliveConn) DoWithin(timeout time.Duration) (string, error) {
+	if err := c.conn.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return "", err
 	}
 	if err := c.req.Write(c.conn); err != nil {

@@ -102,32 +102,22 @@ func (fl *fleetLab) waitAgree(t *testing.T, what string, cond func(*api.Status) 
 	if len(roles) == 0 {
 		roles = fl.roles()
 	}
+	apis := make([]*NodeAPI, len(roles))
+	for i, role := range roles {
+		apis[i] = fl.api[role]
+	}
 	var rev int64
 	err := Eventually(convergeWithin, 20*time.Millisecond, func() error {
-		revs := map[int64][]string{}
+		sts, r, err := FleetAgrees(apis)
+		if err != nil {
+			return err
+		}
 		for _, role := range roles {
-			st, err := fl.api[role].Status()
-			if err != nil {
-				return err
+			if err := cond(sts[role]); err != nil {
+				return fmt.Errorf("%s at revision %d: %w", role, r, err)
 			}
-			f := st.Fleet
-			switch {
-			case f == nil:
-				return fmt.Errorf("%s: no fleet in the status", role)
-			case !f.Reachable:
-				return fmt.Errorf("%s: store unreachable (stale since %s)", role, f.StaleSince)
-			case f.AppliedRevision != f.StoreRevision:
-				return fmt.Errorf("%s: applied revision %d, the store's %d (%s)", role, f.AppliedRevision, f.StoreRevision, f.ApplyError)
-			}
-			if err := cond(st); err != nil {
-				return fmt.Errorf("%s at revision %d: %w", role, f.AppliedRevision, err)
-			}
-			revs[f.AppliedRevision] = append(revs[f.AppliedRevision], role)
-			rev = f.AppliedRevision
 		}
-		if len(revs) > 1 {
-			return fmt.Errorf("the nodes applied different revisions: %v", revs)
-		}
+		rev = r
 		return nil
 	})
 	if err != nil {

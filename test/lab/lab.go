@@ -226,6 +226,15 @@ func (l *Lab) HostsOf(k Kind) []*Host {
 	return hs
 }
 
+// roles returns the roles of hosts, in their order.
+func roles(hs []*Host) []string {
+	var rs []string
+	for _, h := range hs {
+		rs = append(rs, h.Role)
+	}
+	return rs
+}
+
 // RouteVIP points the router's route for vip (a /32 or /128) at an LB node, replacing
 // any previous route.
 func (l *Lab) RouteVIP(vip netip.Addr, via *Host) error {

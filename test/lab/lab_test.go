@@ -791,14 +791,6 @@ func TestDaemonsUndoOnExit(t *testing.T) {
 	}
 }
 
-func roles(hs []*Host) []string {
-	var rs []string
-	for _, h := range hs {
-		rs = append(rs, h.Role)
-	}
-	return rs
-}
-
 func keys[V any](m map[string]V) []string {
 	ks := make([]string, 0, len(m))
 	for k := range m {

@@ -51,6 +51,14 @@ func StartLoad(ns string, vips []netip.Addr) *Load {
 	return l
 }
 
+// Counts returns what the load has sent so far and how much of it failed: a caller
+// that reads it before and after an event learns what the event cost.
+func (l *Load) Counts() (sent, failed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sent, l.failed
+}
+
 // Finish stops the load and returns what it sent, how much of it failed and the first
 // failure.
 func (l *Load) Finish() (sent, failed int, firstErr error) {

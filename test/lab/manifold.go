@@ -25,6 +25,7 @@ type NodeConfig struct {
 	XDPMode           string // native unless set
 	Address, Address6 netip.Addr
 	API               string // 127.0.0.1:9100 unless set; each node has its own namespace
+	APIToken          string // node.api_token; "" for none
 	BGP               *BGP   // nil: no bgp section
 	ForwardTransit    bool   // node.forward_transit
 	// Fleet set, the node takes its services from etcd; its file lists none.
@@ -119,6 +120,9 @@ func (c NodeConfig) YAML() []byte {
 		fmt.Fprintf(&b, "  address6: %s\n", c.Address6)
 	}
 	fmt.Fprintf(&b, "  api: %s\n", or(c.API, "127.0.0.1:9100"))
+	if c.APIToken != "" {
+		fmt.Fprintf(&b, "  api_token: %q\n", c.APIToken)
+	}
 	if c.ForwardTransit {
 		b.WriteString("  forward_transit: true\n")
 	}
@@ -249,9 +253,11 @@ func (l *Lab) FleetImportFile(manifold string, h *Host, fleet NodeConfig, servic
 }
 
 // NodeAPI is a client of a node's REST API, which listens on the node's loopback: its
-// connections are made inside the node's namespace. The node has no API token.
+// connections are made inside the node's namespace.
 type NodeAPI struct {
-	Host   *Host
+	Host *Host
+	// Token, when set, is sent as "Authorization: Bearer TOKEN" (node.api_token).
+	Token  string
 	client *http.Client
 }
 
@@ -259,7 +265,8 @@ func NewNodeAPI(h *Host) *NodeAPI {
 	return &NodeAPI{Host: h, client: HTTPClient(h.NS, 10*time.Second)}
 }
 
-// Call sends one request and returns the response's status and body.
+// Call sends one request and returns the response's status and body. A body is sent
+// as JSON, the only type the API takes.
 func (a *NodeAPI) Call(method, path, body string) (int, []byte, error) {
 	req, err := http.NewRequest(method, "http://127.0.0.1:9100"+path, strings.NewReader(body))
 	if err != nil {
@@ -267,6 +274,9 @@ func (a *NodeAPI) Call(method, path, body string) (int, []byte, error) {
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if a.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.Token)
 	}
 	resp, err := a.client.Do(req)
 	if err != nil {
@@ -296,6 +306,35 @@ func (a *NodeAPI) Get(path string, v any) error {
 func (a *NodeAPI) Status() (*api.Status, error) {
 	var st api.Status
 	return &st, a.Get("/api/v1/status", &st)
+}
+
+// FleetAgrees is nil when every node of apis reaches the fleet's store and has
+// applied the same revision, the store's; it returns their statuses, by node role, and
+// that revision.
+func FleetAgrees(apis []*NodeAPI) (map[string]*api.Status, int64, error) {
+	out := map[string]*api.Status{}
+	rev := int64(-1)
+	for _, a := range apis {
+		role := a.Host.Role
+		st, err := a.Status()
+		if err != nil {
+			return nil, 0, err
+		}
+		f := st.Fleet
+		switch {
+		case f == nil:
+			return nil, 0, fmt.Errorf("%s: no fleet in the status", role)
+		case !f.Reachable:
+			return nil, 0, fmt.Errorf("%s: store unreachable (stale since %s)", role, f.StaleSince)
+		case f.AppliedRevision != f.StoreRevision:
+			return nil, 0, fmt.Errorf("%s: applied revision %d, the store's %d (%s)", role, f.AppliedRevision, f.StoreRevision, f.ApplyError)
+		case rev >= 0 && f.AppliedRevision != rev:
+			return nil, 0, fmt.Errorf("the nodes applied different revisions: %d, and %d by %s", rev, f.AppliedRevision, role)
+		}
+		rev = f.AppliedRevision
+		out[role] = st
+	}
+	return out, rev, nil
 }
 
 // Node is a running `manifold run`.
