@@ -1,0 +1,339 @@
+package lab
+
+// The docs' quick starts, run as written. A quick start is the ```sh blocks marked
+// `<!-- quickstart: NAME HOST -->` in README.md and docs/*.md, in the order of the
+// page; each runs as a bash script (-euo pipefail) as root in the namespace of its
+// host, with the addresses of deploy/examples. What a page cannot have run as written
+// on a lab host is done here instead, and each page says so:
+//   - installing the package: PATH holds manifold (the lab's build) and the examples
+//     are where the package puts them, /usr/share/doc/manifold/examples;
+//   - systemd: `systemctl enable --now UNIT` runs the unit's ExecStart (of
+//     deploy/systemd) in the background, without systemd's sandbox; nothing else of
+//     systemctl is there;
+//   - each host's /etc is its own (an overlay, the test's directory above it): what a
+//     script writes there stays in the lab;
+//   - the router (BIRD as the BGP peer of node.yaml) and the web servers (nginx on
+//     port 80) are the user's, and the test's;
+//   - moving a file between hosts (scp in the docs) is a copy between their /etc.
+// A block of the host `client` is the quick start's proof (a request through the VIP):
+// it is run again until it succeeds, for as long as a user would wait.
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/testenv"
+)
+
+// quickStartMarker, on the line before a ```sh block, names the quick start and the
+// host that block runs on.
+var quickStartMarker = regexp.MustCompile(`^<!-- quickstart: ([a-z0-9-]+) ([a-z0-9]+) -->$`)
+
+// quickStartBlock is one marked block.
+type quickStartBlock struct {
+	where  string // page:line of the marker
+	host   string
+	script string
+}
+
+// quickStartBlocks reads the marked blocks of README.md and docs/*.md, by quick start.
+func quickStartBlocks(t *testing.T) map[string][]quickStartBlock {
+	t.Helper()
+	root := filepath.Join("..", "..")
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]quickStartBlock{}
+	for _, page := range append([]string{filepath.Join(root, "README.md")}, pages...) {
+		data, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, _ := filepath.Rel(root, page)
+		lines := strings.Split(string(data), "\n")
+		for i, l := range lines {
+			m := quickStartMarker.FindStringSubmatch(l)
+			if m == nil {
+				if strings.HasPrefix(l, "<!-- quickstart") {
+					t.Errorf("%s:%d: %q: a marker is <!-- quickstart: NAME HOST -->", name, i+1, l)
+				}
+				continue
+			}
+			where := fmt.Sprintf("%s:%d", name, i+1)
+			if i+1 >= len(lines) || lines[i+1] != "```sh" {
+				t.Errorf("%s: the quickstart marker is not followed by a ```sh block", where)
+				continue
+			}
+			end := i + 2
+			for end < len(lines) && lines[end] != "```" {
+				end++
+			}
+			if end == len(lines) {
+				t.Errorf("%s: the sh block does not end", where)
+				continue
+			}
+			out[m[1]] = append(out[m[1]], quickStartBlock{where, m[2], strings.Join(lines[i+2:end], "\n") + "\n"})
+		}
+	}
+	return out
+}
+
+// systemctlStandIn is the `systemctl` of the quick starts' hosts: `enable --now` runs
+// each unit's ExecStart in the background, its output in the host's directory.
+const systemctlStandIn = `#!/bin/bash
+set -eu
+if [ "$#" -lt 3 ] || [ "$1 $2" != "enable --now" ]; then
+	echo "systemctl (the quick start test's stand-in): only 'enable --now UNIT...' runs here, not: $*" >&2
+	exit 1
+fi
+shift 2
+for u in "$@"; do
+	u=${u%.service}
+	cmd=$(sed -n 's/^ExecStart=//p' "$QS_UNITS/$u.service")
+	[ -n "$cmd" ] || { echo "systemctl: no unit $u" >&2; exit 1; }
+	# the package's /usr/bin/manifold is the lab's build, on PATH
+	cmd=${cmd#/usr/bin/}
+	$cmd >>"$QS_HOST/$u.log" 2>&1 </dev/null &
+done
+`
+
+// quickStartWrapper runs a block ($QS_SCRIPT) with the host's own /etc and the
+// package's examples in place, in a mount namespace of its own (unshare).
+const quickStartWrapper = `set -eu
+mkdir -p "$QS_HOST/etc.up" "$QS_HOST/etc.work"
+mount -t overlay overlay -o "lowerdir=/etc,upperdir=$QS_HOST/etc.up,workdir=$QS_HOST/etc.work" /etc
+mount -t overlay overlay -o "lowerdir=$QS_DOC:/usr/share/doc" /usr/share/doc
+export PATH="$QS_BIN:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+cd "$QS_HOST"
+exec bash -euo pipefail -c "$QS_SCRIPT"
+`
+
+// quickStart runs one quick start's blocks in a lab.
+type quickStart struct {
+	lab   *Lab
+	dir   string
+	bin   string // PATH: manifold, systemctl
+	doc   string // holds manifold/examples: the package's /usr/share/doc/manifold
+	hosts map[string]*Host
+}
+
+func newQuickStart(t *testing.T, l *Lab) *quickStart {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &quickStart{lab: l, dir: t.TempDir(), hosts: map[string]*Host{}}
+	q.bin = filepath.Join(q.dir, "bin")
+	q.doc = filepath.Join(q.dir, "doc")
+	examples := filepath.Join(q.doc, "manifold", "examples")
+	for _, d := range []string{q.bin, examples} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(manifoldBin, filepath.Join(q.bin, "manifold")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(q.bin, "systemctl"), []byte(systemctlStandIn), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "deploy", "examples", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("deploy/examples: %v (%d files)", err, len(files))
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(examples, filepath.Base(f)), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for role := range q.hosts {
+				logs, _ := filepath.Glob(filepath.Join(q.dir, role, "*.log"))
+				for _, log := range logs {
+					data, _ := os.ReadFile(log)
+					t.Logf("%s, %s:\n%s", role, filepath.Base(log), tail(string(data), 40))
+				}
+			}
+		}
+		for role := range q.hosts {
+			logs, _ := filepath.Glob(filepath.Join(q.dir, role, "*.log"))
+			for _, log := range logs {
+				if data, _ := os.ReadFile(log); strings.Contains(string(data), raceMarker) {
+					t.Errorf("%s, %s: the race detector reported a data race", role, filepath.Base(log))
+				}
+			}
+		}
+	})
+	return q
+}
+
+// hostDir is the directory of a host's /etc overlay and daemons' logs.
+func (q *quickStart) hostDir(role string) string { return filepath.Join(q.dir, role) }
+
+// etc is where a host's /etc/manifold is, seen from outside the host.
+func (q *quickStart) etc(role string) string {
+	return filepath.Join(q.hostDir(role), "etc.up", "manifold")
+}
+
+// run runs a block on its host and returns its output.
+func (q *quickStart) run(ctx context.Context, b quickStartBlock) (string, error) {
+	h := q.hosts[b.host]
+	if h == nil {
+		return "", fmt.Errorf("%s: no host %q in this quick start's lab", b.where, b.host)
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		return "", err
+	}
+	bash, err := hostprog.Bash.Path()
+	if err != nil {
+		return "", err
+	}
+	cmd := hostprog.InNetns(ctx, h.NS, hostprog.Unshare, "--mount", "--propagation", "private", bash, "-c", quickStartWrapper)
+	cmd.Env = append(os.Environ(),
+		"QS_HOST="+q.hostDir(b.host), "QS_BIN="+q.bin, "QS_DOC="+q.doc,
+		"QS_UNITS="+filepath.Join(root, "deploy", "systemd"), "QS_SCRIPT="+b.script)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// runAll runs the blocks in order, a client's until it succeeds or within ends.
+func (q *quickStart) runAll(t *testing.T, blocks []quickStartBlock, within time.Duration) {
+	t.Helper()
+	for _, b := range blocks {
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		var out string
+		var err error
+		if b.host == "client" {
+			err = Eventually(within, 200*time.Millisecond, func() error {
+				out, err = q.run(ctx, b)
+				if err != nil {
+					return fmt.Errorf("%w:\n%s", err, out)
+				}
+				return nil
+			})
+		} else {
+			out, err = q.run(ctx, b)
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("%s, on %s:\n%s\nfailed: %v\n%s", b.where, b.host, b.script, err, out)
+		}
+		t.Logf("%s, on %s: ok\n%s", b.where, b.host, out)
+	}
+}
+
+// copyFiles moves files of one host's /etc/manifold to another's, as scp would.
+func (q *quickStart) copyFiles(t *testing.T, from, to string, names ...string) {
+	t.Helper()
+	if err := os.MkdirAll(q.etc(to), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		data, err := os.ReadFile(filepath.Join(q.etc(from), n))
+		if err != nil {
+			t.Fatalf("copy %s from %s to %s: %v", n, from, to, err)
+		}
+		if err := os.WriteFile(filepath.Join(q.etc(to), n), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// exampleAddr are the addresses of deploy/examples: the LB node (or edge) lb1 on
+// 10.0.0.11/24 behind its router 10.0.0.1, the backend 10.0.1.1, and a client on
+// the Internet.
+var (
+	exampleNode    = netip.MustParsePrefix("10.0.0.11/24")
+	exampleRouter  = netip.MustParseAddr("10.0.0.1")
+	exampleBackend = netip.MustParsePrefix("10.0.1.1/24")
+	exampleClient  = netip.MustParsePrefix("203.0.113.2/24")
+)
+
+// quickStartHosts builds the lab of a quick start: a client, and the given hosts.
+func quickStartLab(t *testing.T, hosts ...HostSpec) *Lab {
+	t.Helper()
+	client := HostSpec{Role: "client", Kind: Client, Addr4: exampleClient, Gateway4: netip.MustParseAddr("203.0.113.1")}
+	return newLabOf(t, append([]HostSpec{client}, hosts...)...)
+}
+
+// TestQuickStarts runs every quick start of the docs as written (the file's comment
+// says what stands in for what a lab host lacks), each bounded in time.
+func TestQuickStarts(t *testing.T) {
+	requireManifold(t)
+	testenv.Need(t, hostprog.Check(hostprog.Unshare, hostprog.Bash, hostprog.OpenSSL, hostprog.Curl, hostprog.Bird, hostprog.Nginx))
+	blocks := quickStartBlocks(t)
+	const within = 30 * time.Second
+	run := map[string]func(t *testing.T, blocks []quickStartBlock){
+		// README.md: a node announcing the VIP of node.yaml to its router over BGP,
+		// one backend of the three (the others' health checks fail).
+		"one-site": func(t *testing.T, blocks []quickStartBlock) {
+			l := quickStartLab(t,
+				HostSpec{Role: "lb1", Kind: LBNode, Addr4: exampleNode, Gateway4: exampleRouter},
+				HostSpec{Role: "be1", Kind: Backend, Addr4: exampleBackend, Gateway4: netip.MustParseAddr("10.0.1.254")})
+			q := newQuickStart(t, l)
+			q.hosts = map[string]*Host{"client": l.Host("client"), "lb": l.Host("lb1"), "backend": l.Host("be1")}
+			if _, err := l.StartNginx(l.Host("be1")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.StartBird([]RouterPeer{{Name: "lb1", Address: exampleNode.Addr(), ASN: 65001}}, RouterOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			q.runAll(t, blocks, within)
+		},
+		// docs/tunnels.md: an edge (edge.yaml), an origin that dials it (connect.yaml),
+		// a static route to the VIP on the router.
+		"tunnel": func(t *testing.T, blocks []quickStartBlock) {
+			l := quickStartLab(t,
+				HostSpec{Role: "edge", Kind: LBNode, Addr4: exampleNode, Gateway4: exampleRouter},
+				HostSpec{Role: "origin", Kind: Backend})
+			q := newQuickStart(t, l)
+			q.hosts = map[string]*Host{"client": l.Host("client"), "edge": l.Host("edge"), "origin": l.Host("origin"), "router": l.Router}
+			if _, err := l.StartNginx(l.Host("origin")); err != nil {
+				t.Fatal(err)
+			}
+			var edge, rest []quickStartBlock
+			for i, b := range blocks {
+				if b.host != "edge" {
+					edge, rest = blocks[:i], blocks[i:]
+					break
+				}
+			}
+			q.runAll(t, edge, within)
+			// the docs: "copy edge-ca.crt and connect.token to the origin's /etc/manifold"
+			q.copyFiles(t, "edge", "origin", "edge-ca.crt", "connect.token")
+			q.runAll(t, rest, within)
+		},
+	}
+	for name, blocks := range blocks {
+		if run[name] == nil {
+			t.Errorf("%s: quick start %q has no lab in TestQuickStarts: give it one", blocks[0].where, name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(run)) {
+		fn := run[name]
+		t.Run(name, func(t *testing.T) {
+			if len(blocks[name]) == 0 {
+				t.Fatalf("no block of the quick start %q in README.md or docs/*.md", name)
+			}
+			fn(t, blocks[name])
+		})
+	}
+}
