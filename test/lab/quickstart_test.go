@@ -93,8 +93,20 @@ func quickStartBlocks(t *testing.T) map[string][]quickStartBlock {
 // each unit's ExecStart in the background, its output in the host's directory.
 const systemctlStandIn = `#!/bin/bash
 set -eu
+if [ "$#" -eq 2 ] && [ "$1 $2" = "restart etcd" ]; then
+	# Debian's etcd.service: etcd with the variables of /etc/default/etcd. It is of
+	# Type=notify, so systemctl returns once the member serves.
+	set -a; . /etc/default/etcd; set +a
+	etcd >>"$QS_HOST/etcd.log" 2>&1 </dev/null &
+	for _ in $(seq 300); do
+		grep -q "ready to serve client requests" "$QS_HOST/etcd.log" && exit 0
+		kill -0 $! 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "systemctl: etcd did not start:" >&2; tail -5 "$QS_HOST/etcd.log" >&2; exit 1
+fi
 if [ "$#" -lt 3 ] || [ "$1 $2" != "enable --now" ]; then
-	echo "systemctl (the quick start test's stand-in): only 'enable --now UNIT...' runs here, not: $*" >&2
+	echo "systemctl (the quick start test's stand-in): only 'enable --now UNIT...' and 'restart etcd' run here, not: $*" >&2
 	exit 1
 fi
 shift 2
@@ -108,11 +120,14 @@ for u in "$@"; do
 done
 `
 
-// quickStartWrapper runs a block ($QS_SCRIPT) with the host's own /etc and the
-// package's examples in place, in a mount namespace of its own (unshare).
+// quickStartWrapper runs a block ($QS_SCRIPT) with the host's own /etc and /var/lib
+// and the package's examples in place, in a mount namespace of its own (unshare).
 const quickStartWrapper = `set -eu
-mkdir -p "$QS_HOST/etc.up" "$QS_HOST/etc.work"
-mount -t overlay overlay -o "lowerdir=/etc,upperdir=$QS_HOST/etc.up,workdir=$QS_HOST/etc.work" /etc
+for d in etc var/lib; do
+	up=$QS_HOST/$(basename $d)
+	mkdir -p "$up.up" "$up.work"
+	mount -t overlay overlay -o "lowerdir=/$d,upperdir=$up.up,workdir=$up.work" /$d
+done
 mount -t overlay overlay -o "lowerdir=$QS_DOC:/usr/share/doc" /usr/share/doc
 export PATH="$QS_BIN:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 cd "$QS_HOST"
@@ -126,6 +141,8 @@ type quickStart struct {
 	bin   string // PATH: manifold, systemctl
 	doc   string // holds manifold/examples: the package's /usr/share/doc/manifold
 	hosts map[string]*Host
+	// before runs before the first block of a host: the files it needs from another
+	before map[string]func()
 }
 
 func newQuickStart(t *testing.T, l *Lab) *quickStart {
@@ -134,7 +151,7 @@ func newQuickStart(t *testing.T, l *Lab) *quickStart {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := &quickStart{lab: l, dir: t.TempDir(), hosts: map[string]*Host{}}
+	q := &quickStart{lab: l, dir: t.TempDir(), hosts: map[string]*Host{}, before: map[string]func(){}}
 	q.bin = filepath.Join(q.dir, "bin")
 	q.doc = filepath.Join(q.dir, "doc")
 	examples := filepath.Join(q.doc, "manifold", "examples")
@@ -218,6 +235,10 @@ func (q *quickStart) run(ctx context.Context, b quickStartBlock) (string, error)
 func (q *quickStart) runAll(t *testing.T, blocks []quickStartBlock, within time.Duration) {
 	t.Helper()
 	for _, b := range blocks {
+		if fn := q.before[b.host]; fn != nil {
+			fn()
+			delete(q.before, b.host)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), within)
 		var out string
 		var err error
@@ -280,6 +301,7 @@ func TestQuickStarts(t *testing.T) {
 	requireManifold(t)
 	testenv.Need(t, hostprog.Check(hostprog.Unshare, hostprog.Bash, hostprog.OpenSSL, hostprog.Curl, hostprog.Bird, hostprog.Nginx))
 	blocks := quickStartBlocks(t)
+	oneSite := blocks["one-site"]
 	const within = 30 * time.Second
 	run := map[string]func(t *testing.T, blocks []quickStartBlock){
 		// README.md: a node announcing the VIP of node.yaml to its router over BGP,
@@ -309,17 +331,36 @@ func TestQuickStarts(t *testing.T) {
 			if _, err := l.StartNginx(l.Host("origin")); err != nil {
 				t.Fatal(err)
 			}
-			var edge, rest []quickStartBlock
-			for i, b := range blocks {
-				if b.host != "edge" {
-					edge, rest = blocks[:i], blocks[i:]
-					break
+			// the docs: "copy edge-ca.crt and connect.token to the origin's /etc/manifold"
+			q.before["origin"] = func() { q.copyFiles(t, "edge", "origin", "edge-ca.crt", "connect.token") }
+			q.runAll(t, blocks, within)
+		},
+		// docs/fleet.md: one etcd member with TLS (in lb1's namespace, on 10.0.0.5),
+		// lb1 of fleet-node.yaml seeded with node.yaml's services, as one-site.
+		"fleet": func(t *testing.T, blocks []quickStartBlock) {
+			l := quickStartLab(t,
+				HostSpec{Role: "lb1", Kind: LBNode, Addr4: exampleNode, Gateway4: exampleRouter},
+				HostSpec{Role: "be1", Kind: Backend, Addr4: exampleBackend, Gateway4: netip.MustParseAddr("10.0.1.254")})
+			q := newQuickStart(t, l)
+			lb1 := l.Host("lb1")
+			q.hosts = map[string]*Host{"client": l.Host("client"), "lb": lb1, "etcd": lb1, "backend": l.Host("be1")}
+			if err := lb1.Exec(hostprog.IP, "addr", "add", "10.0.0.5/24", "dev", HostLink); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.StartNginx(l.Host("be1")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.StartBird([]RouterPeer{{Name: "lb1", Address: exampleNode.Addr(), ASN: 65001}}, RouterOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			// the one-site quick start's backend, as the page says
+			for _, b := range oneSite {
+				if b.host == "backend" {
+					q.runAll(t, []quickStartBlock{b}, within)
 				}
 			}
-			q.runAll(t, edge, within)
-			// the docs: "copy edge-ca.crt and connect.token to the origin's /etc/manifold"
-			q.copyFiles(t, "edge", "origin", "edge-ca.crt", "connect.token")
-			q.runAll(t, rest, within)
+			q.before["lb"] = func() { q.copyFiles(t, "etcd", "lb", "etcd-ca.crt", "etcd-client.crt", "etcd-client.key") }
+			q.runAll(t, blocks, within)
 		},
 	}
 	for name, blocks := range blocks {
