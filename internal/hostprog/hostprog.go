@@ -87,6 +87,7 @@ var (
 	Tcpdump   = debian("tcpdump", "/usr/bin/tcpdump", "tcpdump")
 	Unshare   = debian("unshare", "/usr/bin/unshare", "util-linux")
 	Vtysh     = debian("vtysh", "/usr/bin/vtysh", "frr")
+	WG        = debian("wg", "/usr/bin/wg", "wireguard-tools") // docs/links.md's quick start makes the keys with it, and the quick start test runs it
 	Wrk       = debian("wrk", "/usr/bin/wrk", "wrk")
 	Zebra     = debian("zebra", "/usr/lib/frr/zebra", "frr")
 )

@@ -363,6 +363,49 @@ func TestQuickStarts(t *testing.T) {
 			q.runAll(t, blocks, within)
 		},
 	}
+	// docs/links.md: two gateways, dc1 and dc2, with the example's outer addresses
+	// (added to their eth0, routed by the router), a host behind each.
+	run["link"] = func(t *testing.T, blocks []quickStartBlock) {
+		testenv.Need(t, hostprog.Check(hostprog.WG))
+		l := newLabOf(t, HostSpec{Role: "dc1", Kind: Gateway}, HostSpec{Role: "dc2", Kind: Gateway})
+		dc1, dc2 := l.Host("dc1"), l.Host("dc2")
+		addr := netip.MustParseAddr
+		hostA, err := l.AddSiteHost(dc1, "hosta", addr("10.1.0.1"), addr("10.1.0.2"), netip.Addr{}, netip.Addr{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostB, err := l.AddSiteHost(dc2, "hostb", addr("10.2.0.1"), addr("10.2.0.2"), netip.Addr{}, netip.Addr{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for gw, outer := range map[*Host]string{dc1: "192.0.2.1", dc2: "192.0.2.2"} {
+			if err := gw.Exec(hostprog.IP, "addr", "add", outer+"/32", "dev", HostLink); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Router.Exec(hostprog.IP, "route", "add", outer+"/32", "via", gw.Addr4.String()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := l.StartNginx(hostB); err != nil {
+			t.Fatal(err)
+		}
+		q := newQuickStart(t, l)
+		q.hosts = map[string]*Host{"dc1": dc1, "dc2": dc2, "client": hostA}
+		// the docs: "copy dc1.pub to dc2's /etc/manifold/ and dc2.pub to dc1's", once
+		// both have made their keys: before the first block of a host that ran one
+		ran := map[string]bool{}
+		for i, b := range blocks {
+			if ran[b.host] {
+				q.runAll(t, blocks[:i], within)
+				q.copyFiles(t, "dc1", "dc2", "dc1.pub")
+				q.copyFiles(t, "dc2", "dc1", "dc2.pub")
+				q.runAll(t, blocks[i:], within)
+				return
+			}
+			ran[b.host] = true
+		}
+		t.Fatal("the link quick start runs no second block on a gateway")
+	}
 	for name, blocks := range blocks {
 		if run[name] == nil {
 			t.Errorf("%s: quick start %q has no lab in TestQuickStarts: give it one", blocks[0].where, name)
