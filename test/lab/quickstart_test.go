@@ -31,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/internal/testenv"
 )
@@ -301,7 +302,7 @@ func TestQuickStarts(t *testing.T) {
 	requireManifold(t)
 	testenv.Need(t, hostprog.Check(hostprog.Unshare, hostprog.Bash, hostprog.OpenSSL, hostprog.Curl, hostprog.Bird, hostprog.Nginx))
 	blocks := quickStartBlocks(t)
-	oneSite := blocks["one-site"]
+	oneSite, fleetBlocks := blocks["one-site"], blocks["fleet"]
 	const within = 30 * time.Second
 	run := map[string]func(t *testing.T, blocks []quickStartBlock){
 		// README.md: a node announcing the VIP of node.yaml to its router over BGP,
@@ -337,30 +338,30 @@ func TestQuickStarts(t *testing.T) {
 		},
 		// docs/fleet.md: one etcd member with TLS (in lb1's namespace, on 10.0.0.5),
 		// lb1 of fleet-node.yaml seeded with node.yaml's services, as one-site.
-		"fleet": func(t *testing.T, blocks []quickStartBlock) {
-			l := quickStartLab(t,
-				HostSpec{Role: "lb1", Kind: LBNode, Addr4: exampleNode, Gateway4: exampleRouter},
-				HostSpec{Role: "be1", Kind: Backend, Addr4: exampleBackend, Gateway4: netip.MustParseAddr("10.0.1.254")})
-			q := newQuickStart(t, l)
-			lb1 := l.Host("lb1")
-			q.hosts = map[string]*Host{"client": l.Host("client"), "lb": lb1, "etcd": lb1, "backend": l.Host("be1")}
-			if err := lb1.Exec(hostprog.IP, "addr", "add", "10.0.0.5/24", "dev", HostLink); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := l.StartNginx(l.Host("be1")); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := l.StartBird([]RouterPeer{{Name: "lb1", Address: exampleNode.Addr(), ASN: 65001}}, RouterOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			// the one-site quick start's backend, as the page says
-			for _, b := range oneSite {
-				if b.host == "backend" {
-					q.runAll(t, []quickStartBlock{b}, within)
+		"fleet": func(t *testing.T, blocks []quickStartBlock) { runFleetQuickStart(t, blocks, oneSite, within) },
+		// docs/steering.md, on the fleet of fleet.md's: the services given origins, a
+		// controller; the node then serves the shares it decided for the node's site.
+		"steering": func(t *testing.T, blocks []quickStartBlock) {
+			q := runFleetQuickStart(t, fleetBlocks, oneSite, within)
+			last := len(blocks) - 1 // manifold ctl steering, "a round later"
+			q.runAll(t, blocks[:last], within)
+			node := NewNodeAPI(q.hosts["lb"])
+			err := Eventually(within, 200*time.Millisecond, func() error {
+				var st api.SteeringStatus
+				if err := node.Get("/api/v1/steering", &st); err != nil {
+					return err
 				}
+				for _, sv := range st.Services {
+					if sv.Service == "web" && len(sv.Shares[st.Site]) > 0 {
+						return nil
+					}
+				}
+				return fmt.Errorf("no shares of web for site %q yet: %+v", st.Site, st)
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
-			q.before["lb"] = func() { q.copyFiles(t, "etcd", "lb", "etcd-ca.crt", "etcd-client.crt", "etcd-client.key") }
-			q.runAll(t, blocks, within)
+			q.runAll(t, blocks[last:], within)
 		},
 	}
 	// docs/links.md: two gateways, dc1 and dc2, with the example's outer addresses
@@ -420,4 +421,35 @@ func TestQuickStarts(t *testing.T) {
 			fn(t, blocks[name])
 		})
 	}
+}
+
+// runFleetQuickStart runs docs/fleet.md's quick start: one etcd member with TLS (in
+// lb1's namespace, on 10.0.0.5), lb1 of fleet-node.yaml seeded with node.yaml's
+// services, the backend of the one-site quick start.
+func runFleetQuickStart(t *testing.T, blocks, oneSite []quickStartBlock, within time.Duration) *quickStart {
+	t.Helper()
+	l := quickStartLab(t,
+		HostSpec{Role: "lb1", Kind: LBNode, Addr4: exampleNode, Gateway4: exampleRouter},
+		HostSpec{Role: "be1", Kind: Backend, Addr4: exampleBackend, Gateway4: netip.MustParseAddr("10.0.1.254")})
+	q := newQuickStart(t, l)
+	lb1 := l.Host("lb1")
+	q.hosts = map[string]*Host{"client": l.Host("client"), "lb": lb1, "etcd": lb1, "backend": l.Host("be1")}
+	if err := lb1.Exec(hostprog.IP, "addr", "add", "10.0.0.5/24", "dev", HostLink); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.StartNginx(l.Host("be1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.StartBird([]RouterPeer{{Name: "lb1", Address: exampleNode.Addr(), ASN: 65001}}, RouterOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// the one-site quick start's backend, as the page says
+	for _, b := range oneSite {
+		if b.host == "backend" {
+			q.runAll(t, []quickStartBlock{b}, within)
+		}
+	}
+	q.before["lb"] = func() { q.copyFiles(t, "etcd", "lb", "etcd-ca.crt", "etcd-client.crt", "etcd-client.key") }
+	q.runAll(t, blocks, within)
+	return q
 }
