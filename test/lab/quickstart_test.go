@@ -8,15 +8,16 @@ package lab
 //   - installing the package: PATH holds manifold (the lab's build) and the examples
 //     are where the package puts them, /usr/share/doc/manifold/examples;
 //   - systemd: `systemctl enable --now UNIT` runs the unit's ExecStart (of
-//     deploy/systemd) in the background, without systemd's sandbox; nothing else of
+//     deploy/systemd) in the background, without systemd's sandbox, and `systemctl
+//     restart etcd` runs Debian's etcd with /etc/default/etcd; nothing else of
 //     systemctl is there;
-//   - each host's /etc is its own (an overlay, the test's directory above it): what a
-//     script writes there stays in the lab;
-//   - the router (BIRD as the BGP peer of node.yaml) and the web servers (nginx on
-//     port 80) are the user's, and the test's;
+//   - each host's /etc and /var/lib are its own (overlays, the test's directory above
+//     them): what a script writes there stays in the lab;
+//   - the router as a BGP peer (BIRD) and the web servers (nginx on port 80) are the
+//     user's, and the test's; a Linux router's static route is a page's block;
 //   - moving a file between hosts (scp in the docs) is a copy between their /etc.
-// A block of the host `client` is the quick start's proof (a request through the VIP):
-// it is run again until it succeeds, for as long as a user would wait.
+// A block of the host `client` is the quick start's proof (a request through the VIP
+// or the link): it is run again until it succeeds, for as long as a user would wait.
 
 import (
 	"context"
@@ -202,7 +203,7 @@ func newQuickStart(t *testing.T, l *Lab) *quickStart {
 	return q
 }
 
-// hostDir is the directory of a host's /etc overlay and daemons' logs.
+// hostDir is the directory of a host's /etc and /var/lib overlays and its daemons' logs.
 func (q *quickStart) hostDir(role string) string { return filepath.Join(q.dir, role) }
 
 // etc is where a host's /etc/manifold is, seen from outside the host.
@@ -279,7 +280,7 @@ func (q *quickStart) copyFiles(t *testing.T, from, to string, names ...string) {
 	}
 }
 
-// exampleAddr are the addresses of deploy/examples: the LB node (or edge) lb1 on
+// The addresses of deploy/examples: the LB node (or edge) lb1 on
 // 10.0.0.11/24 behind its router 10.0.0.1, the backend 10.0.1.1, and a client on
 // the Internet.
 var (
@@ -289,7 +290,7 @@ var (
 	exampleClient  = netip.MustParsePrefix("203.0.113.2/24")
 )
 
-// quickStartHosts builds the lab of a quick start: a client, and the given hosts.
+// quickStartLab builds the lab of a quick start: a client, and the given hosts.
 func quickStartLab(t *testing.T, hosts ...HostSpec) *Lab {
 	t.Helper()
 	client := HostSpec{Role: "client", Kind: Client, Addr4: exampleClient, Gateway4: netip.MustParseAddr("203.0.113.1")}
@@ -300,7 +301,7 @@ func quickStartLab(t *testing.T, hosts ...HostSpec) *Lab {
 // says what stands in for what a lab host lacks), each bounded in time.
 func TestQuickStarts(t *testing.T) {
 	requireManifold(t)
-	testenv.Need(t, hostprog.Check(hostprog.Unshare, hostprog.Bash, hostprog.OpenSSL, hostprog.Curl, hostprog.Bird, hostprog.Nginx))
+	testenv.Need(t, hostprog.Check(hostprog.Unshare, hostprog.Bash, hostprog.OpenSSL, hostprog.Curl, hostprog.IP, hostprog.Etcd, hostprog.Bird, hostprog.Nginx))
 	blocks := quickStartBlocks(t)
 	oneSite, fleetBlocks := blocks["one-site"], blocks["fleet"]
 	const within = 30 * time.Second
@@ -308,18 +309,7 @@ func TestQuickStarts(t *testing.T) {
 		// README.md: a node announcing the VIP of node.yaml to its router over BGP,
 		// one backend of the three (the others' health checks fail).
 		"one-site": func(t *testing.T, blocks []quickStartBlock) {
-			l := quickStartLab(t,
-				HostSpec{Role: "lb1", Kind: LBNode, Addr4: exampleNode, Gateway4: exampleRouter},
-				HostSpec{Role: "be1", Kind: Backend, Addr4: exampleBackend, Gateway4: netip.MustParseAddr("10.0.1.254")})
-			q := newQuickStart(t, l)
-			q.hosts = map[string]*Host{"client": l.Host("client"), "lb": l.Host("lb1"), "backend": l.Host("be1")}
-			if _, err := l.StartNginx(l.Host("be1")); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := l.StartBird([]RouterPeer{{Name: "lb1", Address: exampleNode.Addr(), ASN: 65001}}, RouterOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			q.runAll(t, blocks, within)
+			startOneSite(t).runAll(t, blocks, within)
 		},
 		// docs/tunnels.md: an edge (edge.yaml), an origin that dials it (connect.yaml),
 		// a static route to the VIP on the router.
@@ -423,24 +413,34 @@ func TestQuickStarts(t *testing.T) {
 	}
 }
 
-// runFleetQuickStart runs docs/fleet.md's quick start: one etcd member with TLS (in
-// lb1's namespace, on 10.0.0.5), lb1 of fleet-node.yaml seeded with node.yaml's
-// services, the backend of the one-site quick start.
-func runFleetQuickStart(t *testing.T, blocks, oneSite []quickStartBlock, within time.Duration) *quickStart {
+// startOneSite builds the lab of the README's one-site quick start: lb1 and the
+// backend be1 (a web server on port 80) at the examples' addresses, the router a BGP
+// peer of lb1 as node.yaml's bgp section says.
+func startOneSite(t *testing.T) *quickStart {
 	t.Helper()
 	l := quickStartLab(t,
 		HostSpec{Role: "lb1", Kind: LBNode, Addr4: exampleNode, Gateway4: exampleRouter},
 		HostSpec{Role: "be1", Kind: Backend, Addr4: exampleBackend, Gateway4: netip.MustParseAddr("10.0.1.254")})
 	q := newQuickStart(t, l)
-	lb1 := l.Host("lb1")
-	q.hosts = map[string]*Host{"client": l.Host("client"), "lb": lb1, "etcd": lb1, "backend": l.Host("be1")}
-	if err := lb1.Exec(hostprog.IP, "addr", "add", "10.0.0.5/24", "dev", HostLink); err != nil {
-		t.Fatal(err)
-	}
+	q.hosts = map[string]*Host{"client": l.Host("client"), "lb": l.Host("lb1"), "backend": l.Host("be1")}
 	if _, err := l.StartNginx(l.Host("be1")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.StartBird([]RouterPeer{{Name: "lb1", Address: exampleNode.Addr(), ASN: 65001}}, RouterOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// runFleetQuickStart runs docs/fleet.md's quick start on the one-site lab: one etcd
+// member with TLS (in lb1's namespace, on 10.0.0.5), lb1 of fleet-node.yaml seeded with
+// node.yaml's services, the one-site quick start's backend.
+func runFleetQuickStart(t *testing.T, blocks, oneSite []quickStartBlock, within time.Duration) *quickStart {
+	t.Helper()
+	q := startOneSite(t)
+	lb1 := q.hosts["lb"]
+	q.hosts["etcd"] = lb1
+	if err := lb1.Exec(hostprog.IP, "addr", "add", "10.0.0.5/24", "dev", HostLink); err != nil {
 		t.Fatal(err)
 	}
 	// the one-site quick start's backend, as the page says
