@@ -87,8 +87,8 @@ func TestExamples(t *testing.T) {
 	}
 }
 
-// namedFiles makes in dir every file the examples name, under the names the docs give
-// them, and returns them by name.
+// namedFiles makes in dir every file the examples and the docs' snippets name under
+// /etc/manifold, under the names the docs give them, and returns them by name.
 func namedFiles(t *testing.T, dir string) map[string]bool {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -133,6 +133,8 @@ func namedFiles(t *testing.T, dir string) map[string]bool {
 		"tunnel-tokens.yaml": []byte("- {token: " + hex.EncodeToString(token) + ", services: [web]}\n"),
 		"relay-token":        []byte(hex.EncodeToString(token) + "\n"),
 		"dc1.key":            []byte(base64.StdEncoding.EncodeToString(wgKey) + "\n"),
+		"etcd.pass":          []byte("a-password\n"),
+		"api-token":          []byte(hex.EncodeToString(token) + "\n"),
 	}
 	made := map[string]bool{}
 	for name, data := range files {
