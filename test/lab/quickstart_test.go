@@ -32,8 +32,11 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/kube/kubetest"
 	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
@@ -145,6 +148,7 @@ type quickStart struct {
 	hosts map[string]*Host
 	// before runs before the first block of a host: the files it needs from another
 	before map[string]func()
+	env    []string // the user's environment besides PATH (KUBECONFIG)
 }
 
 func newQuickStart(t *testing.T, l *Lab) *quickStart {
@@ -229,6 +233,7 @@ func (q *quickStart) run(ctx context.Context, b quickStartBlock) (string, error)
 	cmd.Env = append(os.Environ(),
 		"QS_HOST="+q.hostDir(b.host), "QS_BIN="+q.bin, "QS_DOC="+q.doc,
 		"QS_UNITS="+filepath.Join(root, "deploy", "systemd"), "QS_SCRIPT="+b.script)
+	cmd.Env = append(cmd.Env, q.env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -396,6 +401,58 @@ func TestQuickStarts(t *testing.T) {
 			ran[b.host] = true
 		}
 		t.Fatal("the link quick start runs no second block on a gateway")
+	}
+	// docs/kubernetes.md: the real API server on the host kube, kubectl there with the
+	// admin's kubeconfig in a clone's deploy/kubernetes; the Node lb1 registered and
+	// the controller run as its Deployment would (no kubelet in the lab).
+	run["kubernetes"] = func(t *testing.T, blocks []quickStartBlock) {
+		bin, missing := kubetest.Binary("../..")
+		if missing != "" {
+			testenv.Missing(t, missing)
+		}
+		testenv.Need(t, hostprog.Check(hostprog.Kubectl))
+		l := newLabOf(t, HostSpec{Role: "kube", Kind: Client})
+		cp := l.Host("kube")
+		c, err := l.StartKube(bin, "../../deploy/kubernetes", cp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		failed := true
+		t.Cleanup(func() { c.Stop(failed) })
+		c.Node(t, "lb1", exampleNode.Addr().String(), true, nil)
+		kubeconfig, err := c.KubeconfigAs("controller", kubetest.ControllerUser)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Start(cp, "kube-controller", hostprog.Built(manifoldBin), "kube-controller", "--kubeconfig", kubeconfig); err != nil {
+			t.Fatal(err)
+		}
+		q := newQuickStart(t, l)
+		q.hosts = map[string]*Host{"admin": cp}
+		q.env = []string{"KUBECONFIG=" + c.Kubeconfig()}
+		// a clone of the repository, as far as the page uses one
+		if err := os.CopyFS(filepath.Join(q.hostDir("admin"), "deploy", "kubernetes"), os.DirFS("../../deploy/kubernetes")); err != nil {
+			t.Fatal(err)
+		}
+		last := len(blocks) - 1 // kubectl get svc web, "within a second"
+		q.runAll(t, blocks[:last], within)
+		err = Eventually(within, 100*time.Millisecond, func() error {
+			svc, err := c.CS.CoreV1().Services("default").Get(context.Background(), "web", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, in := range svc.Status.LoadBalancer.Ingress {
+				if in.IP == "198.51.100.16" {
+					return nil
+				}
+			}
+			return fmt.Errorf("service web: status %+v, want the pool's first address 198.51.100.16", svc.Status.LoadBalancer)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.runAll(t, blocks[last:], within)
+		failed = t.Failed()
 	}
 	for name, blocks := range blocks {
 		if run[name] == nil {
