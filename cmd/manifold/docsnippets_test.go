@@ -79,18 +79,21 @@ func TestDocSnippets(t *testing.T) {
 		t.Fatal("no <!-- validate: KIND --> snippet in README.md or docs/*.md")
 	}
 	dir := t.TempDir()
+	// the files a snippet names under /etc/manifold, made, as the examples' are
+	etc := t.TempDir()
+	namedFiles(t, etc)
 	for i, s := range snippets {
 		if got := config.KindOf([]byte(s.body)); got != s.kind {
 			t.Errorf("%s: marked %s, but manifold validate takes it for a %s file", s.where, s.kind, got)
 			continue
 		}
 		path := filepath.Join(dir, fmt.Sprintf("snippet%d.yaml", i))
-		if err := os.WriteFile(path, []byte(s.body), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(strings.ReplaceAll(s.body, "/etc/manifold/", etc+"/")), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		var out bytes.Buffer
 		if code := validate([]string{"--config", path}, &out, &out); code != 0 {
-			t.Errorf("%s: manifold validate exits %d:\n%s", s.where, code, strings.ReplaceAll(out.String(), path, "snippet"))
+			t.Errorf("%s: manifold validate exits %d:\n%s", s.where, code, strings.NewReplacer(path, "snippet", etc+"/", "/etc/manifold/").Replace(out.String()))
 		}
 	}
 }

@@ -77,6 +77,7 @@ var (
 	Man       = debian("man", "/usr/bin/man", "man-db")             // the manual page's test renders it
 	Nft       = debian("nft", "/usr/sbin/nft", "nftables")
 	Nginx     = debian("nginx", "/usr/sbin/nginx", "nginx")
+	OpenSSL   = debian("openssl", "/usr/bin/openssl", "openssl") // the docs' quick starts make their certificates with it, and the quick start test runs them
 	Ping      = debian("ping", "/usr/bin/ping", "iputils-ping")
 	Promtool  = debian("promtool", "/usr/bin/promtool", "prometheus")
 	Python3   = debian("python3", "/usr/bin/python3", "python3-minimal") // also `make bench`'s plots
@@ -86,6 +87,7 @@ var (
 	Tcpdump   = debian("tcpdump", "/usr/bin/tcpdump", "tcpdump")
 	Unshare   = debian("unshare", "/usr/bin/unshare", "util-linux")
 	Vtysh     = debian("vtysh", "/usr/bin/vtysh", "frr")
+	WG        = debian("wg", "/usr/bin/wg", "wireguard-tools") // docs/links.md's quick start makes the keys with it, and the quick start test runs it
 	Wrk       = debian("wrk", "/usr/bin/wrk", "wrk")
 	Zebra     = debian("zebra", "/usr/lib/frr/zebra", "frr")
 )

@@ -97,6 +97,11 @@ type HostSpec struct {
 	// Via is the role of the EdgeRouter the host hangs off, listed before it; "" for
 	// the router in the middle.
 	Via string
+	// Addr4, when valid, is the host's IPv4 address and prefix on eth0 in place of
+	// 10.0.i.2/24, and Gateway4 the router's on the link (the quick starts of the docs
+	// run as written, with the addresses of deploy/examples).
+	Addr4    netip.Prefix
+	Gateway4 netip.Addr
 }
 
 // Spec describes a lab.
@@ -335,6 +340,10 @@ func (l *Lab) addHost(i int, hs HostSpec) (*Host, error) {
 	h.RouterLink = hs.Role
 	h.Addr4 = netip.AddrFrom4([4]byte{10, 0, byte(i), 2})
 	h.Gateway4 = netip.AddrFrom4([4]byte{10, 0, byte(i), 1})
+	bits4 := 24
+	if hs.Addr4.IsValid() {
+		h.Addr4, h.Gateway4, bits4 = hs.Addr4.Addr(), hs.Gateway4, hs.Addr4.Bits()
+	}
 	h.Addr6 = netip.MustParseAddr(fmt.Sprintf("fd00:0:%x::2", i))
 	h.Gateway6 = netip.MustParseAddr(fmt.Sprintf("fd00:0:%x::1", i))
 
@@ -348,9 +357,9 @@ func (l *Lab) addHost(i int, hs HostSpec) (*Host, error) {
 		return nil, fmt.Errorf("veth %s:%s ↔ %s:%s: %w", up.Role, h.RouterLink, h.NS, HostLink, err)
 	}
 	steps := []func() error{
-		func() error { return up.addAddr(h.RouterLink, h.Gateway4, 24) },
+		func() error { return up.addAddr(h.RouterLink, h.Gateway4, bits4) },
 		func() error { return up.addAddr(h.RouterLink, h.Gateway6, 64) },
-		func() error { return h.addAddr(HostLink, h.Addr4, 24) },
+		func() error { return h.addAddr(HostLink, h.Addr4, bits4) },
 		func() error { return h.addAddr(HostLink, h.Addr6, 64) },
 		func() error { return up.linkUp(h.RouterLink) },
 		func() error { return h.linkUp(HostLink) },
@@ -360,7 +369,7 @@ func (l *Lab) addHost(i int, hs HostSpec) (*Host, error) {
 	if up != l.Router {
 		// the router in the middle reaches the site's hosts through the edge router
 		steps = append(steps,
-			func() error { return l.Router.addRoute(netip.PrefixFrom(h.Gateway4, 24).Masked(), up.Addr4) },
+			func() error { return l.Router.addRoute(netip.PrefixFrom(h.Gateway4, bits4).Masked(), up.Addr4) },
 			func() error { return l.Router.addRoute(netip.PrefixFrom(h.Gateway6, 64).Masked(), up.Addr6) },
 		)
 	}

@@ -358,4 +358,3 @@ func (c *Cluster) applyManifests(ctx context.Context, deployDir string) error {
 	}
 	return nil
 }
-
