@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/config"
 )
 
@@ -47,16 +48,16 @@ func yamlPaths(t reflect.Type, prefix string, out map[string]bool) {
 // ServiceSpec has a key for every key of a service in the config schema, and no other.
 func TestServiceSpecKeysAreTheSchemas(t *testing.T) {
 	have := map[string]bool{}
-	yamlPaths(reflect.TypeFor[api.ServiceSpec](), "", have)
+	yamlPaths(reflect.TypeFor[wire.ServiceSpec](), "", have)
 	want := serviceFields()
 	for p := range want {
 		if !have[p] {
-			t.Errorf("api.ServiceSpec has no key %s of the config schema", p)
+			t.Errorf("wire.ServiceSpec has no key %s of the config schema", p)
 		}
 	}
 	for p := range have {
 		if _, ok := want[p]; !ok {
-			t.Errorf("api.ServiceSpec has a key %s that the config schema has not", p)
+			t.Errorf("wire.ServiceSpec has a key %s that the config schema has not", p)
 		}
 	}
 }
@@ -84,7 +85,7 @@ func TestServiceSpecRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	spec, err := yaml.Marshal([]api.ServiceSpec{api.SpecOf(&svc)})
+	spec, err := yaml.Marshal([]wire.ServiceSpec{api.SpecOf(&svc)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
@@ -293,8 +293,8 @@ func (a *NodeAPI) Get(path string, v any) error {
 }
 
 // Status returns the node's GET /api/v1/status.
-func (a *NodeAPI) Status() (*api.Status, error) {
-	var st api.Status
+func (a *NodeAPI) Status() (*wire.Status, error) {
+	var st wire.Status
 	return &st, a.Get("/api/v1/status", &st)
 }
 
