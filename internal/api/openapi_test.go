@@ -19,7 +19,7 @@ import (
 // The OpenAPI document and the wire types are one description of the API, held equal
 // by TestOpenAPIIsTheWireTypes: each schema of a body the node writes is a wire type,
 // property for field, both ways. (The service's schemas are also held to the config
-// schema, by TestOpenAPIServiceIsTheSchemas.)
+// schema, by TestOpenAPIConfigBodiesAreTheSchemas.)
 
 // documented maps each schema of the document that the node writes to its wire type.
 var documented = map[string]reflect.Type{
@@ -53,7 +53,7 @@ var documented = map[string]reflect.Type{
 }
 
 // Schemas of bodies the node reads with the config parser, not into a wire type: they
-// are the config file's, and TestOpenAPIServiceIsTheSchemas holds them to its schema.
+// are the config file's, and TestOpenAPIConfigBodiesAreTheSchemas holds them to its schema.
 var parsedBodies = []string{"ServiceSpec", "BackendSpec", "HealthSpec", "PeerSpec"}
 
 // Wire types that are no schema of the document, and why.

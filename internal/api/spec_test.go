@@ -19,10 +19,13 @@ import (
 
 // serviceFields are the schema's rows of a service, by path below services[]:
 // "health.interval", "backends[].weight".
-func serviceFields() map[string]config.Field {
+func serviceFields() map[string]config.Field { return fieldsUnder("services[].") }
+
+// fieldsUnder are the schema's rows below prefix, by the rest of their path.
+func fieldsUnder(prefix string) map[string]config.Field {
 	out := map[string]config.Field{}
 	for _, f := range config.NodeSchema {
-		if rest, ok := strings.CutPrefix(f.Path, "services[]."); ok {
+		if rest, ok := strings.CutPrefix(f.Path, prefix); ok {
 			out[rest] = f
 		}
 	}
@@ -124,10 +127,10 @@ func valueAt(doc map[string]any, path string) any {
 	return v
 }
 
-// The OpenAPI document's service schemas (the PUT body and the effective spec) have
-// the config schema's service keys, no others, with their types, values, ranges and
-// defaults.
-func TestOpenAPIServiceIsTheSchemas(t *testing.T) {
+// The OpenAPI document's schemas of the config file's objects (a service: the PUT body
+// and the effective spec; a BGP peer: the PUT body) have the config schema's keys of
+// that object, no others, with their types, values, ranges and defaults.
+func TestOpenAPIConfigBodiesAreTheSchemas(t *testing.T) {
 	var doc struct {
 		Components struct {
 			Schemas map[string]property
@@ -141,10 +144,10 @@ func TestOpenAPIServiceIsTheSchemas(t *testing.T) {
 		config.TypeEnum: "string", config.TypeInt: "integer", config.TypeBool: "boolean", config.TypeStrings: "array",
 		config.TypeAddresses: "array", config.TypeList: "array", config.TypeMapping: "object",
 	}
-	for _, top := range []string{"ServiceSpec", "ServiceSpecEffective"} {
+	for top, prefix := range map[string]string{"ServiceSpec": "services[].", "ServiceSpecEffective": "services[].", "PeerSpec": "bgp.peers[]."} {
 		have := map[string]property{}
 		doc.Components.Schemas[top].walk(doc.Components.Schemas, "", have)
-		want := serviceFields()
+		want := fieldsUnder(prefix)
 		for path, f := range want {
 			p, ok := have[path]
 			if !ok {
