@@ -148,6 +148,13 @@ services:
     protocol: udp
     backends:
       - address: 2001:db8:1::1
+  - name: nat # every forwarding that a status shows in another way
+    vip: 198.51.100.12
+    port: 8080
+    forwarding: nat
+    backend_port: 80
+    backends:
+      - address: 10.0.2.1
 `
 
 type env struct {

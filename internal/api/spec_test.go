@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -218,6 +219,37 @@ func (p property) walk(schemas map[string]property, prefix string, out map[strin
 		out[strings.TrimSuffix(path, "[]")] = sub
 		if len(item.Properties) > 0 {
 			item.walk(schemas, path+".", out)
+		}
+	}
+}
+
+// The values the node writes of a service's protocol, forwarding and scheduler (its
+// status, its flows) and of a backend's state are those the document lists: the
+// config schema's, and wire.BackendState's.
+func TestOpenAPIStatusValuesAreTheSchemas(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]property
+		}
+	}
+	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	service := serviceFields()
+	states := []string{string(wire.BackendUp), string(wire.BackendDraining), string(wire.BackendDown)}
+	for _, c := range []struct {
+		schema, key string
+		want        []string
+	}{
+		{"ServiceStatus", "protocol", service["protocol"].Enum},
+		{"ServiceStatus", "forwarding", service["forwarding"].Enum},
+		{"ServiceStatus", "scheduler", service["scheduler"].Enum},
+		{"FlowStatus", "protocol", service["protocol"].Enum},
+		{"BackendStatus", "state", states},
+		{"BackendLoad", "state", states},
+	} {
+		if got := doc.Components.Schemas[c.schema].Properties[c.key].Enum; !slices.Equal(got, c.want) {
+			t.Errorf("%s.%s: enum %v, but the node writes %v", c.schema, c.key, got, c.want)
 		}
 	}
 }
