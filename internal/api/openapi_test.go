@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/api/wire"
 )
 
@@ -108,13 +107,7 @@ func jsonFields(t reflect.Type) []jsonField {
 // struct: a reference to its type's schema), required unless omitted when empty; and
 // every wire type is documented or says why not.
 func TestOpenAPIIsTheWireTypes(t *testing.T) {
-	var doc struct {
-		Components struct{ Schemas map[string]*schema }
-	}
-	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
-		t.Fatal(err)
-	}
-	schemas := doc.Components.Schemas
+	schemas := documentSchemas[*schema](t)
 	nameOf := map[reflect.Type]string{}
 	for name, typ := range documented {
 		nameOf[typ] = name

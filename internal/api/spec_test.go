@@ -132,14 +132,7 @@ func valueAt(doc map[string]any, path string) any {
 // and the effective spec; a BGP peer: the PUT body) have the config schema's keys of
 // that object, no others, with their types, values, ranges and defaults.
 func TestOpenAPIConfigBodiesAreTheSchemas(t *testing.T) {
-	var doc struct {
-		Components struct {
-			Schemas map[string]property
-		}
-	}
-	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
-		t.Fatal(err)
-	}
+	schemas := documentSchemas[property](t)
 	jsonType := map[config.FieldType]string{
 		config.TypeString: "string", config.TypeDuration: "string", config.TypeAddress: "string", config.TypePrefix: "string",
 		config.TypeEnum: "string", config.TypeInt: "integer", config.TypeBool: "boolean", config.TypeStrings: "array",
@@ -147,7 +140,7 @@ func TestOpenAPIConfigBodiesAreTheSchemas(t *testing.T) {
 	}
 	for top, prefix := range map[string]string{"ServiceSpec": "services[].", "ServiceSpecEffective": "services[].", "PeerSpec": "bgp.peers[]."} {
 		have := map[string]property{}
-		doc.Components.Schemas[top].walk(doc.Components.Schemas, "", have)
+		schemas[top].walk(schemas, "", have)
 		want := fieldsUnder(prefix)
 		for path, f := range want {
 			p, ok := have[path]
@@ -189,6 +182,18 @@ func TestOpenAPIConfigBodiesAreTheSchemas(t *testing.T) {
 	}
 }
 
+// documentSchemas decodes the OpenAPI document's schemas, by name, as S.
+func documentSchemas[S any](t *testing.T) map[string]S {
+	t.Helper()
+	var doc struct {
+		Components struct{ Schemas map[string]S }
+	}
+	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.Components.Schemas
+}
+
 // property is a schema of the OpenAPI document, as far as the test compares it.
 type property struct {
 	Ref        string `json:"$ref"`
@@ -227,14 +232,7 @@ func (p property) walk(schemas map[string]property, prefix string, out map[strin
 // status, its flows) and of a backend's state are those the document lists: the
 // config schema's, and wire.BackendState's.
 func TestOpenAPIStatusValuesAreTheSchemas(t *testing.T) {
-	var doc struct {
-		Components struct {
-			Schemas map[string]property
-		}
-	}
-	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
-		t.Fatal(err)
-	}
+	schemas := documentSchemas[property](t)
 	service := serviceFields()
 	states := []string{string(wire.BackendUp), string(wire.BackendDraining), string(wire.BackendDown)}
 	for _, c := range []struct {
@@ -248,7 +246,7 @@ func TestOpenAPIStatusValuesAreTheSchemas(t *testing.T) {
 		{"BackendStatus", "state", states},
 		{"BackendLoad", "state", states},
 	} {
-		if got := doc.Components.Schemas[c.schema].Properties[c.key].Enum; !slices.Equal(got, c.want) {
+		if got := schemas[c.schema].Properties[c.key].Enum; !slices.Equal(got, c.want) {
 			t.Errorf("%s.%s: enum %v, but the node writes %v", c.schema, c.key, got, c.want)
 		}
 	}
