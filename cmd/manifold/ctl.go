@@ -19,8 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/manifoldlb/manifold/internal/api"
-	"github.com/manifoldlb/manifold/internal/store"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 )
 
 const defaultAPI = "http://127.0.0.1:9100"
@@ -144,7 +143,7 @@ func ctl(args []string, w, warn io.Writer) error {
 	case "steering":
 		raw, err = c.call("GET", "/api/v1/steering", nil)
 	case "link":
-		raw, err = c.call("GET", api.LinkPath, nil)
+		raw, err = c.call("GET", wire.LinkPath, nil)
 	case "tunnels":
 		raw, err = c.call("GET", "/api/v1/tunnels", nil)
 	case "flows":
@@ -160,7 +159,7 @@ func ctl(args []string, w, warn io.Writer) error {
 		if perr != nil {
 			return fmt.Errorf("weight %q: must be a whole number 0..65535", params[2])
 		}
-		body, _ := json.Marshal(api.WeightRequest{Weight: uint32(wt)})
+		body, _ := json.Marshal(wire.WeightRequest{Weight: uint32(wt)})
 		raw, err = c.call("POST", svcPath(params[0])+"/backends/"+url.PathEscape(params[1])+"/weight", body)
 	}
 	if err != nil {
@@ -173,61 +172,61 @@ func ctl(args []string, w, warn io.Writer) error {
 
 	switch cmd {
 	case "status":
-		var st api.Status
+		var st wire.Status
 		if err := json.Unmarshal(raw, &st); err != nil {
 			return badAnswer(err)
 		}
 		printStatus(w, &st)
 	case "services":
-		var ss []api.ServiceStatus
+		var ss []wire.ServiceStatus
 		if err := json.Unmarshal(raw, &ss); err != nil {
 			return badAnswer(err)
 		}
 		printServices(w, ss)
 	case "backends":
-		var s api.ServiceStatus
+		var s wire.ServiceStatus
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return badAnswer(err)
 		}
 		printBackends(w, &s)
 	case "config":
-		var cv api.ConfigView
+		var cv wire.ConfigView
 		if err := json.Unmarshal(raw, &cv); err != nil {
 			return badAnswer(err)
 		}
 		printConfig(w, &cv)
 	case "fleet":
-		var f api.FleetStatus
+		var f wire.FleetStatus
 		if err := json.Unmarshal(raw, &f); err != nil {
 			return badAnswer(err)
 		}
 		printFleet(w, &f)
 	case "steering":
-		var st api.SteeringStatus
+		var st wire.SteeringStatus
 		if err := json.Unmarshal(raw, &st); err != nil {
 			return badAnswer(err)
 		}
 		printSteering(w, &st)
 	case "link":
-		var st api.LinkStatus
+		var st wire.LinkStatus
 		if err := json.Unmarshal(raw, &st); err != nil {
 			return badAnswer(err)
 		}
 		printLink(w, &st)
 	case "tunnels":
-		var st api.TunnelsStatus
+		var st wire.TunnelsStatus
 		if err := json.Unmarshal(raw, &st); err != nil {
 			return badAnswer(err)
 		}
 		printTunnels(w, &st)
 	case "flows":
-		var v api.FlowsView
+		var v wire.FlowsView
 		if err := json.Unmarshal(raw, &v); err != nil {
 			return badAnswer(err)
 		}
 		printFlows(w, &v)
 	default: // drain, undrain, weight: the service as it is now
-		var s api.ServiceStatus
+		var s wire.ServiceStatus
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return badAnswer(err)
 		}
@@ -299,18 +298,18 @@ func (c *ctlClient) call(method, path string, body []byte) ([]byte, error) {
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		for _, h := range resp.Header.Values("Warning") {
-			if text := api.WarningText(h); text != "" {
+			if text := wire.WarningText(h); text != "" {
 				fmt.Fprintf(c.warn, "warning: %s\n", text)
 			}
 		}
 		return raw, nil
 	}
-	var e api.Error
+	var e wire.Error
 	if json.Unmarshal(raw, &e) != nil || e.Message == "" {
 		return nil, fmt.Errorf("%s %s: %s: %s", method, c.base+path, resp.Status, strings.TrimSpace(string(raw)))
 	}
 	if len(e.Problems) == 0 {
-		e.Problems = []store.Problem{{Field: e.Field, Message: e.Message}}
+		e.Problems = []wire.Problem{{Field: e.Field, Message: e.Message}}
 	}
 	var lines []string
 	for _, p := range e.Problems {

@@ -5,7 +5,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/config"
 )
 
@@ -14,7 +14,7 @@ import (
 const defaultLinkAPI = "http://" + config.DefaultLinkAPI
 
 // printLink shows a link and one line per tunnel.
-func printLink(w io.Writer, st *api.LinkStatus) {
+func printLink(w io.Writer, st *wire.LinkStatus) {
 	up := 0
 	for _, t := range st.Tunnels {
 		if t.InRoute {

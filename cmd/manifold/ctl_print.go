@@ -15,12 +15,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 )
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
-func printStatus(w io.Writer, st *api.Status) {
+func printStatus(w io.Writer, st *wire.Status) {
 	var ifaces []string
 	for _, i := range st.Interfaces {
 		ifaces = append(ifaces, fmt.Sprintf("%s (XDP %s)", i.Name, i.XDPMode))
@@ -66,7 +66,7 @@ func printStatus(w io.Writer, st *api.Status) {
 	fmt.Fprintf(w, "\nDrops: %s\n", drops(st.Drops))
 }
 
-func printServices(w io.Writer, ss []api.ServiceStatus) {
+func printServices(w io.Writer, ss []wire.ServiceStatus) {
 	tw := table(w)
 	fmt.Fprintln(tw, "NAME\tVIP\tFORWARDING\tSCHEDULER\tBACKENDS\tANNOUNCED\tPKT/S\tBYTES/S\tPACKETS\tBYTES")
 	for _, s := range ss {
@@ -76,7 +76,7 @@ func printServices(w io.Writer, ss []api.ServiceStatus) {
 	tw.Flush()
 }
 
-func printBackends(w io.Writer, s *api.ServiceStatus) {
+func printBackends(w io.Writer, s *wire.ServiceStatus) {
 	h := s.Spec.Health
 	check := "none (every backend counts as healthy)"
 	if h.Kind != "none" {
@@ -107,7 +107,7 @@ func printBackends(w io.Writer, s *api.ServiceStatus) {
 	}
 }
 
-func printConfig(w io.Writer, c *api.ConfigView) {
+func printConfig(w io.Writer, c *wire.ConfigView) {
 	fmt.Fprintf(w, "# %s\n", configLine(&c.ConfigInfo))
 	if !c.InSync {
 		fmt.Fprintln(w, "# The file on disk has edits the node has not loaded: send SIGHUP to apply them\n# (API writes are refused until then). Below is what the node runs.")
@@ -116,7 +116,7 @@ func printConfig(w io.Writer, c *api.ConfigView) {
 }
 
 // printBackendChange shows a backend after drain, undrain or weight.
-func printBackendChange(w io.Writer, s *api.ServiceStatus, addr string) error {
+func printBackendChange(w io.Writer, s *wire.ServiceStatus, addr string) error {
 	want, err := netip.ParseAddr(addr)
 	if err != nil {
 		return err
@@ -130,7 +130,7 @@ func printBackendChange(w io.Writer, s *api.ServiceStatus, addr string) error {
 	return fmt.Errorf("service %s has no backend %s any more", s.Name, addr)
 }
 
-func configLine(c *api.ConfigInfo) string {
+func configLine(c *wire.ConfigInfo) string {
 	sync := "in sync with the file on disk"
 	if !c.InSync {
 		sync = "the file on disk has edits not loaded yet (SIGHUP applies them)"
@@ -142,7 +142,7 @@ func configLine(c *api.ConfigInfo) string {
 	return fmt.Sprintf("%s, revision %s, %s", c.File, rev, sync)
 }
 
-func vipPort(s *api.ServiceStatus) string {
+func vipPort(s *wire.ServiceStatus) string {
 	a, err := netip.ParseAddr(s.VIP)
 	if err != nil {
 		return fmt.Sprintf("%s:%d/%s", s.VIP, s.Port, s.Protocol)
@@ -151,14 +151,14 @@ func vipPort(s *api.ServiceStatus) string {
 }
 
 // announced is the ANNOUNCED column; why is in `manifold ctl backends SERVICE`.
-func announced(s *api.ServiceStatus) string {
+func announced(s *wire.ServiceStatus) string {
 	if s.Announced {
 		return "yes"
 	}
 	return "no"
 }
 
-func upCount(s *api.ServiceStatus) string {
+func upCount(s *wire.ServiceStatus) string {
 	up := 0
 	for _, b := range s.Backends {
 		if b.State == "up" {
@@ -168,7 +168,7 @@ func upCount(s *api.ServiceStatus) string {
 	return fmt.Sprintf("%d/%d up", up, len(s.Backends))
 }
 
-func healthWord(h *api.BackendHealth) string {
+func healthWord(h *wire.BackendHealth) string {
 	switch {
 	case h.Check == "none":
 		return "-"
@@ -232,7 +232,7 @@ func or(s, def string) string {
 }
 
 // fleetLine says where a node stands against its fleet store.
-func fleetLine(f *api.FleetState) string {
+func fleetLine(f *wire.FleetState) string {
 	line := fmt.Sprintf("%s, revision %d", f.Prefix, f.AppliedRevision)
 	switch {
 	case !f.Reachable:
@@ -248,7 +248,7 @@ func fleetLine(f *api.FleetState) string {
 	return line
 }
 
-func printFleet(w io.Writer, f *api.FleetStatus) {
+func printFleet(w io.Writer, f *wire.FleetStatus) {
 	tw := table(w)
 	fmt.Fprintf(tw, "Fleet\t%s on %s\n", f.Prefix, strings.Join(f.Endpoints, ", "))
 	fmt.Fprintf(tw, "Revision\t%d\n", f.Revision)
@@ -279,7 +279,7 @@ func printFleet(w io.Writer, f *api.FleetStatus) {
 	tw.Flush()
 }
 
-func printSteering(w io.Writer, st *api.SteeringStatus) {
+func printSteering(w io.Writer, st *wire.SteeringStatus) {
 	tw := table(w)
 	fmt.Fprintf(tw, "Site\t%s (this node's: it applies these shares)\n", st.Site)
 	for _, s := range st.Services {
@@ -308,7 +308,7 @@ func printSteering(w io.Writer, st *api.SteeringStatus) {
 	tw.Flush()
 }
 
-func printFlows(w io.Writer, v *api.FlowsView) {
+func printFlows(w io.Writer, v *wire.FlowsView) {
 	if len(v.Flows) == 0 {
 		fmt.Fprintf(w, "No flows (table of %d entries).\n", v.Size)
 		return
@@ -326,7 +326,7 @@ func printFlows(w io.Writer, v *api.FlowsView) {
 	fmt.Fprintf(w, "\n%d of %d flows shown (table of %d entries).\n", len(v.Flows), v.Total, v.Size)
 }
 
-func printTunnels(w io.Writer, st *api.TunnelsStatus) {
+func printTunnels(w io.Writer, st *wire.TunnelsStatus) {
 	fmt.Fprintf(w, "Tunnel edge on %s (QUIC)\n\n", st.Listen)
 	tw := table(w)
 	fmt.Fprintln(tw, "SERVICE\tVIP\tCONNECTORS\tIN USE/CAPACITY\tANNOUNCED")

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/steer"
 	"github.com/manifoldlb/manifold/internal/tunnel"
 )
@@ -23,51 +23,51 @@ var update = flag.Bool("update", false, "rewrite the golden files of manifold ct
 
 // fixture is a node's status as the API gives it: two services, one of each family,
 // a backend down, one draining, BGP with two peers, some drops.
-func fixture() api.Status {
-	web := api.ServiceStatus{
+func fixture() wire.Status {
+	web := wire.ServiceStatus{
 		Name: "web", VIP: "198.51.100.10", Port: 80, Protocol: "tcp", Forwarding: "ipip", Scheduler: "maglev",
 		Announced: true, Reason: "1 healthy backend", Packets: 1515, Bytes: 101808, PacketsPerSecond: 151.5, BytesPerSecond: 10180.8,
-		Backends: []api.BackendStatus{
+		Backends: []wire.BackendStatus{
 			{Address: "10.0.1.1", Weight: 3, State: "up", Packets: 1000, Bytes: 67000, PacketsPerSecond: 100, BytesPerSecond: 6700,
-				Health: api.BackendHealth{Check: "tcp://10.0.1.1:80", Up: true, LastCheck: "2026-11-21T03:50:00Z", LatencySeconds: 0.00042, Checks: 120}},
+				Health: wire.BackendHealth{Check: "tcp://10.0.1.1:80", Up: true, LastCheck: "2026-11-21T03:50:00Z", LatencySeconds: 0.00042, Checks: 120}},
 			{Address: "10.0.1.2", Weight: 0, State: "draining", Packets: 515, Bytes: 34808, PacketsPerSecond: 51.5, BytesPerSecond: 3480.8,
-				Health: api.BackendHealth{Check: "tcp://10.0.1.2:80", Up: true, LastCheck: "2026-11-21T03:50:00Z", LatencySeconds: 0.00051, Checks: 120}},
+				Health: wire.BackendHealth{Check: "tcp://10.0.1.2:80", Up: true, LastCheck: "2026-11-21T03:50:00Z", LatencySeconds: 0.00051, Checks: 120}},
 			{Address: "10.0.1.3", Weight: 1, State: "down",
-				Health: api.BackendHealth{Check: "tcp://10.0.1.3:80", LastCheck: "2026-11-21T03:50:00Z", LastError: "dial tcp 10.0.1.3:80: connect: connection refused",
+				Health: wire.BackendHealth{Check: "tcp://10.0.1.3:80", LastCheck: "2026-11-21T03:50:00Z", LastError: "dial tcp 10.0.1.3:80: connect: connection refused",
 					LatencySeconds: 0.00012, Checks: 120, Failures: 17}},
 		},
-		Spec: api.ServiceSpec{Name: "web", VIP: "198.51.100.10", Port: 80, Protocol: "tcp", Forwarding: "ipip", GUEPort: 6080,
+		Spec: wire.ServiceSpec{Name: "web", VIP: "198.51.100.10", Port: 80, Protocol: "tcp", Forwarding: "ipip", GUEPort: 6080,
 			Scheduler: "maglev", TableSize: 65537,
-			Backends: []api.BackendSpec{{Address: "10.0.1.1", Weight: 3}, {Address: "10.0.1.2", Weight: 0}, {Address: "10.0.1.3", Weight: 1}},
-			Health:   api.HealthSpec{Kind: "tcp", Port: 80, Interval: "1s", Timeout: "500ms", Rise: 2, Fall: 2}},
+			Backends: []wire.BackendSpec{{Address: "10.0.1.1", Weight: 3}, {Address: "10.0.1.2", Weight: 0}, {Address: "10.0.1.3", Weight: 1}},
+			Health:   wire.HealthSpec{Kind: "tcp", Port: 80, Interval: "1s", Timeout: "500ms", Rise: 2, Fall: 2}},
 	}
-	dns := api.ServiceStatus{
+	dns := wire.ServiceStatus{
 		Name: "dns6", VIP: "2001:db8:100::53", Port: 53, Protocol: "udp", Forwarding: "ipip", Scheduler: "maglev-source",
 		Reason: "no healthy backend",
-		Backends: []api.BackendStatus{
-			{Address: "2001:db8:1::1", Weight: 1, State: "up", Health: api.BackendHealth{Check: "none", Up: true}},
+		Backends: []wire.BackendStatus{
+			{Address: "2001:db8:1::1", Weight: 1, State: "up", Health: wire.BackendHealth{Check: "none", Up: true}},
 		},
-		Spec: api.ServiceSpec{Name: "dns6", VIP: "2001:db8:100::53", Port: 53, Protocol: "udp", Forwarding: "ipip", GUEPort: 6080,
-			Scheduler: "maglev-source", TableSize: 65537, Backends: []api.BackendSpec{{Address: "2001:db8:1::1", Weight: 1}},
-			Health: api.HealthSpec{Kind: "none", Port: 53, Interval: "1s", Timeout: "500ms", Rise: 2, Fall: 2}},
+		Spec: wire.ServiceSpec{Name: "dns6", VIP: "2001:db8:100::53", Port: 53, Protocol: "udp", Forwarding: "ipip", GUEPort: 6080,
+			Scheduler: "maglev-source", TableSize: 65537, Backends: []wire.BackendSpec{{Address: "2001:db8:1::1", Weight: 1}},
+			Health: wire.HealthSpec{Kind: "none", Port: 53, Interval: "1s", Timeout: "500ms", Rise: 2, Fall: 2}},
 	}
-	return api.Status{
-		Node: "lb1", Interfaces: []api.InterfaceStatus{{Name: "eth0", XDPMode: "native"}},
-		BGP: &api.BGPStatus{ASN: 65001, RouterID: "10.0.0.11", Peers: []api.PeerStatus{
+	return wire.Status{
+		Node: "lb1", Interfaces: []wire.InterfaceStatus{{Name: "eth0", XDPMode: "native"}},
+		BGP: &wire.BGPStatus{ASN: 65001, RouterID: "10.0.0.11", Peers: []wire.PeerStatus{
 			{Address: "10.0.0.1", ASN: 65000, State: "established", Up: true, UpSince: "2026-11-21T03:40:00Z", UpdatesSent: 3, UpdatesReceived: 1},
 			{Address: "10.0.0.2", ASN: 65000, State: "active"},
 		}},
-		Services:         []api.ServiceStatus{dns, web},
+		Services:         []wire.ServiceStatus{dns, web},
 		FlowTableEntries: 303, FlowTableSize: 262144,
 		Drops:   map[string]uint64{"truncated": 2, "no_backend": 0, "fragment": 1},
 		Reloads: 2, ReloadFailures: 1,
-		Config: api.ConfigInfo{File: "/etc/manifold/lb1.yaml", Revision: "3f2a9c1b7d5e8f00112233445566778899aabbccddeeff00112233445566778", InSync: true},
+		Config: wire.ConfigInfo{File: "/etc/manifold/lb1.yaml", Revision: "3f2a9c1b7d5e8f00112233445566778899aabbccddeeff00112233445566778", InSync: true},
 	}
 }
 
 // fakeAPI answers like a node; it records the last request.
 type fakeAPI struct {
-	st       api.Status
+	st       wire.Status
 	inSync   bool
 	lastReq  string
 	lastBody string
@@ -92,12 +92,12 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/api/v1/services/web":
 		reply(200, web)
 	case r.URL.Path == "/api/v1/fleet":
-		reply(200, api.FleetStatus{Prefix: "/manifold", Endpoints: []string{"http://10.0.0.5:2379", "http://10.0.0.6:2379"}, Revision: 42, Reachable: true,
-			Nodes: []api.FleetNode{
-				{NodeRecord: api.NodeRecord{Name: "lb1", Site: "ams1", AppliedRevision: 42, UpdatedAt: "2026-11-23T15:00:01Z",
-					BGP: []api.FleetPeer{{Address: "10.0.0.1", Up: true}}, Services: []api.ServiceLoad{{Name: "web", Announced: true}}}, Alive: true, Agrees: true},
-				{NodeRecord: api.NodeRecord{Name: "lb2", Site: "ams1", AppliedRevision: 40, UpdatedAt: "2026-11-23T14:58:30Z",
-					StaleSince: "2026-11-23T14:58:31Z", BGP: []api.FleetPeer{{Address: "10.0.0.1", Up: false}}, Services: []api.ServiceLoad{{Name: "web"}}}, Lag: 2},
+		reply(200, wire.FleetStatus{Prefix: "/manifold", Endpoints: []string{"http://10.0.0.5:2379", "http://10.0.0.6:2379"}, Revision: 42, Reachable: true,
+			Nodes: []wire.FleetNode{
+				{NodeRecord: wire.NodeRecord{Name: "lb1", Site: "ams1", AppliedRevision: 42, UpdatedAt: "2026-11-23T15:00:01Z",
+					BGP: []wire.FleetPeer{{Address: "10.0.0.1", Up: true}}, Services: []wire.ServiceLoad{{Name: "web", Announced: true}}}, Alive: true, Agrees: true},
+				{NodeRecord: wire.NodeRecord{Name: "lb2", Site: "ams1", AppliedRevision: 40, UpdatedAt: "2026-11-23T14:58:30Z",
+					StaleSince: "2026-11-23T14:58:31Z", BGP: []wire.FleetPeer{{Address: "10.0.0.1", Up: false}}, Services: []wire.ServiceLoad{{Name: "web"}}}, Lag: 2},
 			}})
 	case r.URL.Path == "/api/v1/steering":
 		d := steer.Manifold{}.Decide(time.Time{}, steer.Observation{
@@ -105,22 +105,22 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Sites: []steer.Site{{Name: "sjc", Demand: 400, RTT: map[string]time.Duration{"us": 10 * time.Millisecond, "eu": 150 * time.Millisecond}},
 				{Name: "ams", Demand: 100, RTT: map[string]time.Duration{"us": 140 * time.Millisecond, "eu": 12 * time.Millisecond}}},
 		}, steer.Shares{"sjc": {"us": 1, "eu": 0}, "ams": {"us": 0, "eu": 1}})
-		reply(200, api.SteeringStatus{Site: "sjc", Services: []api.Steering{{Service: "web", Round: 7, At: "2026-11-23T15:00:01Z", Leader: "steer1",
-			Shares: d.Shares(), Decision: d}}})
+		reply(200, wire.SteeringStatus{Site: "sjc", Services: []wire.Steering{{Service: "web", Round: 7, At: "2026-11-23T15:00:01Z", Leader: "steer1",
+			Shares: wire.Shares(d.Shares()), Decision: steer.WireDecision(d)}}})
 	case r.URL.Path == "/api/v1/tunnels":
-		reply(200, api.TunnelsStatus{Listen: "0.0.0.0:7443",
-			Services: []api.TunnelService{{Name: "home", VIP: "198.51.100.20", Port: 443, Connectors: 1, Capacity: 100, Open: 2, Announced: true}},
-			Tunnels: []tunnel.TunnelStatus{
-				{ID: 3, Connector: "nas", Remote: "203.0.113.9:40000", Token: "sha256:0123456789ab", Services: []tunnel.ServiceStatus{{Name: "home", Capacity: 100, Open: 2}},
+		reply(200, wire.TunnelsStatus{Listen: "0.0.0.0:7443",
+			Services: []wire.TunnelService{{Name: "home", VIP: "198.51.100.20", Port: 443, Connectors: 1, Capacity: 100, Open: 2, Announced: true}},
+			Tunnels: []wire.Tunnel{
+				{ID: 3, Connector: "nas", Remote: "203.0.113.9:40000", Token: "sha256:0123456789ab", Services: []wire.TunnelShare{{Name: "home", Capacity: 100, Open: 2}},
 					StreamsOpen: 2, StreamLimit: 10000, Streams: 41, BytesToOrigin: 5300, BytesFromOrigin: 7 << 20, RTT: 3200 * time.Microsecond,
 					Since: time.Date(2026, 11, 23, 15, 0, 0, 0, time.UTC)},
-				{ID: 4, Connector: "vm2", Remote: "203.0.113.10:50000", Token: "sha256:ba9876543210", Services: []tunnel.ServiceStatus{{Name: "home", Capacity: 200, Open: 3}},
+				{ID: 4, Connector: "vm2", Remote: "203.0.113.10:50000", Token: "sha256:ba9876543210", Services: []wire.TunnelShare{{Name: "home", Capacity: 200, Open: 3}},
 					StreamsOpen: 3, StreamLimit: 10000, Streams: 80, BytesToOrigin: 900, BytesFromOrigin: 3 << 30, RTT: 12 * time.Millisecond, Draining: true,
 					Since: time.Date(2026, 11, 23, 15, 1, 0, 0, time.UTC)}},
-			Counters: tunnel.EdgeCounters{Attached: 5, Gone: 1, Streams: 121, StreamRetries: 1, ClientsRefused: 0,
+			Counters: wire.TunnelCounters{Attached: 5, Gone: 1, Streams: 121, StreamRetries: 1, ClientsRefused: 0,
 				Refused: map[string]uint64{tunnel.RefusedUnknownToken: 2, tunnel.RefusedOutOfScope: 1, tunnel.RefusedTunnelLimit: 0, tunnel.RefusedTLS: 0, tunnel.RefusedProtocol: 0, tunnel.RefusedHelloLimit: 0}}})
 	case r.URL.Path == "/api/v1/config":
-		reply(200, api.ConfigView{ConfigInfo: api.ConfigInfo{File: f.st.Config.File, Revision: f.st.Config.Revision, InSync: f.inSync},
+		reply(200, wire.ConfigView{ConfigInfo: wire.ConfigInfo{File: f.st.Config.File, Revision: f.st.Config.Revision, InSync: f.inSync},
 			YAML: "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\n  api_token: <redacted>\nservices:\n  - name: web\n    vip: 198.51.100.10\n"})
 	case r.URL.Path == "/api/v1/services/web/backends/10.0.1.1/drain":
 		web.Backends[0].Weight, web.Backends[0].State = 0, "draining"
@@ -129,11 +129,11 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		web.Backends[0].Weight, web.Backends[0].State = 5, "up"
 		reply(200, web)
 	case strings.HasPrefix(r.URL.Path, "/api/v1/services/web/backends/10.0.9.9/"):
-		reply(404, api.Error{Status: 404, Field: "address", Message: `service "web" has no backend 10.0.9.9`})
+		reply(404, wire.Error{Status: 404, Field: "address", Message: `service "web" has no backend 10.0.9.9`})
 	case r.URL.Path == "/api/v1/services/locked/backends/10.0.1.1/drain":
-		reply(401, api.Error{Status: 401, Field: "Authorization", Message: "this request needs the API token: Authorization: Bearer TOKEN"})
+		reply(401, wire.Error{Status: 401, Field: "Authorization", Message: "this request needs the API token: Authorization: Bearer TOKEN"})
 	default:
-		reply(404, api.Error{Status: 404, Message: "no such endpoint"})
+		reply(404, wire.Error{Status: 404, Message: "no such endpoint"})
 	}
 }
 
@@ -219,7 +219,7 @@ func TestCtlJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var s api.ServiceStatus
+		var s wire.ServiceStatus
 		if err := json.Unmarshal([]byte(out), &s); err != nil || s.Name != "web" || len(s.Backends) != 3 {
 			t.Errorf("%v: not the service's JSON: %v\n%s", args, err, out)
 		}

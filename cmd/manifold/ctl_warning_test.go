@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 )
 
 // A change the node made with a warning (the Warning header of a 2xx answer) succeeds,
@@ -17,7 +17,7 @@ func TestCtlShowsTheWarningOfAChangeMade(t *testing.T) {
 	web := fixture().Services[1]
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Add("Warning", api.WarningHeader("the config file was written but may not survive a power cut: fsync /etc/manifold: input/output error"))
+		w.Header().Add("Warning", wire.WarningHeader("the config file was written but may not survive a power cut: fsync /etc/manifold: input/output error"))
 		json.NewEncoder(w).Encode(web)
 	}))
 	defer srv.Close()

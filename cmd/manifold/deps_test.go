@@ -8,7 +8,8 @@ import (
 )
 
 // The binary operators run links none of the test rig: no packet library, no
-// namespace helpers, no test certificates, no benchmarks (they are cmd/manifold-bench).
+// namespace helpers, no test certificates, no filler of wire values, no benchmarks
+// (they are cmd/manifold-bench).
 func TestNoTestRigLinked(t *testing.T) {
 	out, err := hostprog.Command(hostprog.Go, "list", "-deps", ".").Output()
 	if err != nil {
@@ -19,7 +20,7 @@ func TestNoTestRigLinked(t *testing.T) {
 		t.Fatalf("go list -deps listed %d packages: not the binary's closure\n%s", len(deps), out)
 	}
 	for _, dep := range deps {
-		if strings.Contains(dep, "gopacket") || strings.HasSuffix(dep, "/dptest") || strings.HasSuffix(dep, "/testpki") || dep == "github.com/manifoldlb/manifold/bench" {
+		if strings.Contains(dep, "gopacket") || strings.HasSuffix(dep, "/dptest") || strings.HasSuffix(dep, "/testpki") || strings.HasSuffix(dep, "/wiretest") || dep == "github.com/manifoldlb/manifold/bench" {
 			t.Errorf("cmd/manifold links %s, a part of the test rig", dep)
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/decode"
 	"github.com/manifoldlb/manifold/internal/ratelog"
@@ -46,9 +47,9 @@ const maxBody = decode.MaxBodySize
 // Node is what the API needs of the daemon.
 type Node interface {
 	// Status, Services and Service are the node's current state.
-	Status() Status
-	Services() []ServiceStatus
-	Service(name string) (ServiceStatus, bool)
+	Status() wire.Status
+	Services() []wire.ServiceStatus
+	Service(name string) (wire.ServiceStatus, bool)
 	// Change runs edit on the node's run loop. When edit returns a change, the node
 	// commits it (persisted) and applies it to the data plane, reverting the file
 	// when the kernel refuses; on any error nothing changed. It fails with the
@@ -59,11 +60,14 @@ type Node interface {
 	ChangeOwn(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error
 	// Fleet is every node of the node's fleet: ErrNoFleet without a fleet section, a
 	// store.Error of kind Unreachable when the store cannot be read.
-	Fleet(ctx context.Context) (FleetStatus, error)
+	Fleet(ctx context.Context) (wire.FleetStatus, error)
 }
 
 // ErrNoFleet is Node.Fleet's error on a node whose services are in its config file.
 var ErrNoFleet = errors.New("this node has no fleet section: its services are in its config file")
+
+// ErrNoSuchService is the error of Server.Flows for a service the node does not have.
+var ErrNoSuchService = errors.New("no such service")
 
 // Server serves the API.
 type Server struct {
@@ -72,14 +76,14 @@ type Server struct {
 	Metrics http.Handler // GET /metrics
 	// Steering is the global steering shares the node has read from its fleet's store
 	// (GET /api/v1/steering); nil on a node without a fleet.
-	Steering func() SteeringStatus
+	Steering func() wire.SteeringStatus
 	// Tunnels is the node's tunnel edge (GET /api/v1/tunnels); nil on a node without a
 	// tunnels section.
-	Tunnels func() TunnelsStatus
+	Tunnels func() wire.TunnelsStatus
 	// Flows lists the node's flow table (GET /api/v1/flows): up to limit entries, of
 	// one service or ("") of all; ErrNoSuchService for a service the node does not
 	// have. nil: the answer is 404.
-	Flows func(service string, limit int) (FlowsView, error)
+	Flows func(service string, limit int) (wire.FlowsView, error)
 	// Token, when set, is required as "Authorization: Bearer TOKEN" by writes, and by
 	// reads too unless OpenReads (the API listens on loopback only).
 	Token     string
@@ -102,39 +106,9 @@ type RequestKey struct {
 	Code   int
 }
 
-// Error is the body of every error response.
-type Error struct {
-	Status  int    `json:"status"`
-	Field   string `json:"field,omitempty"` // of the first problem
-	Message string `json:"message"`         // of the first problem
-	// Problems lists every problem (a service body may have several), the first one
-	// included.
-	Problems []store.Problem `json:"problems"`
-}
-
-// ConfigView is the body of GET /api/v1/config.
-type ConfigView struct {
-	ConfigInfo
-	YAML string `json:"yaml"` // the file as the node runs it, secrets redacted
-}
-
-// ConfigInfo identifies the config file the node runs.
-type ConfigInfo struct {
-	File     string `json:"file"`
-	Revision string `json:"revision"` // SHA-256 of the file's contents
-	// InSync is false when the file on disk was edited and not reloaded (SIGHUP):
-	// API writes are refused until it is.
-	InSync bool `json:"in_sync"`
-}
-
 // Info describes the config file the node runs.
-func Info(s *store.Store) ConfigInfo {
-	return ConfigInfo{File: s.Path(), Revision: s.Revision(), InSync: s.InSync()}
-}
-
-// WeightRequest is the body of POST …/weight.
-type WeightRequest struct {
-	Weight uint32 `json:"weight"`
+func Info(s *store.Store) wire.ConfigInfo {
+	return wire.ConfigInfo{File: s.Path(), Revision: s.Revision(), InSync: s.InSync()}
 }
 
 // Handler returns the API's HTTP handler.
@@ -163,7 +137,7 @@ func (s *Server) Handler() http.Handler {
 			writeError(w, http.StatusInternalServerError, store.Problem{Message: err.Error()})
 			return
 		}
-		writeJSON(w, http.StatusOK, ConfigView{ConfigInfo: Info(s.Store), YAML: string(y)})
+		writeJSON(w, http.StatusOK, wire.ConfigView{ConfigInfo: Info(s.Store), YAML: string(y)})
 	})
 	read("GET /api/v1/fleet", func(w http.ResponseWriter, r *http.Request) {
 		f, err := s.Node.Fleet(r.Context())
@@ -194,12 +168,12 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, s.Tunnels())
 	})
 	read("GET /api/v1/flows", func(w http.ResponseWriter, r *http.Request) {
-		limit := DefaultFlowLimit
+		limit := wire.DefaultFlowLimit
 		if v := r.URL.Query().Get("limit"); v != "" {
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > MaxFlowLimit {
+			if err != nil || n < 1 || n > wire.MaxFlowLimit {
 				writeError(w, http.StatusBadRequest, store.Problem{Field: "limit",
-					Message: fmt.Sprintf("limit %q: must be a whole number 1..%d", v, MaxFlowLimit)})
+					Message: fmt.Sprintf("limit %q: must be a whole number 1..%d", v, wire.MaxFlowLimit)})
 				return
 			}
 			limit = n
@@ -392,7 +366,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) bool {
 	var made *store.Committed
 	switch {
 	case errors.As(err, &made):
-		w.Header().Add("Warning", WarningHeader(made.Warning))
+		w.Header().Add("Warning", wire.WarningHeader(made.Warning))
 		return false
 	case errors.As(err, &se):
 		code := map[store.Kind]int{
@@ -416,21 +390,6 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) bool {
 	return true
 }
 
-// WarningHeader is a Warning header's value (RFC 9110's obsoleted but still read
-// warn-code 299, "miscellaneous persistent warning", as Kubernetes sends).
-func WarningHeader(text string) string {
-	return "299 - " + strconv.Quote(text)
-}
-
-// WarningText is the text of a Warning header's value, or "" when it is not one.
-func WarningText(header string) string {
-	text, err := strconv.Unquote(strings.TrimPrefix(header, "299 - "))
-	if err != nil {
-		return ""
-	}
-	return text
-}
-
 func (s *Server) writeService(w http.ResponseWriter, code int, name string) {
 	svc, ok := s.Node.Service(name)
 	if !ok {
@@ -452,7 +411,11 @@ func writeError(w http.ResponseWriter, code int, problems ...store.Problem) {
 	if len(problems) == 0 {
 		problems = []store.Problem{{Message: http.StatusText(code)}}
 	}
-	writeJSON(w, code, Error{Status: code, Field: problems[0].Field, Message: problems[0].Message, Problems: problems})
+	out := wire.Error{Status: code, Field: problems[0].Field, Message: problems[0].Message, Problems: make([]wire.Problem, len(problems))}
+	for i, p := range problems {
+		out.Problems[i] = wire.Problem(p)
+	}
+	writeJSON(w, code, out)
 }
 
 // jsonErrors answers requests no route takes (404, 405) with an Error body too.

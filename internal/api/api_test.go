@@ -18,6 +18,7 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/api/apitest"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/steer"
 	"github.com/manifoldlb/manifold/internal/store"
@@ -36,60 +37,60 @@ type fakeNode struct {
 	stopping bool
 	// fleet is what Fleet returns: nil for a node without a fleet section;
 	// fleetDown makes the store unreachable.
-	fleet     *api.FleetStatus
+	fleet     *wire.FleetStatus
 	fleetDown bool
 	// warn is the warning of the next change, made as the node's file source makes a
 	// change whose directory fsync failed after the rename (store.Committed).
 	warn string
 }
 
-func (f *fakeNode) Fleet(context.Context) (api.FleetStatus, error) {
+func (f *fakeNode) Fleet(context.Context) (wire.FleetStatus, error) {
 	switch {
 	case f.fleet == nil:
-		return api.FleetStatus{}, api.ErrNoFleet
+		return wire.FleetStatus{}, api.ErrNoFleet
 	case f.fleetDown:
-		return api.FleetStatus{}, store.Unavailable("the fleet store cannot be reached: context deadline exceeded")
+		return wire.FleetStatus{}, store.Unavailable("the fleet store cannot be reached: context deadline exceeded")
 	}
 	return *f.fleet, nil
 }
 
-func (f *fakeNode) Status() api.Status {
+func (f *fakeNode) Status() wire.Status {
 	cfg := f.st.Config()
-	st := api.Status{Node: cfg.Node.Name, Interfaces: []api.InterfaceStatus{{Name: "eth0", XDPMode: "native"}},
+	st := wire.Status{Node: cfg.Node.Name, Interfaces: []wire.InterfaceStatus{{Name: "eth0", XDPMode: "native"}},
 		Services: f.services(), FlowTableSize: cfg.Node.FlowTableSize, Drops: map[string]uint64{"truncated": 0},
 		Config: api.Info(f.st)}
 	if b := cfg.BGP; b != nil {
-		st.BGP = &api.BGPStatus{ASN: b.ASN, RouterID: b.RouterID.String(), Peers: []api.PeerStatus{}}
+		st.BGP = &wire.BGPStatus{ASN: b.ASN, RouterID: b.RouterID.String(), Peers: []wire.PeerStatus{}}
 		for _, p := range b.Peers {
-			st.BGP.Peers = append(st.BGP.Peers, api.PeerStatus{Address: p.Address.String(), ASN: p.ASN, State: "idle"})
+			st.BGP.Peers = append(st.BGP.Peers, wire.PeerStatus{Address: p.Address.String(), ASN: p.ASN, State: "idle"})
 		}
 	}
 	return st
 }
 
-func (f *fakeNode) Services() []api.ServiceStatus { return f.services() }
+func (f *fakeNode) Services() []wire.ServiceStatus { return f.services() }
 
-func (f *fakeNode) Service(name string) (api.ServiceStatus, bool) {
+func (f *fakeNode) Service(name string) (wire.ServiceStatus, bool) {
 	for _, s := range f.services() {
 		if s.Name == name {
 			return s, true
 		}
 	}
-	return api.ServiceStatus{}, false
+	return wire.ServiceStatus{}, false
 }
 
-func (f *fakeNode) services() []api.ServiceStatus {
-	out := []api.ServiceStatus{}
+func (f *fakeNode) services() []wire.ServiceStatus {
+	out := []wire.ServiceStatus{}
 	for _, s := range f.st.Config().Services {
-		ss := api.ServiceStatus{Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Protocol: string(s.Protocol),
-			Forwarding: string(s.Forwarding), Scheduler: string(s.Scheduler), Backends: []api.BackendStatus{}, Spec: api.SpecOf(&s)}
+		ss := wire.ServiceStatus{Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Protocol: string(s.Protocol),
+			Forwarding: string(s.Forwarding), Scheduler: string(s.Scheduler), Backends: []wire.BackendStatus{}, Spec: api.SpecOf(&s)}
 		for _, b := range s.Backends {
-			state := api.BackendUp
+			state := wire.BackendUp
 			if b.Weight == 0 {
-				state = api.BackendDraining
+				state = wire.BackendDraining
 			}
-			ss.Backends = append(ss.Backends, api.BackendStatus{Address: b.Address.String(), Weight: b.Weight, State: state,
-				Health: api.BackendHealth{Check: "none", Up: true}})
+			ss.Backends = append(ss.Backends, wire.BackendStatus{Address: b.Address.String(), Weight: b.Weight, State: state,
+				Health: wire.BackendHealth{Check: "none", Up: true}})
 		}
 		out = append(out, ss)
 	}
@@ -154,6 +155,13 @@ services:
     protocol: udp
     backends:
       - address: 2001:db8:1::1
+  - name: nat # every forwarding that a status shows in another way
+    vip: 198.51.100.12
+    port: 8080
+    forwarding: nat
+    backend_port: 80
+    backends:
+      - address: 10.0.2.1
 `
 
 type env struct {
@@ -450,12 +458,12 @@ func TestConformance(t *testing.T) {
 	if x := e.do("GET", "/api/v1/fleet", ""); x.Status != 404 {
 		t.Errorf("fleet of a file node: %d %s", x.Status, x.Body)
 	}
-	e.node.fleet = &api.FleetStatus{Prefix: "/manifold", Endpoints: []string{"http://10.0.0.5:2379"}, Revision: 7, Reachable: true,
-		Nodes: []api.FleetNode{{NodeRecord: api.NodeRecord{Name: "lb1", Site: "ams1", Addresses: []string{"10.0.0.11"}, AppliedRevision: 7,
-			AppliedAt: "2026-11-23T15:00:00Z", UpdatedAt: "2026-11-23T15:00:01Z", BGP: []api.FleetPeer{{Address: "10.0.0.1", Up: true}},
-			Services: []api.ServiceLoad{{Name: "web", Announced: true, PacketsPerSecond: 10, Backends: []api.BackendLoad{
-				{Address: "10.0.1.1", State: api.BackendUp, Healthy: true, PacketsPerSecond: 10}}}}}, Alive: true, Agrees: true}}}
-	if x := e.do("GET", "/api/v1/fleet", ""); x.Status != 200 || decode[api.FleetStatus](t, x).Nodes[0].Site != "ams1" {
+	e.node.fleet = &wire.FleetStatus{Prefix: "/manifold", Endpoints: []string{"http://10.0.0.5:2379"}, Revision: 7, Reachable: true,
+		Nodes: []wire.FleetNode{{NodeRecord: wire.NodeRecord{Name: "lb1", Site: "ams1", Addresses: []string{"10.0.0.11"}, AppliedRevision: 7,
+			AppliedAt: "2026-11-23T15:00:00Z", UpdatedAt: "2026-11-23T15:00:01Z", BGP: []wire.FleetPeer{{Address: "10.0.0.1", Up: true}},
+			Services: []wire.ServiceLoad{{Name: "web", Announced: true, PacketsPerSecond: 10, Backends: []wire.BackendLoad{
+				{Address: "10.0.1.1", State: wire.BackendUp, Healthy: true, PacketsPerSecond: 10}}}}}, Alive: true, Agrees: true}}}
+	if x := e.do("GET", "/api/v1/fleet", ""); x.Status != 200 || decode[wire.FleetStatus](t, x).Nodes[0].Site != "ams1" {
 		t.Errorf("fleet: %d %s", x.Status, x.Body)
 	}
 	e.node.fleetDown = true
@@ -474,11 +482,11 @@ func TestConformance(t *testing.T) {
 		Origins: []steer.Origin{{Name: "us", Capacity: 200, Load: 400, Healthy: true}, {Name: "eu", Capacity: 1000, Healthy: true}},
 		Sites:   []steer.Site{{Name: "sjc", Demand: 400, RTT: map[string]time.Duration{"us": 10 * time.Millisecond, "eu": 150 * time.Millisecond}}},
 	}, steer.Shares{"sjc": {"us": 1, "eu": 0}})
-	e.srv.Steering = func() api.SteeringStatus {
-		return api.SteeringStatus{Site: "sjc", Services: []api.Steering{{Service: "web", Round: 3, At: "2026-11-23T15:00:00Z", Leader: "steer1",
-			Shares: d.Shares(), Decision: d}}}
+	e.srv.Steering = func() wire.SteeringStatus {
+		return wire.SteeringStatus{Site: "sjc", Services: []wire.Steering{{Service: "web", Round: 3, At: "2026-11-23T15:00:00Z", Leader: "steer1",
+			Shares: wire.Shares(d.Shares()), Decision: steer.WireDecision(d)}}}
 	}
-	if x := e.do("GET", "/api/v1/steering", ""); x.Status != 200 || decode[api.SteeringStatus](t, x).Services[0].Shares["sjc"]["us"] != 0.75 {
+	if x := e.do("GET", "/api/v1/steering", ""); x.Status != 200 || decode[wire.SteeringStatus](t, x).Services[0].Shares["sjc"]["us"] != 0.75 {
 		t.Errorf("steering: %d %s", x.Status, x.Body)
 	}
 	for _, a := range []string{"", "Bearer wrong"} {
@@ -489,15 +497,15 @@ func TestConformance(t *testing.T) {
 	if x := e.do("GET", "/api/v1/tunnels", ""); x.Status != 404 {
 		t.Errorf("tunnels of a node without an edge: %d %s", x.Status, x.Body)
 	}
-	e.srv.Tunnels = func() api.TunnelsStatus {
-		return api.TunnelsStatus{Listen: "0.0.0.0:7443",
-			Services: []api.TunnelService{{Name: "home", VIP: "198.51.100.20", Port: 443, Connectors: 1, Capacity: 100, Open: 3, Announced: true}},
-			Tunnels: []tunnel.TunnelStatus{{ID: 1, Connector: "nas", Remote: "203.0.113.9:40000", Token: "sha256:0123456789ab",
-				Services: []tunnel.ServiceStatus{{Name: "home", Capacity: 100, Open: 3}}, StreamsOpen: 3, StreamLimit: 10000, Streams: 40,
+	e.srv.Tunnels = func() wire.TunnelsStatus {
+		return wire.TunnelsStatus{Listen: "0.0.0.0:7443",
+			Services: []wire.TunnelService{{Name: "home", VIP: "198.51.100.20", Port: 443, Connectors: 1, Capacity: 100, Open: 3, Announced: true}},
+			Tunnels: []wire.Tunnel{{ID: 1, Connector: "nas", Remote: "203.0.113.9:40000", Token: "sha256:0123456789ab",
+				Services: []wire.TunnelShare{{Name: "home", Capacity: 100, Open: 3}}, StreamsOpen: 3, StreamLimit: 10000, Streams: 40,
 				BytesToOrigin: 1000, BytesFromOrigin: 90000, RTT: 3 * time.Millisecond, Since: time.Date(2026, 11, 23, 15, 0, 0, 0, time.UTC)}},
-			Counters: tunnel.EdgeCounters{Attached: 2, Refused: map[string]uint64{tunnel.RefusedUnknownToken: 1}, Streams: 40}}
+			Counters: wire.TunnelCounters{Attached: 2, Refused: map[string]uint64{tunnel.RefusedUnknownToken: 1}, Streams: 40}}
 	}
-	if x := e.do("GET", "/api/v1/tunnels", ""); x.Status != 200 || decode[api.TunnelsStatus](t, x).Tunnels[0].Services[0].Open != 3 {
+	if x := e.do("GET", "/api/v1/tunnels", ""); x.Status != 200 || decode[wire.TunnelsStatus](t, x).Tunnels[0].Services[0].Open != 3 {
 		t.Errorf("tunnels: %d %s", x.Status, x.Body)
 	}
 	for _, a := range []string{"", "Bearer wrong"} {
@@ -509,19 +517,19 @@ func TestConformance(t *testing.T) {
 		t.Errorf("flows of a node without a data plane: %d %s", x.Status, x.Body)
 	}
 	var asked []string
-	e.srv.Flows = func(service string, limit int) (api.FlowsView, error) {
+	e.srv.Flows = func(service string, limit int) (wire.FlowsView, error) {
 		asked = append(asked, fmt.Sprintf("%s/%d", service, limit))
 		if service != "" && service != "web" {
-			return api.FlowsView{}, api.ErrNoSuchService
+			return wire.FlowsView{}, api.ErrNoSuchService
 		}
 		idle := 2.0
-		return api.FlowsView{Total: 7, Size: 262144, Flows: []api.FlowStatus{{Protocol: "tcp", Client: "203.0.113.7:40000",
+		return wire.FlowsView{Total: 7, Size: 262144, Flows: []wire.FlowStatus{{Protocol: "tcp", Client: "203.0.113.7:40000",
 			VIP: "198.51.100.10:80", Service: "web", Backend: "10.0.1.1", IdleSeconds: &idle}}}, nil
 	}
-	if x := e.do("GET", "/api/v1/flows", ""); x.Status != 200 || decode[api.FlowsView](t, x).Flows[0].Backend != "10.0.1.1" {
+	if x := e.do("GET", "/api/v1/flows", ""); x.Status != 200 || decode[wire.FlowsView](t, x).Flows[0].Backend != "10.0.1.1" {
 		t.Errorf("flows: %d %s", x.Status, x.Body)
 	}
-	if x := e.do("GET", "/api/v1/flows?service=web&limit=5", ""); x.Status != 200 || decode[api.FlowsView](t, x).Total != 7 {
+	if x := e.do("GET", "/api/v1/flows?service=web&limit=5", ""); x.Status != 200 || decode[wire.FlowsView](t, x).Total != 7 {
 		t.Errorf("flows of web: %d %s", x.Status, x.Body)
 	}
 	if x := e.do("GET", "/api/v1/flows?service=nope", ""); x.Status != 404 {
@@ -568,7 +576,7 @@ func TestAuth(t *testing.T) {
 	if x := e.do("POST", "/api/v1/services/web/backends/10.0.1.1/drain", "", "bearer "+token); x.Status != 200 {
 		t.Errorf("the scheme is case-insensitive: %d", x.Status)
 	}
-	body := decode[api.Error](t, e.do("PUT", "/api/v1/services/x", "{}", "Bearer nope"))
+	body := decode[wire.Error](t, e.do("PUT", "/api/v1/services/x", "{}", "Bearer nope"))
 	if body.Status != 403 || body.Field != "Authorization" || strings.Contains(body.Message, token) {
 		t.Errorf("403 body: %+v", body)
 	}
@@ -600,13 +608,13 @@ func TestErrorBodies(t *testing.T) {
 	}
 	for _, c := range cases {
 		x := e.do(c.method, c.path, c.body)
-		b := decode[api.Error](t, x)
+		b := decode[wire.Error](t, x)
 		if x.Status != c.status || b.Status != c.status || b.Field != c.field || !strings.Contains(b.Message, c.msg) || len(b.Problems) == 0 {
 			t.Errorf("%s %s %s: %d %+v, want %d field %q message with %q", c.method, c.path, c.body, x.Status, b, c.status, c.field, c.msg)
 		}
 	}
 	// two problems at once are both reported
-	b := decode[api.Error](t, e.do("PUT", "/api/v1/services/api", `{"vip": "198.51.100.20", "port": -1, "backends": [{"address": "10.0.2.1", "weight": -2}]}`))
+	b := decode[wire.Error](t, e.do("PUT", "/api/v1/services/api", `{"vip": "198.51.100.20", "port": -1, "backends": [{"address": "10.0.2.1", "weight": -2}]}`))
 	if len(b.Problems) != 2 {
 		t.Errorf("problems %+v, want both the port and the weight", b.Problems)
 	}
@@ -617,7 +625,7 @@ func TestErrorBodies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var eb api.Error
+		var eb wire.Error
 		err = json.NewDecoder(resp.Body).Decode(&eb)
 		resp.Body.Close()
 		if err != nil || eb.Status != resp.StatusCode || (resp.StatusCode != 404 && resp.StatusCode != 405) {
@@ -641,7 +649,7 @@ func TestSpecRoundTrip(t *testing.T) {
 	}
 	for _, name := range []string{"full", "web", "dns6"} {
 		before := e.node.st.Config()
-		got := decode[api.ServiceStatus](t, e.do("GET", "/api/v1/services/"+name, ""))
+		got := decode[wire.ServiceStatus](t, e.do("GET", "/api/v1/services/"+name, ""))
 		spec, _ := json.Marshal(got.Spec)
 		if x := e.do("PUT", "/api/v1/services/"+name, string(spec)); x.Status != 200 {
 			t.Fatalf("PUT back %s: %d %s", name, x.Status, x.Body)
@@ -653,9 +661,9 @@ func TestSpecRoundTrip(t *testing.T) {
 	// ServiceSpec mirrors config.Service field for field: a new field must be added
 	// to it (and to openapi.json), or a GET-then-PUT would reset it to its default.
 	for _, pair := range [][2]reflect.Type{
-		{reflect.TypeFor[config.Service](), reflect.TypeFor[api.ServiceSpec]()},
-		{reflect.TypeFor[config.Backend](), reflect.TypeFor[api.BackendSpec]()},
-		{reflect.TypeFor[config.Health](), reflect.TypeFor[api.HealthSpec]()},
+		{reflect.TypeFor[config.Service](), reflect.TypeFor[wire.ServiceSpec]()},
+		{reflect.TypeFor[config.Backend](), reflect.TypeFor[wire.BackendSpec]()},
+		{reflect.TypeFor[config.Health](), reflect.TypeFor[wire.HealthSpec]()},
 	} {
 		var have, want []string
 		for f := range pair[0].Fields() {

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/api/apitest"
 )
 
@@ -25,7 +25,7 @@ func TestNestedBodyIsRefused(t *testing.T) {
 		{"POST", "/api/v1/services/web/backends/10.0.1.2/weight", `{"weight": ` + deep + `}`},
 	} {
 		x := e.do(c.method, c.path, c.body)
-		b := decode[api.Error](t, x)
+		b := decode[wire.Error](t, x)
 		if x.Status != 400 || !strings.Contains(b.Message, "nested more than 64 levels deep (the limit)") {
 			t.Errorf("%s %s with a body nested 520 000 deep: %d %+v, want 400 naming the limit", c.method, c.path, x.Status, b)
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 )
 
 // syncBuffer is a log sink the server's goroutines write to at once.
@@ -128,7 +129,7 @@ func TestCrossSiteWritesAreRefused(t *testing.T) {
 	e := newEnv(t, nil, true)
 	e.srv.Token = ""
 	weight := "/api/v1/services/web/backends/10.0.1.2/weight"
-	send := func(h map[string]string, body string, chunked bool) (int, api.Error) {
+	send := func(h map[string]string, body string, chunked bool) (int, wire.Error) {
 		t.Helper()
 		var r io.Reader = strings.NewReader(body)
 		if chunked {
@@ -150,7 +151,7 @@ func TestCrossSiteWritesAreRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var eb api.Error
+		var eb wire.Error
 		json.NewDecoder(resp.Body).Decode(&eb)
 		return resp.StatusCode, eb
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,15 +14,19 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/config"
 )
 
 // serviceFields are the schema's rows of a service, by path below services[]:
 // "health.interval", "backends[].weight".
-func serviceFields() map[string]config.Field {
+func serviceFields() map[string]config.Field { return fieldsUnder("services[].") }
+
+// fieldsUnder are the schema's rows below prefix, by the rest of their path.
+func fieldsUnder(prefix string) map[string]config.Field {
 	out := map[string]config.Field{}
 	for _, f := range config.NodeSchema {
-		if rest, ok := strings.CutPrefix(f.Path, "services[]."); ok {
+		if rest, ok := strings.CutPrefix(f.Path, prefix); ok {
 			out[rest] = f
 		}
 	}
@@ -47,16 +52,16 @@ func yamlPaths(t reflect.Type, prefix string, out map[string]bool) {
 // ServiceSpec has a key for every key of a service in the config schema, and no other.
 func TestServiceSpecKeysAreTheSchemas(t *testing.T) {
 	have := map[string]bool{}
-	yamlPaths(reflect.TypeFor[api.ServiceSpec](), "", have)
+	yamlPaths(reflect.TypeFor[wire.ServiceSpec](), "", have)
 	want := serviceFields()
 	for p := range want {
 		if !have[p] {
-			t.Errorf("api.ServiceSpec has no key %s of the config schema", p)
+			t.Errorf("wire.ServiceSpec has no key %s of the config schema", p)
 		}
 	}
 	for p := range have {
 		if _, ok := want[p]; !ok {
-			t.Errorf("api.ServiceSpec has a key %s that the config schema has not", p)
+			t.Errorf("wire.ServiceSpec has a key %s that the config schema has not", p)
 		}
 	}
 }
@@ -84,7 +89,7 @@ func TestServiceSpecRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	spec, err := yaml.Marshal([]api.ServiceSpec{api.SpecOf(&svc)})
+	spec, err := yaml.Marshal([]wire.ServiceSpec{api.SpecOf(&svc)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,27 +128,20 @@ func valueAt(doc map[string]any, path string) any {
 	return v
 }
 
-// The OpenAPI document's service schemas (the PUT body and the effective spec) have
-// the config schema's service keys, no others, with their types, values, ranges and
-// defaults.
-func TestOpenAPIServiceIsTheSchemas(t *testing.T) {
-	var doc struct {
-		Components struct {
-			Schemas map[string]property
-		}
-	}
-	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
-		t.Fatal(err)
-	}
+// The OpenAPI document's schemas of the config file's objects (a service: the PUT body
+// and the effective spec; a BGP peer: the PUT body) have the config schema's keys of
+// that object, no others, with their types, values, ranges and defaults.
+func TestOpenAPIConfigBodiesAreTheSchemas(t *testing.T) {
+	schemas := documentSchemas[property](t)
 	jsonType := map[config.FieldType]string{
 		config.TypeString: "string", config.TypeDuration: "string", config.TypeAddress: "string", config.TypePrefix: "string",
 		config.TypeEnum: "string", config.TypeInt: "integer", config.TypeBool: "boolean", config.TypeStrings: "array",
 		config.TypeAddresses: "array", config.TypeList: "array", config.TypeMapping: "object",
 	}
-	for _, top := range []string{"ServiceSpec", "ServiceSpecEffective"} {
+	for top, prefix := range map[string]string{"ServiceSpec": "services[].", "ServiceSpecEffective": "services[].", "PeerSpec": "bgp.peers[]."} {
 		have := map[string]property{}
-		doc.Components.Schemas[top].walk(doc.Components.Schemas, "", have)
-		want := serviceFields()
+		schemas[top].walk(schemas, "", have)
+		want := fieldsUnder(prefix)
 		for path, f := range want {
 			p, ok := have[path]
 			if !ok {
@@ -184,6 +182,18 @@ func TestOpenAPIServiceIsTheSchemas(t *testing.T) {
 	}
 }
 
+// documentSchemas decodes the OpenAPI document's schemas, by name, as S.
+func documentSchemas[S any](t *testing.T) map[string]S {
+	t.Helper()
+	var doc struct {
+		Components struct{ Schemas map[string]S }
+	}
+	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.Components.Schemas
+}
+
 // property is a schema of the OpenAPI document, as far as the test compares it.
 type property struct {
 	Ref        string `json:"$ref"`
@@ -214,6 +224,30 @@ func (p property) walk(schemas map[string]property, prefix string, out map[strin
 		out[strings.TrimSuffix(path, "[]")] = sub
 		if len(item.Properties) > 0 {
 			item.walk(schemas, path+".", out)
+		}
+	}
+}
+
+// The values the node writes of a service's protocol, forwarding and scheduler (its
+// status, its flows) and of a backend's state are those the document lists: the
+// config schema's, and wire.BackendState's.
+func TestOpenAPIStatusValuesAreTheSchemas(t *testing.T) {
+	schemas := documentSchemas[property](t)
+	service := serviceFields()
+	states := []string{string(wire.BackendUp), string(wire.BackendDraining), string(wire.BackendDown)}
+	for _, c := range []struct {
+		schema, key string
+		want        []string
+	}{
+		{"ServiceStatus", "protocol", service["protocol"].Enum},
+		{"ServiceStatus", "forwarding", service["forwarding"].Enum},
+		{"ServiceStatus", "scheduler", service["scheduler"].Enum},
+		{"FlowStatus", "protocol", service["protocol"].Enum},
+		{"BackendStatus", "state", states},
+		{"BackendLoad", "state", states},
+	} {
+		if got := schemas[c.schema].Properties[c.key].Enum; !slices.Equal(got, c.want) {
+			t.Errorf("%s.%s: enum %v, but the node writes %v", c.schema, c.key, got, c.want)
 		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/api/wire"
 )
 
 // The status page (GET /): one HTML page of the node — its BGP peers, services and
@@ -43,7 +45,7 @@ type history struct {
 func backendKey(service, address string) string { return service + "\x00" + address }
 
 // record appends one sample of st, dropping those older than HistoryLength.
-func (h *history) record(now time.Time, st Status) {
+func (h *history) record(now time.Time, st wire.Status) {
 	sample := map[string]float64{}
 	for _, s := range st.Services {
 		for _, b := range s.Backends {
@@ -113,12 +115,12 @@ func plotSVG(series []float64) template.HTML {
 
 // pageData is what the template renders.
 type pageData struct {
-	Status
+	wire.Status
 	Generated string
 	Plots     map[string]template.HTML // backend key → plot
-	FleetView *FleetStatus
+	FleetView *wire.FleetStatus
 	FleetErr  string
-	Steering  *SteeringStatus
+	Steering  *wire.SteeringStatus
 }
 
 func (p pageData) Plot(service, address string) template.HTML {

@@ -8,25 +8,27 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/api/wire"
 )
 
 // pageNode is a node with one service whose second backend failed its check.
 type pageNode struct {
 	Node // the methods the page does not call panic
-	st   Status
+	st   wire.Status
 }
 
-func (n pageNode) Status() Status { return n.st }
+func (n pageNode) Status() wire.Status { return n.st }
 
-func pageStatus(pps float64) Status {
-	return Status{
+func pageStatus(pps float64) wire.Status {
+	return wire.Status{
 		Node: "lb1", FlowTableSize: 1024, Drops: map[string]uint64{"fragment": 7, "truncated": 0},
-		BGP: &BGPStatus{ASN: 65001, RouterID: "10.0.0.11", Peers: []PeerStatus{{Address: "10.0.0.1", ASN: 65000, State: "established", Up: true}}},
-		Services: []ServiceStatus{{
+		BGP: &wire.BGPStatus{ASN: 65001, RouterID: "10.0.0.11", Peers: []wire.PeerStatus{{Address: "10.0.0.1", ASN: 65000, State: "established", Up: true}}},
+		Services: []wire.ServiceStatus{{
 			Name: "web", VIP: "198.51.100.10", Port: 80, Protocol: "tcp", Forwarding: "ipip", Scheduler: "maglev", Announced: true,
-			Backends: []BackendStatus{
-				{Address: "10.0.1.1", Weight: 1, State: BackendUp, PacketsPerSecond: pps, Health: BackendHealth{Check: "tcp://10.0.1.1:80", Up: true}},
-				{Address: "10.0.1.2", Weight: 1, State: BackendDown, Health: BackendHealth{Check: "tcp://10.0.1.2:80", LastError: "connection <refused>"}},
+			Backends: []wire.BackendStatus{
+				{Address: "10.0.1.1", Weight: 1, State: wire.BackendUp, PacketsPerSecond: pps, Health: wire.BackendHealth{Check: "tcp://10.0.1.1:80", Up: true}},
+				{Address: "10.0.1.2", Weight: 1, State: wire.BackendDown, Health: wire.BackendHealth{Check: "tcp://10.0.1.2:80", LastError: "connection <refused>"}},
 			},
 		}},
 	}
@@ -101,7 +103,7 @@ func TestHistoryWindow(t *testing.T) {
 // synced, the API server's reachability, and each Service port it skipped with the
 // reason (escaped); a node without a kubernetes section shows no such section.
 func TestStatusPageKubernetes(t *testing.T) {
-	render := func(st Status) string {
+	render := func(st wire.Status) string {
 		t.Helper()
 		s := &Server{Node: pageNode{st: st}, OpenReads: true, Log: slog.New(slog.DiscardHandler)}
 		rec := httptest.NewRecorder()
@@ -115,7 +117,7 @@ func TestStatusPageKubernetes(t *testing.T) {
 		t.Error("a node without a kubernetes section shows one")
 	}
 	st := pageStatus(0)
-	st.Kubernetes = &KubernetesState{Synced: true, Reachable: false, Services: 3, Submitted: 9, Refused: 2,
+	st.Kubernetes = &wire.KubernetesState{Synced: true, Reachable: false, Services: 3, Submitted: 9, Refused: 2,
 		Skipped: []string{"default/dns port 53/udp: no IPv6 address on this node <node.address6>"}}
 	page := render(st)
 	for _, want := range []string{"<h2>Kubernetes", "synced", "API server unreachable", "3 services taken", "9 updates applied", "2 refused",
@@ -124,7 +126,7 @@ func TestStatusPageKubernetes(t *testing.T) {
 			t.Errorf("page lacks %q", want)
 		}
 	}
-	st.Kubernetes = &KubernetesState{Synced: true, Reachable: true, Services: 3}
+	st.Kubernetes = &wire.KubernetesState{Synced: true, Reachable: true, Services: 3}
 	page = render(st)
 	section := page[strings.Index(page, "<h2>Kubernetes"):]
 	section = section[:strings.Index(section, "\n\n")]

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/api/apitest"
 )
 
@@ -22,10 +22,10 @@ func TestAWriteMadeWithAWarningSucceeds(t *testing.T) {
 	if x.Status != 200 {
 		t.Fatalf("status %d, want 200: %s", x.Status, x.Body)
 	}
-	if got := api.WarningText(x.Header.Get("Warning")); got != `fsync /etc/manifold: input/output error "(injected)"` {
+	if got := wire.WarningText(x.Header.Get("Warning")); got != `fsync /etc/manifold: input/output error "(injected)"` {
 		t.Errorf("Warning header %q (text %q), want the warning", x.Header.Get("Warning"), got)
 	}
-	if s := decode[api.ServiceStatus](t, x); s.Backends[0].Weight != 0 {
+	if s := decode[wire.ServiceStatus](t, x); s.Backends[0].Weight != 0 {
 		t.Errorf("the body is not the service as changed: %+v", s.Backends[0])
 	}
 	if !strings.Contains(e.file(), "weight: 0") {

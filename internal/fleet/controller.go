@@ -16,7 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/decode"
 	"github.com/manifoldlb/manifold/internal/steer"
 )
@@ -46,7 +46,7 @@ type Controller struct {
 	mu      sync.Mutex
 	leading bool
 	rounds  uint64
-	written []api.Steering // by the last round of the current term
+	written []wire.Steering // by the last round of the current term
 }
 
 // NewController makes a controller named name (its identity in the election).
@@ -70,7 +70,7 @@ func (c *Controller) Rounds() uint64 {
 
 // Written is what the controller's last round wrote, while it leads; nil while it
 // stands by (what it once wrote may have been replaced since).
-func (c *Controller) Written() []api.Steering {
+func (c *Controller) Written() []wire.Steering {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.written
@@ -156,25 +156,25 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
 		alive[strings.TrimPrefix(string(kv.Key), c.keys.alives())] = true
 	}
-	var records []api.NodeRecord
+	var records []wire.NodeRecord
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		var r api.NodeRecord
+		var r wire.NodeRecord
 		if decode.JSONInto(kv.Value, decode.MaxFileSize, &r) == nil && alive[r.Name] {
 			records = append(records, r)
 		}
 	}
-	current := map[string]api.Steering{}
+	current := map[string]wire.Steering{}
 	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
-		var st api.Steering
+		var st wire.Steering
 		if decode.JSONInto(kv.Value, decode.MaxFileSize, &st) == nil {
 			current[strings.TrimPrefix(string(kv.Key), c.keys.steering())] = st
 		}
 	}
 	var ops []clientv3.Op
-	var written []api.Steering
+	var written []wire.Steering
 	withOrigins := map[string]bool{}
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		var spec api.ServiceSpec
+		var spec wire.ServiceSpec
 		if err := decodeSpec(kv.Value, &spec); err != nil || len(spec.Origins) == 0 {
 			continue // the nodes refuse a service that does not parse; one without origins is not steered
 		}
@@ -184,9 +184,9 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 			continue // no alive node carries it: nothing to decide on, the shares stay
 		}
 		cur := current[spec.Name]
-		d := c.law.Decide(now, obs, cur.Shares)
-		st := api.Steering{Service: spec.Name, Round: cur.Round + 1, At: now.UTC().Format(time.RFC3339Nano), Leader: c.name,
-			Shares: d.Shares(), Decision: d}
+		d := c.law.Decide(now, obs, steer.Shares(cur.Shares))
+		st := wire.Steering{Service: spec.Name, Round: cur.Round + 1, At: now.UTC().Format(time.RFC3339Nano), Leader: c.name,
+			Shares: wire.Shares(d.Shares()), Decision: steer.WireDecision(d)}
 		value, err := json.Marshal(st)
 		if err != nil {
 			return err
@@ -219,7 +219,7 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 
 // decodeSpec reads a service document of the fleet store (YAML, bounded by package
 // decode) into its wire form.
-func decodeSpec(data []byte, spec *api.ServiceSpec) error {
+func decodeSpec(data []byte, spec *wire.ServiceSpec) error {
 	doc, err := decode.YAML(data)
 	if err != nil {
 		return err
@@ -232,7 +232,7 @@ func decodeSpec(data []byte, spec *api.ServiceSpec) error {
 // backend of it healthy on some node), and each site's demand (the new flows/s of its
 // nodes) and RTT to each origin (see siteRTT). ok is false when no alive node carries
 // the service.
-func Observe(spec api.ServiceSpec, records []api.NodeRecord) (obs steer.Observation, ok bool) {
+func Observe(spec wire.ServiceSpec, records []wire.NodeRecord) (obs steer.Observation, ok bool) {
 	originOf := map[netip.Addr]string{}
 	for _, b := range spec.Backends {
 		if a, err := netip.ParseAddr(b.Address); err == nil {
@@ -286,7 +286,7 @@ func Observe(spec api.ServiceSpec, records []api.NodeRecord) (obs steer.Observat
 // so that the target breaks the tie in the order of the service's origins. An origin
 // that the site's nodes measured nothing of while they measured others has no healthy
 // backend from there: it is left out, unreachable from the site.
-func siteRTT(origins []api.OriginSpec, measured map[string][]float64) map[string]time.Duration {
+func siteRTT(origins []wire.OriginSpec, measured map[string][]float64) map[string]time.Duration {
 	rtt := map[string]time.Duration{}
 	for _, o := range origins {
 		if len(measured) == 0 {

@@ -19,7 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/reconcile"
 	"github.com/manifoldlb/manifold/internal/store"
@@ -516,7 +516,7 @@ func TestALostLeaseIsGrantedAgain(t *testing.T) {
 	a := startNode(t, cli, "a", nil)
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { a.Publish(ctx, func() api.NodeRecord { return api.NodeRecord{Site: "s1"} }) })
+	wg.Go(func() { a.Publish(ctx, func() wire.NodeRecord { return wire.NodeRecord{Site: "s1"} }) })
 	defer func() { stop(); wg.Wait() }()
 	aliveLease := func() clientv3.LeaseID {
 		resp, err := cli.Get(context.Background(), prefix+"/alive/a")
@@ -563,13 +563,13 @@ func TestNodeRecordsAndFleet(t *testing.T) {
 	ctxA, stopA := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		a.Publish(ctxA, func() api.NodeRecord { return api.NodeRecord{Site: "s1", Addresses: []string{"10.0.0.11"}} })
+		a.Publish(ctxA, func() wire.NodeRecord { return wire.NodeRecord{Site: "s1", Addresses: []string{"10.0.0.11"}} })
 	})
 	ctxB, stopB := context.WithCancel(context.Background())
 	defer func() { stopA(); stopB(); wg.Wait() }()
-	wg.Go(func() { b.Publish(ctxB, func() api.NodeRecord { return api.NodeRecord{Site: "s1"} }) })
+	wg.Go(func() { b.Publish(ctxB, func() wire.NodeRecord { return wire.NodeRecord{Site: "s1"} }) })
 
-	var fs api.FleetStatus
+	var fs wire.FleetStatus
 	eventually(t, "both nodes published", func() bool {
 		var err error
 		fs, err = a.Fleet(context.Background())

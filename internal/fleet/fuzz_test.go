@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/decode"
 )
 
@@ -22,17 +22,17 @@ func FuzzRecords(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var rec api.NodeRecord
+		var rec wire.NodeRecord
 		if decode.JSONInto(data, decode.MaxFileSize, &rec) == nil {
-			stable(t, &rec, &api.NodeRecord{})
+			stable(t, &rec, &wire.NodeRecord{})
 		}
-		var st api.Steering
+		var st wire.Steering
 		if decode.JSONInto(data, decode.MaxFileSize, &st) == nil {
-			stable(t, &st, &api.Steering{})
+			stable(t, &st, &wire.Steering{})
 		}
-		var spec api.ServiceSpec
+		var spec wire.ServiceSpec
 		if decodeSpec(data, &spec) == nil {
-			stable(t, &spec, &api.ServiceSpec{})
+			stable(t, &spec, &wire.ServiceSpec{})
 		}
 	})
 }

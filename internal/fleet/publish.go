@@ -11,7 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/decode"
 	"github.com/manifoldlb/manifold/internal/store"
 )
@@ -28,7 +28,7 @@ const (
 // record gives what the node knows (name, site, addresses, BGP, load); the source
 // fills in what it knows (applied revision, apply error, stale since). Runs on a
 // goroutine of the caller's, which owns it.
-func (s *Source) Publish(ctx context.Context, record func() api.NodeRecord) {
+func (s *Source) Publish(ctx context.Context, record func() wire.NodeRecord) {
 	var lease clientv3.LeaseID
 	tick := time.NewTicker(publishEvery)
 	defer tick.Stop()
@@ -53,7 +53,7 @@ func (s *Source) Publish(ctx context.Context, record func() api.NodeRecord) {
 
 // publish keeps the lease (granting a new one when it expired while etcd was away)
 // and writes the alive key and the record.
-func (s *Source) publish(ctx context.Context, lease *clientv3.LeaseID, rec api.NodeRecord) error {
+func (s *Source) publish(ctx context.Context, lease *clientv3.LeaseID, rec wire.NodeRecord) error {
 	ctx, cancel := context.WithTimeout(ctx, publishEvery)
 	defer cancel()
 	if *lease != 0 {
@@ -82,7 +82,7 @@ func (s *Source) publish(ctx context.Context, lease *clientv3.LeaseID, rec api.N
 }
 
 // fill completes the node's record with the source's state.
-func (s *Source) fill(rec api.NodeRecord) api.NodeRecord {
+func (s *Source) fill(rec wire.NodeRecord) wire.NodeRecord {
 	st := s.State()
 	rec.Name = s.name
 	rec.AppliedRevision, rec.AppliedAt, rec.ApplyError = st.AppliedRevision, rfc3339(st.AppliedAt), st.ApplyError
@@ -112,13 +112,13 @@ func (s *Source) withdraw(ctx context.Context, lease clientv3.LeaseID) {
 
 // Fleet lists every node that published a record, alive or gone, and how far each is
 // from the store's services.
-func (s *Source) Fleet(ctx context.Context) (api.FleetStatus, error) {
+func (s *Source) Fleet(ctx context.Context) (wire.FleetStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	st := s.State()
-	out := api.FleetStatus{
+	out := wire.FleetStatus{
 		Prefix: s.keys.prefix, Endpoints: s.cli.Endpoints(),
-		Reachable: st.Reachable, StaleSince: rfc3339(st.StaleSince), Nodes: []api.FleetNode{},
+		Reachable: st.Reachable, StaleSince: rfc3339(st.StaleSince), Nodes: []wire.FleetNode{},
 	}
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(s.keys.nodes(), clientv3.WithPrefix()),
@@ -142,7 +142,7 @@ func (s *Source) Fleet(ctx context.Context) (api.FleetStatus, error) {
 		guardVersion = kv.Version
 	}
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		var n api.FleetNode
+		var n wire.FleetNode
 		if err := decode.JSONInto(kv.Value, decode.MaxFileSize, &n.NodeRecord); err != nil {
 			s.log.Warn("unreadable node record in the fleet store", "key", string(kv.Key), "err", err)
 			continue

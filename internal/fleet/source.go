@@ -16,7 +16,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/reconcile"
 	"github.com/manifoldlb/manifold/internal/store"
@@ -85,7 +85,7 @@ type Source struct {
 	progress   chan struct{} // closed and replaced each time Run has processed a revision
 	// steering is the shares of the services with origins, by service, as last read:
 	// kept while no controller runs
-	steering map[string]api.Steering
+	steering map[string]wire.Steering
 }
 
 // snapshot is the services at one revision.
@@ -99,7 +99,7 @@ type snapshot struct {
 func NewSource(cli *clientv3.Client, prefix string, file *store.Store, sink reconcile.Sink, log *slog.Logger) *Source {
 	return &Source{
 		cli: cli, keys: newKeys(prefix), file: file, name: file.Config().Node.Name, site: file.Config().Node.Site, sink: sink, log: log,
-		seen: snapshot{docs: map[string][]byte{}}, progress: make(chan struct{}), steering: map[string]api.Steering{},
+		seen: snapshot{docs: map[string][]byte{}}, progress: make(chan struct{}), steering: map[string]wire.Steering{},
 	}
 }
 
@@ -285,7 +285,7 @@ func (s *Source) settled(snap snapshot, err error) {
 // read gets the services and the guard at one revision. The services' revision is
 // that of their last change: the guard's (a delete leaves no other trace) or a
 // service's put directly into etcd.
-func (s *Source) read(ctx context.Context) (snap snapshot, steering map[string]api.Steering, header int64, err error) {
+func (s *Source) read(ctx context.Context) (snap snapshot, steering map[string]wire.Steering, header int64, err error) {
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(s.keys.services(), clientv3.WithPrefix()),
 		clientv3.OpGet(s.keys.generation()),

@@ -9,7 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/decode"
 )
@@ -30,7 +30,7 @@ const weightScale = 10000
 // new flows (while its backends are up). A backend of weight 0 stays 0 (draining), and
 // so does one whose origin has no share; one with a share gets at least 1. A service
 // without origins, or without shares for site, keeps its weights.
-func steered(services []config.Service, site string, steering map[string]api.Steering) []config.Service {
+func steered(services []config.Service, site string, steering map[string]wire.Steering) []config.Service {
 	out := slices.Clone(services)
 	for i := range out {
 		s := &out[i]
@@ -69,7 +69,7 @@ func coversAny(shares map[string]float64, origins []config.Origin) bool {
 }
 
 // sameShares tells whether a and b give site the same shares for every service.
-func sameShares(a, b map[string]api.Steering, site string) bool {
+func sameShares(a, b map[string]wire.Steering, site string) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -84,8 +84,8 @@ func sameShares(a, b map[string]api.Steering, site string) bool {
 
 // steeringOf decodes the steering keys of a read; a value that is not a steering
 // record is left out (the controller writes only good ones).
-func (s *Source) steeringOf(kvs []*mvccpb.KeyValue) map[string]api.Steering {
-	out := map[string]api.Steering{}
+func (s *Source) steeringOf(kvs []*mvccpb.KeyValue) map[string]wire.Steering {
+	out := map[string]wire.Steering{}
 	for _, kv := range kvs {
 		if name, st, ok := s.decodeSteering(kv); ok {
 			out[name] = st
@@ -94,9 +94,9 @@ func (s *Source) steeringOf(kvs []*mvccpb.KeyValue) map[string]api.Steering {
 	return out
 }
 
-func (s *Source) decodeSteering(kv *mvccpb.KeyValue) (string, api.Steering, bool) {
+func (s *Source) decodeSteering(kv *mvccpb.KeyValue) (string, wire.Steering, bool) {
 	name := strings.TrimPrefix(string(kv.Key), s.keys.steering())
-	var st api.Steering
+	var st wire.Steering
 	if err := decode.JSONInto(kv.Value, decode.MaxFileSize, &st); err != nil {
 		s.log.Warn("steering record ignored: not JSON of a steering record", "service", name, "err", err)
 		return name, st, false
@@ -105,10 +105,10 @@ func (s *Source) decodeSteering(kv *mvccpb.KeyValue) (string, api.Steering, bool
 }
 
 // Steering returns the shares the node has read, by service name.
-func (s *Source) Steering() []api.Steering {
+func (s *Source) Steering() []wire.Steering {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]api.Steering, 0, len(s.steering))
+	out := make([]wire.Steering, 0, len(s.steering))
 	for _, name := range slices.Sorted(maps.Keys(s.steering)) {
 		out = append(out, s.steering[name])
 	}

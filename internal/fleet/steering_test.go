@@ -15,7 +15,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/reconcile"
 	"github.com/manifoldlb/manifold/internal/steer"
@@ -47,18 +47,18 @@ func TestSteeredWeights(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		origins []config.Origin
-		shares  steer.Shares
+		shares  wire.Shares
 		want    []uint32
 	}{
-		{"half and half", origins, steer.Shares{"sjc": {"us": 0.5, "eu": 0.5}}, []uint32{1250, 3750, 5000, 0}},
-		{"all to eu", origins, steer.Shares{"sjc": {"us": 0, "eu": 1}}, []uint32{0, 0, 10000, 0}},
-		{"a crumb to us", origins, steer.Shares{"sjc": {"us": 0.00001, "eu": 0.99999}}, []uint32{1, 1, 10000, 0}},
-		{"other site only", origins, steer.Shares{"ams": {"us": 1, "eu": 0}}, []uint32{1, 3, 1, 0}},
-		{"origins the service no longer has", origins, steer.Shares{"sjc": {"asia": 1}}, []uint32{1, 3, 1, 0}},
-		{"no origins", nil, steer.Shares{"sjc": {"us": 1, "eu": 0}}, []uint32{1, 3, 1, 0}},
+		{"half and half", origins, wire.Shares{"sjc": {"us": 0.5, "eu": 0.5}}, []uint32{1250, 3750, 5000, 0}},
+		{"all to eu", origins, wire.Shares{"sjc": {"us": 0, "eu": 1}}, []uint32{0, 0, 10000, 0}},
+		{"a crumb to us", origins, wire.Shares{"sjc": {"us": 0.00001, "eu": 0.99999}}, []uint32{1, 1, 10000, 0}},
+		{"other site only", origins, wire.Shares{"ams": {"us": 1, "eu": 0}}, []uint32{1, 3, 1, 0}},
+		{"origins the service no longer has", origins, wire.Shares{"sjc": {"asia": 1}}, []uint32{1, 3, 1, 0}},
+		{"no origins", nil, wire.Shares{"sjc": {"us": 1, "eu": 0}}, []uint32{1, 3, 1, 0}},
 	} {
 		svc := config.Service{Name: "web", Origins: c.origins, Backends: backends}
-		got := steered([]config.Service{svc}, "sjc", map[string]api.Steering{"web": {Shares: c.shares}})
+		got := steered([]config.Service{svc}, "sjc", map[string]wire.Steering{"web": {Shares: c.shares}})
 		if w := weightsOf(got[0].Backends); !reflect.DeepEqual(w, c.want) {
 			t.Errorf("%s: weights %v, want %v", c.name, w, c.want)
 		}
@@ -68,20 +68,20 @@ func TestSteeredWeights(t *testing.T) {
 	}
 }
 
-func record(name, site string, demand float64, backends ...api.BackendLoad) api.NodeRecord {
-	return api.NodeRecord{Name: name, Site: site, Services: []api.ServiceLoad{{Name: "web", NewFlowsPerSecond: demand, Backends: backends}}}
+func record(name, site string, demand float64, backends ...wire.BackendLoad) wire.NodeRecord {
+	return wire.NodeRecord{Name: name, Site: site, Services: []wire.ServiceLoad{{Name: "web", NewFlowsPerSecond: demand, Backends: backends}}}
 }
 
-var webSpec = api.ServiceSpec{Name: "web", Origins: []api.OriginSpec{{Name: "us", Capacity: 200}, {Name: "eu", Capacity: 1000}},
-	Backends: []api.BackendSpec{{Address: "10.1.0.11", Origin: "us"}, {Address: "10.2.0.11", Origin: "eu"}}}
+var webSpec = wire.ServiceSpec{Name: "web", Origins: []wire.OriginSpec{{Name: "us", Capacity: 200}, {Name: "eu", Capacity: 1000}},
+	Backends: []wire.BackendSpec{{Address: "10.1.0.11", Origin: "us"}, {Address: "10.2.0.11", Origin: "eu"}}}
 
 // Demand sums per site, load per origin over every node, an origin is healthy when a
 // node sees one of its backends healthy.
 func TestObserve(t *testing.T) {
-	recs := []api.NodeRecord{
-		record("n1", "sjc", 300, api.BackendLoad{Address: "10.1.0.11", Healthy: true, NewFlowsPerSecond: 200}, api.BackendLoad{Address: "10.2.0.11", NewFlowsPerSecond: 100}),
-		record("n2", "sjc", 100, api.BackendLoad{Address: "10.1.0.11", Healthy: true, NewFlowsPerSecond: 100}, api.BackendLoad{Address: "10.2.0.11", NewFlowsPerSecond: 0}),
-		record("n3", "ams", 50, api.BackendLoad{Address: "10.1.0.11", NewFlowsPerSecond: 50}, api.BackendLoad{Address: "10.2.0.11", NewFlowsPerSecond: 0}),
+	recs := []wire.NodeRecord{
+		record("n1", "sjc", 300, wire.BackendLoad{Address: "10.1.0.11", Healthy: true, NewFlowsPerSecond: 200}, wire.BackendLoad{Address: "10.2.0.11", NewFlowsPerSecond: 100}),
+		record("n2", "sjc", 100, wire.BackendLoad{Address: "10.1.0.11", Healthy: true, NewFlowsPerSecond: 100}, wire.BackendLoad{Address: "10.2.0.11", NewFlowsPerSecond: 0}),
+		record("n3", "ams", 50, wire.BackendLoad{Address: "10.1.0.11", NewFlowsPerSecond: 50}, wire.BackendLoad{Address: "10.2.0.11", NewFlowsPerSecond: 0}),
 	}
 	obs, ok := Observe(webSpec, recs)
 	rtt := map[string]time.Duration{"us": 0, "eu": 0}
@@ -92,7 +92,7 @@ func TestObserve(t *testing.T) {
 	if !ok || !reflect.DeepEqual(obs, want) {
 		t.Errorf("got %+v %v\nwant %+v", obs, ok, want)
 	}
-	if _, ok := Observe(webSpec, []api.NodeRecord{{Name: "n4", Site: "sjc"}}); ok {
+	if _, ok := Observe(webSpec, []wire.NodeRecord{{Name: "n4", Site: "sjc"}}); ok {
 		t.Error("a service no node carries is observed")
 	}
 }
@@ -103,11 +103,11 @@ func TestObserve(t *testing.T) {
 // nothing at all has every origin at 0 (the origins' order decides).
 func TestObserveRTT(t *testing.T) {
 	spec := webSpec
-	spec.Backends = append(slices.Clone(spec.Backends), api.BackendSpec{Address: "10.1.0.12", Origin: "us"}, api.BackendSpec{Address: "10.2.0.12", Origin: "eu"})
-	us := func(a string, healthy bool, ms float64) api.BackendLoad {
-		return api.BackendLoad{Address: a, Healthy: healthy, RTTMilliseconds: ms}
+	spec.Backends = append(slices.Clone(spec.Backends), wire.BackendSpec{Address: "10.1.0.12", Origin: "us"}, wire.BackendSpec{Address: "10.2.0.12", Origin: "eu"})
+	us := func(a string, healthy bool, ms float64) wire.BackendLoad {
+		return wire.BackendLoad{Address: a, Healthy: healthy, RTTMilliseconds: ms}
 	}
-	recs := []api.NodeRecord{
+	recs := []wire.NodeRecord{
 		// sjc: n1 sees us at (10+20)/2 = 15 ms, n2 at 25 ms (its second us backend is down:
 		// the 900 ms of its failing checks is no RTT); eu at 150 and 170 ms
 		record("n1", "sjc", 10, us("10.1.0.11", true, 10), us("10.1.0.12", true, 20), us("10.2.0.11", true, 150), us("10.2.0.12", true, 150)),
@@ -144,7 +144,7 @@ const steeredWeb = "name: web\nvip: 198.51.100.10\nport: 80\norigins: [{name: us
 	"backends: [{address: 10.1.0.11, origin: us}, {address: 10.2.0.11, origin: eu}]\n"
 
 // putRecord publishes a node's record as a node does, alive under a lease.
-func putRecord(t *testing.T, cli *clientv3.Client, r api.NodeRecord) {
+func putRecord(t *testing.T, cli *clientv3.Client, r wire.NodeRecord) {
 	t.Helper()
 	ctx := context.Background()
 	lease, err := cli.Grant(ctx, 60)
@@ -159,12 +159,12 @@ func putRecord(t *testing.T, cli *clientv3.Client, r api.NodeRecord) {
 }
 
 // nextSteering waits for the next write of a service's shares.
-func nextSteering(t *testing.T, watch clientv3.WatchChan) api.Steering {
+func nextSteering(t *testing.T, watch clientv3.WatchChan) wire.Steering {
 	t.Helper()
 	select {
 	case resp := <-watch:
 		for _, ev := range resp.Events {
-			var st api.Steering
+			var st wire.Steering
 			if err := json.Unmarshal(ev.Kv.Value, &st); err != nil {
 				t.Fatal(err)
 			}
@@ -174,7 +174,7 @@ func nextSteering(t *testing.T, watch clientv3.WatchChan) api.Steering {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no shares written")
 	}
-	return api.Steering{}
+	return wire.Steering{}
 }
 
 // Two controllers: one leads and writes the shares decided from the nodes' records;
@@ -186,7 +186,7 @@ func TestControllerLeadsAndFailsOver(t *testing.T) {
 	if err := Import(context.Background(), cli, prefix, []store.ServiceDoc{{Name: "web", YAML: []byte(steeredWeb)}}, false); err != nil {
 		t.Fatal(err)
 	}
-	putRecord(t, cli, record("n1", "sjc", 400, api.BackendLoad{Address: "10.1.0.11", Healthy: true, NewFlowsPerSecond: 400}, api.BackendLoad{Address: "10.2.0.11", Healthy: true}))
+	putRecord(t, cli, record("n1", "sjc", 400, wire.BackendLoad{Address: "10.1.0.11", Healthy: true, NewFlowsPerSecond: 400}, wire.BackendLoad{Address: "10.2.0.11", Healthy: true}))
 	watch := cli.Watch(context.Background(), newKeys(prefix).steeringOf("web"))
 
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -218,7 +218,7 @@ func TestControllerLeadsAndFailsOver(t *testing.T) {
 	if err := clients[leader].Close(); err != nil { // the leader dies: its lease is no longer kept alive
 		t.Fatal(err)
 	}
-	var took api.Steering
+	var took wire.Steering
 	for took.Leader != standby {
 		took = nextSteering(t, watch)
 	}
@@ -244,13 +244,13 @@ func TestSourceAppliesShares(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := startNode(t, cli, "a", nil) // its site is its name: a
-	write := func(st api.Steering) {
+	write := func(st wire.Steering) {
 		data, _ := json.Marshal(st)
 		if _, err := cli.Put(context.Background(), newKeys(prefix).steeringOf("web"), string(data)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write(api.Steering{Service: "web", Round: 1, Shares: steer.Shares{"a": {"us": 0.25, "eu": 0.75}}})
+	write(wire.Steering{Service: "web", Round: 1, Shares: wire.Shares{"a": {"us": 0.25, "eu": 0.75}}})
 	u := n.sink.next(t, "the shares applied", func(reconcile.Update) bool { return true })
 	if w := weightsOf(u.Services[0].Backends); !reflect.DeepEqual(w, []uint32{2500, 7500}) {
 		t.Fatalf("weights %v", w)
@@ -258,8 +258,8 @@ func TestSourceAppliesShares(t *testing.T) {
 	if got := n.Steering(); len(got) != 1 || got[0].Round != 1 {
 		t.Fatalf("the node's view of the shares: %+v", got)
 	}
-	write(api.Steering{Service: "web", Round: 2, Shares: steer.Shares{"a": {"us": 0.25, "eu": 0.75}, "b": {"us": 1}}})
-	write(api.Steering{Service: "web", Round: 3, Shares: steer.Shares{"a": {"us": 0, "eu": 1}}})
+	write(wire.Steering{Service: "web", Round: 2, Shares: wire.Shares{"a": {"us": 0.25, "eu": 0.75}, "b": {"us": 1}}})
+	write(wire.Steering{Service: "web", Round: 3, Shares: wire.Shares{"a": {"us": 0, "eu": 1}}})
 	u = n.sink.next(t, "the next shares applied", func(reconcile.Update) bool { return true })
 	if w := weightsOf(u.Services[0].Backends); !reflect.DeepEqual(w, []uint32{0, 10000}) {
 		t.Fatalf("weights %v after a change of another site's only, then of its own", w)

@@ -16,7 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/listen"
 	"github.com/manifoldlb/manifold/internal/metrics"
@@ -295,11 +295,11 @@ func (l *link) closeTunnels() {
 }
 
 // status is the link as GET /api/v1/link returns it.
-func (l *link) status() api.LinkStatus {
+func (l *link) status() wire.LinkStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := api.LinkStatus{Name: l.cfg.Name, Local: l.cfg.Local.Address.String(), Remote: l.cfg.Remote.Address.String(),
-		PublicKey: b64(l.pub), Tunnels: []api.TunnelStatus{}}
+	s := wire.LinkStatus{Name: l.cfg.Name, Local: l.cfg.Local.Address.String(), Remote: l.cfg.Remote.Address.String(),
+		PublicKey: b64(l.pub), Tunnels: []wire.LinkTunnel{}}
 	for _, p := range l.cfg.Remote.Prefixes {
 		s.Prefixes = append(s.Prefixes, p.String())
 	}
@@ -309,11 +309,11 @@ func (l *link) status() api.LinkStatus {
 	for i, t := range l.tunnels {
 		v := l.prober.states[i].view()
 		n, last, _ := t.handshakeInfo()
-		ts := api.TunnelStatus{Index: t.index, Device: t.name, Port: t.port, LocalInner: t.local.String(), RemoteInner: t.remote.String(),
-			State: api.TunnelDown, InRoute: l.inRoute[i], Handshakes: n, ProbesSent: v.sent, ProbesLost: v.lost,
+		ts := wire.LinkTunnel{Index: t.index, Device: t.name, Port: t.port, LocalInner: t.local.String(), RemoteInner: t.remote.String(),
+			State: wire.LinkTunnelDown, InRoute: l.inRoute[i], Handshakes: n, ProbesSent: v.sent, ProbesLost: v.lost,
 			LastProbeRTTMillis: float64(v.rtt.Microseconds()) / 1000, Transitions: v.trans}
 		if v.up {
-			ts.State = api.TunnelUp
+			ts.State = wire.LinkTunnelUp
 		}
 		if !last.IsZero() {
 			ts.LastHandshake = last.UTC().Format(time.RFC3339)
@@ -329,7 +329,7 @@ func (l *link) status() api.LinkStatus {
 
 func (l *link) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+api.LinkPath, func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET "+wire.LinkPath, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(l.status())
 	})

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 )
 
 // A site-to-site link's metrics (manifold link serves them), one series per tunnel.
@@ -31,7 +31,7 @@ var (
 		"Changes of the tunnel's state (up, down) since the link started.", "link", "tunnel", "device")
 )
 
-type linkCollector struct{ status func() api.LinkStatus }
+type linkCollector struct{ status func() wire.LinkStatus }
 
 func (c linkCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{linkUpDesc, linkBytesDesc, linkPacketsDesc, linkHandshakesDesc, linkProbesDesc,
@@ -50,7 +50,7 @@ func (c linkCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge := func(d *prometheus.Desc, v float64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 		}
-		gauge(linkUpDesc, bit(t.State == api.TunnelUp))
+		gauge(linkUpDesc, bit(t.State == wire.LinkTunnelUp))
 		counter(linkBytesDesc, t.TxBytes, "tx")
 		counter(linkBytesDesc, t.RxBytes, "rx")
 		counter(linkPacketsDesc, t.TxPackets, "tx")
@@ -64,7 +64,7 @@ func (c linkCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // LinkHandler serves a link's metrics, plus the Go runtime's and the process's.
-func LinkHandler(status func() api.LinkStatus) http.Handler {
+func LinkHandler(status func() wire.LinkStatus) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(linkCollector{status}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})

@@ -6,19 +6,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
 // A link's scrape has one series per tunnel with the status's values, and promtool
 // accepts it.
 func TestLinkMetrics(t *testing.T) {
-	st := api.LinkStatus{Name: "dc1-dc2", Tunnels: []api.TunnelStatus{
-		{Index: 0, Device: "mlink0", State: api.TunnelUp, TxBytes: 1000, RxBytes: 2000, TxPackets: 10, RxPackets: 20, Handshakes: 3,
+	st := wire.LinkStatus{Name: "dc1-dc2", Tunnels: []wire.LinkTunnel{
+		{Index: 0, Device: "mlink0", State: wire.LinkTunnelUp, TxBytes: 1000, RxBytes: 2000, TxPackets: 10, RxPackets: 20, Handshakes: 3,
 			ProbesSent: 50, ProbesLost: 1, LastProbeRTTMillis: 0.5, Transitions: 1},
-		{Index: 1, Device: "mlink1", State: api.TunnelDown, ProbesSent: 50, ProbesLost: 9, Transitions: 2},
+		{Index: 1, Device: "mlink1", State: wire.LinkTunnelDown, ProbesSent: 50, ProbesLost: 9, Transitions: 2},
 	}}
-	srv := httptest.NewServer(LinkHandler(func() api.LinkStatus { return st }))
+	srv := httptest.NewServer(LinkHandler(func() wire.LinkStatus { return st }))
 	defer srv.Close()
 	resp, err := srv.Client().Get(srv.URL)
 	if err != nil {

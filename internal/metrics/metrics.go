@@ -11,25 +11,24 @@ import (
 	"strings"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/manifoldlb/manifold/internal/api"
 )
 
 // Snapshot is what a scrape reports: the node's status as the API serves it, and what
 // the status does not carry.
 type Snapshot struct {
-	Status       api.Status
+	Status       wire.Status
 	Events       map[string]uint64 // data-plane events that are not drops, by name
 	HealthChecks []HealthCheck
 	APIRequests  map[APIRequest]uint64
 	// Steering is the global steering shares the node read, nil without a fleet.
-	Steering *api.SteeringStatus
+	Steering *wire.SteeringStatus
 	// Tunnels is the node's tunnel edge, nil without a tunnels section.
-	Tunnels *api.TunnelsStatus
+	Tunnels *wire.TunnelsStatus
 }
 
 // HealthCheck is one health-check target: a backend address and a check (a target
@@ -192,7 +191,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			counter(packetsDesc, b.Packets, sv.Name, b.Address)
 			counter(bytesDesc, b.Bytes, sv.Name, b.Address)
 			counter(newFlowsDesc, b.NewFlows, sv.Name, b.Address)
-			gauge(upDesc, bit(b.State == api.BackendUp), sv.Name, b.Address)
+			gauge(upDesc, bit(b.State == wire.BackendUp), sv.Name, b.Address)
 			gauge(weightDesc, float64(b.Weight), sv.Name, b.Address)
 		}
 	}

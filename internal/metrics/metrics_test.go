@@ -7,13 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/manifoldlb/manifold/internal/api"
-	"github.com/manifoldlb/manifold/internal/steer"
 	"github.com/manifoldlb/manifold/internal/testenv"
 	"github.com/manifoldlb/manifold/internal/tunnel"
 )
@@ -58,24 +57,24 @@ func scrapeHandler(t *testing.T, h http.Handler) (string, map[string]float64) {
 
 // full is a snapshot with something in every field.
 var full = fixed{
-	Status: api.Status{
-		Interfaces: []api.InterfaceStatus{{Name: "eth0", XDPMode: "native"}},
-		Services: []api.ServiceStatus{
-			{Name: "web", Announced: true, Backends: []api.BackendStatus{
-				{Address: "10.0.1.1", State: api.BackendUp, Weight: 3, Packets: 10, Bytes: 600, NewFlows: 4},
-				{Address: "10.0.1.2", State: api.BackendDraining, Weight: 0, Packets: 3, Bytes: 180},
-				{Address: "10.0.1.3", State: api.BackendDown, Weight: 2},
+	Status: wire.Status{
+		Interfaces: []wire.InterfaceStatus{{Name: "eth0", XDPMode: "native"}},
+		Services: []wire.ServiceStatus{
+			{Name: "web", Announced: true, Backends: []wire.BackendStatus{
+				{Address: "10.0.1.1", State: wire.BackendUp, Weight: 3, Packets: 10, Bytes: 600, NewFlows: 4},
+				{Address: "10.0.1.2", State: wire.BackendDraining, Weight: 0, Packets: 3, Bytes: 180},
+				{Address: "10.0.1.3", State: wire.BackendDown, Weight: 2},
 			}},
-			{Name: "dns", Announced: false, Backends: []api.BackendStatus{}},
+			{Name: "dns", Announced: false, Backends: []wire.BackendStatus{}},
 		},
 		Drops:            map[string]uint64{"truncated": 2, "no_backend": 0},
 		FlowTableEntries: 7,
 		FlowTableSize:    262144,
-		BGP:              &api.BGPStatus{Peers: []api.PeerStatus{{Address: "10.0.0.1", Up: true, UpdatesSent: 4, UpdatesReceived: 1}}},
+		BGP:              &wire.BGPStatus{Peers: []wire.PeerStatus{{Address: "10.0.0.1", Up: true, UpdatesSent: 4, UpdatesReceived: 1}}},
 		Reloads:          4,
 		ReloadFailures:   1,
-		Fleet:            &api.FleetState{Prefix: "/manifold", AppliedRevision: 40, StoreRevision: 42, Reachable: false, StaleSince: "2026-11-23T15:00:00Z", WriteConflicts: 3},
-		Kubernetes: &api.KubernetesState{Synced: true, Reachable: false, Services: 5,
+		Fleet:            &wire.FleetState{Prefix: "/manifold", AppliedRevision: 40, StoreRevision: 42, Reachable: false, StaleSince: "2026-11-23T15:00:00Z", WriteConflicts: 3},
+		Kubernetes: &wire.KubernetesState{Synced: true, Reachable: false, Services: 5,
 			Skipped: []string{"service a: no address", "service b: no address"}, OutOfPool: 1, Submitted: 12, Refused: 1},
 	},
 	Events: map[string]uint64{"flow_not_inserted": 7},
@@ -83,15 +82,15 @@ var full = fixed{
 		{Backend: "10.0.1.1", Check: "tcp://10.0.1.1:80", Up: true, Checks: 40, Failures: 1, LastLatency: 0.0004},
 	},
 	APIRequests: map[APIRequest]uint64{{"GET", 200}: 9, {"POST", 409}: 1},
-	Steering: &api.SteeringStatus{Site: "sjc", Services: []api.Steering{{Service: "web", Decision: steer.Decision{Sites: []steer.SiteDecision{
-		{Site: "sjc", Shares: []steer.ShareDecision{{Origin: "us", Share: 0.75, Target: 0.5}, {Origin: "eu", Share: 0.25, Target: 0.5}}},
-		{Site: "ams", Shares: []steer.ShareDecision{{Origin: "eu", Share: 1, Target: 1}}},
+	Steering: &wire.SteeringStatus{Site: "sjc", Services: []wire.Steering{{Service: "web", Decision: wire.SteeringDecision{Sites: []wire.SteeringSite{
+		{Site: "sjc", Shares: []wire.SteeringShare{{Origin: "us", Share: 0.75, Target: 0.5}, {Origin: "eu", Share: 0.25, Target: 0.5}}},
+		{Site: "ams", Shares: []wire.SteeringShare{{Origin: "eu", Share: 1, Target: 1}}},
 	}}}}},
-	Tunnels: &api.TunnelsStatus{
-		Services: []api.TunnelService{{Name: "home", Connectors: 2, Capacity: 300, Open: 5}},
-		Tunnels: []tunnel.TunnelStatus{{ID: 7, Connector: "nas", StreamsOpen: 4, Streams: 90, BytesToOrigin: 1000, BytesFromOrigin: 50000,
+	Tunnels: &wire.TunnelsStatus{
+		Services: []wire.TunnelService{{Name: "home", Connectors: 2, Capacity: 300, Open: 5}},
+		Tunnels: []wire.Tunnel{{ID: 7, Connector: "nas", StreamsOpen: 4, Streams: 90, BytesToOrigin: 1000, BytesFromOrigin: 50000,
 			RTT: 2500 * time.Microsecond}},
-		Counters: tunnel.EdgeCounters{Attached: 3, Gone: 1, Refused: map[string]uint64{tunnel.RefusedOutOfScope: 2}, StreamRetries: 1, ClientsRefused: 6,
+		Counters: wire.TunnelCounters{Attached: 3, Gone: 1, Refused: map[string]uint64{tunnel.RefusedOutOfScope: 2}, StreamRetries: 1, ClientsRefused: 6,
 			ClientsRefusedPerSource: 7, ClientsIdle: 8, AcceptErrors: 9},
 	},
 }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 )
 
 // SteerSnapshot is what a scrape of a steering controller (`manifold steer`) reports.
@@ -15,7 +15,7 @@ type SteerSnapshot struct {
 	Rounds     uint64 // rounds it has written, over all its terms
 	// Services is what the controller last wrote, while it leads; nil on a standby,
 	// whose view would be stale.
-	Services []api.Steering
+	Services []wire.Steering
 }
 
 var (

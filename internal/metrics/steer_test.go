@@ -4,18 +4,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
-	"github.com/manifoldlb/manifold/internal/steer"
 	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // leading is a leading controller's snapshot: one service, two sites, two origins.
-var leading = SteerSnapshot{Controller: "a", Leading: true, Rounds: 12, Services: []api.Steering{{Service: "web", Decision: steer.Decision{
-	Origins: []steer.OriginDecision{{Origin: "us", Healthy: true, Capacity: 100, Load: 104}, {Origin: "eu", Healthy: false, Capacity: 400, Load: 0}},
-	Sites: []steer.SiteDecision{
-		{Site: "sjc", Demand: 125, Shares: []steer.ShareDecision{{Origin: "us", Share: 0.82, Target: 0.8, RTTMs: 5}, {Origin: "eu", Share: 0.18, Target: 0.2, RTTMs: 40}}},
-		{Site: "ams", Demand: 25, Shares: []steer.ShareDecision{{Origin: "eu", Share: 1, Target: 1, RTTMs: 5}}},
+var leading = SteerSnapshot{Controller: "a", Leading: true, Rounds: 12, Services: []wire.Steering{{Service: "web", Decision: wire.SteeringDecision{
+	Origins: []wire.SteeringOrigin{{Origin: "us", Healthy: true, Capacity: 100, Load: 104}, {Origin: "eu", Healthy: false, Capacity: 400, Load: 0}},
+	Sites: []wire.SteeringSite{
+		{Site: "sjc", Demand: 125, Shares: []wire.SteeringShare{{Origin: "us", Share: 0.82, Target: 0.8, RTTMs: 5}, {Origin: "eu", Share: 0.18, Target: 0.2, RTTMs: 40}}},
+		{Site: "ams", Demand: 25, Shares: []wire.SteeringShare{{Origin: "eu", Share: 1, Target: 1, RTTMs: 5}}},
 	},
 }}}}
 

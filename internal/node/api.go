@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/listen"
@@ -51,8 +52,8 @@ func (n *Node) serveAPI() (func(), error) {
 	}
 	n.api.Metrics = metrics.Handler(n)
 	if n.fleet != nil {
-		n.api.Steering = func() api.SteeringStatus {
-			return api.SteeringStatus{Site: n.fleet.Site(), Services: n.fleet.Steering()}
+		n.api.Steering = func() wire.SteeringStatus {
+			return wire.SteeringStatus{Site: n.fleet.Site(), Services: n.fleet.Steering()}
 		}
 	}
 

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/fleet"
 )
 
@@ -44,12 +44,12 @@ func (n *Node) joinFleet(ctx context.Context) error {
 }
 
 // fleetState is the fleet part of the status (nil without a fleet).
-func (n *Node) fleetState() *api.FleetState {
+func (n *Node) fleetState() *wire.FleetState {
 	if n.fleet == nil {
 		return nil
 	}
 	s := n.fleet.State()
-	out := &api.FleetState{Prefix: n.cfg.Fleet.Prefix, AppliedRevision: s.AppliedRevision, StoreRevision: s.StoreRevision,
+	out := &wire.FleetState{Prefix: n.cfg.Fleet.Prefix, AppliedRevision: s.AppliedRevision, StoreRevision: s.StoreRevision,
 		Reachable: s.Reachable, ApplyError: s.ApplyError, WriteConflicts: s.WriteConflicts}
 	if !s.StaleSince.IsZero() {
 		out.StaleSince = s.StaleSince.UTC().Format(time.RFC3339)
@@ -60,14 +60,14 @@ func (n *Node) fleetState() *api.FleetState {
 // recorder returns what the node publishes about itself in the fleet store, one record
 // per call; the calls come from one goroutine (the publisher), which owns the RTT
 // averages between them.
-func (n *Node) recorder() func() api.NodeRecord {
+func (n *Node) recorder() func() wire.NodeRecord {
 	rtt := rttSmoother{}
-	return func() api.NodeRecord { return n.record(&rtt) }
+	return func() wire.NodeRecord { return n.record(&rtt) }
 }
 
-func (n *Node) record(rtt *rttSmoother) api.NodeRecord {
+func (n *Node) record(rtt *rttSmoother) wire.NodeRecord {
 	st := n.Status()
-	r := api.NodeRecord{Name: n.cfg.Node.Name, Site: n.cfg.Node.Site, Services: []api.ServiceLoad{}}
+	r := wire.NodeRecord{Name: n.cfg.Node.Name, Site: n.cfg.Node.Site, Services: []wire.ServiceLoad{}}
 	for _, a := range []netip.Addr{n.cfg.Node.Address, n.cfg.Node.Address6} {
 		if a.IsValid() {
 			r.Addresses = append(r.Addresses, a.String())
@@ -75,15 +75,15 @@ func (n *Node) record(rtt *rttSmoother) api.NodeRecord {
 	}
 	if st.BGP != nil {
 		for _, p := range st.BGP.Peers {
-			r.BGP = append(r.BGP, api.FleetPeer{Address: p.Address, Up: p.Up})
+			r.BGP = append(r.BGP, wire.FleetPeer{Address: p.Address, Up: p.Up})
 		}
 	}
 	seen := rttSmoother{}
 	for _, s := range st.Services {
-		l := api.ServiceLoad{Name: s.Name, Announced: s.Announced, NewFlowsPerSecond: s.NewFlowsPerSecond,
-			PacketsPerSecond: s.PacketsPerSecond, BytesPerSecond: s.BytesPerSecond, Backends: []api.BackendLoad{}}
+		l := wire.ServiceLoad{Name: s.Name, Announced: s.Announced, NewFlowsPerSecond: s.NewFlowsPerSecond,
+			PacketsPerSecond: s.PacketsPerSecond, BytesPerSecond: s.BytesPerSecond, Backends: []wire.BackendLoad{}}
 		for _, b := range s.Backends {
-			l.Backends = append(l.Backends, api.BackendLoad{Address: b.Address, State: b.State, Healthy: b.Health.Up,
+			l.Backends = append(l.Backends, wire.BackendLoad{Address: b.Address, State: b.State, Healthy: b.Health.Up,
 				NewFlowsPerSecond: b.NewFlowsPerSecond, PacketsPerSecond: b.PacketsPerSecond, BytesPerSecond: b.BytesPerSecond,
 				RTTMilliseconds: rtt.observe(seen, s.Name, b)})
 		}
@@ -115,7 +115,7 @@ type rttAverage struct {
 // one, records the average in next and returns it in milliseconds (0: no sample yet).
 // A failed check's duration is its timeout or a refusal, not a round trip: it is left
 // out.
-func (s rttSmoother) observe(next rttSmoother, service string, b api.BackendStatus) float64 {
+func (s rttSmoother) observe(next rttSmoother, service string, b wire.BackendStatus) float64 {
 	k := rttKey{service, b.Address}
 	avg := s[k]
 	h := b.Health

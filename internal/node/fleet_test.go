@@ -4,18 +4,18 @@ import (
 	"math"
 	"testing"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 )
 
 // The RTT a node publishes is an average over its successful health checks, one sample
 // per check however often the record is built; failed checks and kind none add
 // nothing; each service's backend has its own.
 func TestRTTSmoother(t *testing.T) {
-	b := func(checks uint64, ms float64, lastError string) api.BackendStatus {
-		return api.BackendStatus{Address: "10.1.0.11", Health: api.BackendHealth{Check: "tcp://10.1.0.11:80", Checks: checks, LatencySeconds: ms / 1000, LastError: lastError}}
+	b := func(checks uint64, ms float64, lastError string) wire.BackendStatus {
+		return wire.BackendStatus{Address: "10.1.0.11", Health: wire.BackendHealth{Check: "tcp://10.1.0.11:80", Checks: checks, LatencySeconds: ms / 1000, LastError: lastError}}
 	}
 	steps := []struct {
-		backend api.BackendStatus
+		backend wire.BackendStatus
 		want    float64
 	}{
 		{b(0, 0, ""), 0},               // not checked yet
@@ -47,7 +47,7 @@ func TestRTTSmoother(t *testing.T) {
 		t.Errorf("after ten checks at 100 ms the average is %v ms", got)
 	}
 
-	none := api.BackendStatus{Address: "10.1.0.11", Health: api.BackendHealth{Check: "none", Up: true}}
+	none := wire.BackendStatus{Address: "10.1.0.11", Health: wire.BackendHealth{Check: "none", Up: true}}
 	if got := (rttSmoother{}).observe(rttSmoother{}, "web", none); got != 0 {
 		t.Errorf("a check of kind none measured %v ms", got)
 	}

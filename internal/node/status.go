@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/datapath"
 	"github.com/manifoldlb/manifold/internal/health"
@@ -21,11 +22,11 @@ import (
 // nothing here reads what the run loop writes but through the View.
 
 // Status is the node's state with live counters.
-func (n *Node) Status() api.Status {
+func (n *Node) Status() wire.Status {
 	view := n.ctrl.View()
-	st := api.Status{Node: n.cfg.Node.Name, Services: []api.ServiceStatus{}, FlowTableSize: n.cfg.Node.FlowTableSize}
+	st := wire.Status{Node: n.cfg.Node.Name, Services: []wire.ServiceStatus{}, FlowTableSize: n.cfg.Node.FlowTableSize}
 	for _, iface := range n.cfg.Node.Interfaces {
-		st.Interfaces = append(st.Interfaces, api.InterfaceStatus{Name: iface, XDPMode: n.modes[iface]})
+		st.Interfaces = append(st.Interfaces, wire.InterfaceStatus{Name: iface, XDPMode: n.modes[iface]})
 	}
 	st.BGP = n.bgpStatus()
 	st.Reloads, st.ReloadFailures = n.file.Reloads()
@@ -43,11 +44,11 @@ func (n *Node) Status() api.Status {
 	// tunnel edge's (GET /api/v1/tunnels)
 	for _, s := range view.Tunnels {
 		ann := view.Announce[s.Name]
-		st.Services = append(st.Services, api.ServiceStatus{Name: s.Name, VIP: s.VIP.String(), Port: s.Port,
+		st.Services = append(st.Services, wire.ServiceStatus{Name: s.Name, VIP: s.VIP.String(), Port: s.Port,
 			Protocol: string(s.Protocol), Forwarding: string(s.Forwarding), Scheduler: string(s.Scheduler),
-			Announced: ann.Announced, Reason: ann.Reason, Backends: []api.BackendStatus{}, Spec: api.SpecOf(&s)})
+			Announced: ann.Announced, Reason: ann.Reason, Backends: []wire.BackendStatus{}, Spec: api.SpecOf(&s)})
 	}
-	slices.SortFunc(st.Services, func(a, b api.ServiceStatus) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(st.Services, func(a, b wire.ServiceStatus) int { return strings.Compare(a.Name, b.Name) })
 	st.FlowTableEntries, _ = n.lb.FlowCount()
 	st.Drops, _ = n.lb.Drops()
 	if st.Drops == nil {
@@ -60,7 +61,7 @@ func (n *Node) Status() api.Status {
 // they are now, each decoded with its service's address family and named by service
 // and backend. An entry whose service or backend is gone (ids are reused) is left out:
 // the program re-chooses such a flow's backend at its next packet.
-func (n *Node) flows(service string, limit int) (api.FlowsView, error) {
+func (n *Node) flows(service string, limit int) (wire.FlowsView, error) {
 	type svc struct {
 		name, protocol string
 		v6             bool
@@ -78,7 +79,7 @@ func (n *Node) flows(service string, limit int) (api.FlowsView, error) {
 		byID[s.ID] = v
 	}
 	if service != "" && len(byID) == 0 {
-		return api.FlowsView{}, api.ErrNoSuchService
+		return wire.FlowsView{}, api.ErrNoSuchService
 	}
 	entries, total, err := n.lb.Flows(limit, func(serviceID, backendID uint32) (bool, bool) {
 		s, ok := byID[serviceID]
@@ -86,12 +87,12 @@ func (n *Node) flows(service string, limit int) (api.FlowsView, error) {
 		return ok && known, s.v6
 	})
 	if err != nil {
-		return api.FlowsView{}, err
+		return wire.FlowsView{}, err
 	}
-	out := api.FlowsView{Total: total, Size: n.cfg.Node.FlowTableSize, Flows: []api.FlowStatus{}}
+	out := wire.FlowsView{Total: total, Size: n.cfg.Node.FlowTableSize, Flows: []wire.FlowStatus{}}
 	for _, e := range entries {
 		s := byID[e.ServiceID]
-		f := api.FlowStatus{Protocol: s.protocol, // a flow is of its service's protocol
+		f := wire.FlowStatus{Protocol: s.protocol, // a flow is of its service's protocol
 			Client: netip.AddrPortFrom(e.Src, e.SPort).String(), VIP: netip.AddrPortFrom(e.Dst, e.DPort).String(),
 			Service: s.name, Backend: s.backends[e.BackendID].String()}
 		if e.Idle >= 0 {
@@ -103,12 +104,12 @@ func (n *Node) flows(service string, limit int) (api.FlowsView, error) {
 	return out, nil
 }
 
-func (n *Node) serviceStatus(s reconcile.ServiceStatus, ann reconcile.Announcement, checks map[health.Target]health.Status) api.ServiceStatus {
-	ss := api.ServiceStatus{
+func (n *Node) serviceStatus(s reconcile.ServiceStatus, ann reconcile.Announcement, checks map[health.Target]health.Status) wire.ServiceStatus {
+	ss := wire.ServiceStatus{
 		Name: s.Config.Name, VIP: s.Config.VIP.String(), Port: s.Config.Port,
 		Protocol: string(s.Config.Protocol), Forwarding: string(s.Config.Forwarding), Scheduler: string(s.Config.Scheduler),
 		Announced: ann.Announced, Reason: ann.Reason,
-		Backends: []api.BackendStatus{}, Spec: api.SpecOf(&s.Config),
+		Backends: []wire.BackendStatus{}, Spec: api.SpecOf(&s.Config),
 	}
 	if c, err := n.lb.ServiceCounters(s.ID); err == nil {
 		ss.Packets, ss.Bytes, ss.NewFlows = c.Packets, c.Bytes, c.NewFlows
@@ -116,7 +117,7 @@ func (n *Node) serviceStatus(s reconcile.ServiceStatus, ann reconcile.Announceme
 	r := n.rates.get(rateKey{id: s.ID})
 	ss.PacketsPerSecond, ss.BytesPerSecond, ss.NewFlowsPerSecond = r.packets, r.bytes, r.newFlows
 	for _, bk := range s.Backends {
-		bs := api.BackendStatus{Address: bk.Address.String(), Weight: bk.Weight, State: backendState(bk.State),
+		bs := wire.BackendStatus{Address: bk.Address.String(), Weight: bk.Weight, State: backendState(bk.State),
 			Health: healthOf(&s.Config, bk.Address, checks)}
 		if c, err := n.lb.BackendCounters(bk.ID); err == nil {
 			bs.Packets, bs.Bytes, bs.NewFlows = c.Packets, c.Bytes, c.NewFlows
@@ -129,26 +130,26 @@ func (n *Node) serviceStatus(s reconcile.ServiceStatus, ann reconcile.Announceme
 }
 
 // backendState is the API's name of a backend's state in the data plane.
-func backendState(s datapath.BackendState) api.BackendState {
+func backendState(s datapath.BackendState) wire.BackendState {
 	switch s {
 	case datapath.BackendUp:
-		return api.BackendUp
+		return wire.BackendUp
 	case datapath.BackendDraining:
-		return api.BackendDraining
+		return wire.BackendDraining
 	}
-	return api.BackendDown
+	return wire.BackendDown
 }
 
 // Services is every service, by name.
-func (n *Node) Services() []api.ServiceStatus { return n.Status().Services }
+func (n *Node) Services() []wire.ServiceStatus { return n.Status().Services }
 
 // Service is one service, if there is one of that name.
-func (n *Node) Service(name string) (api.ServiceStatus, bool) {
+func (n *Node) Service(name string) (wire.ServiceStatus, bool) {
 	st := n.Status()
 	if s, ok := st.Service(name); ok {
 		return *s, true
 	}
-	return api.ServiceStatus{}, false
+	return wire.ServiceStatus{}, false
 }
 
 // ChangeOwn makes an API write of the node's own file (its bgp section).
@@ -167,13 +168,13 @@ func (n *Node) Change(ctx context.Context, edit func(*store.Store) (*store.Chang
 
 // bgpStatus is the speaker's part of the status (nil without bgp). The speaker, the
 // node's AS and its router id are fixed for the node's life.
-func (n *Node) bgpStatus() *api.BGPStatus {
+func (n *Node) bgpStatus() *wire.BGPStatus {
 	if n.speaker == nil {
 		return nil
 	}
-	st := &api.BGPStatus{ASN: n.cfg.BGP.ASN, RouterID: n.cfg.BGP.RouterID.String(), Peers: []api.PeerStatus{}}
+	st := &wire.BGPStatus{ASN: n.cfg.BGP.ASN, RouterID: n.cfg.BGP.RouterID.String(), Peers: []wire.PeerStatus{}}
 	for _, p := range n.speaker.Peers() {
-		ps := api.PeerStatus{Address: p.Address.String(), ASN: p.ASN, State: p.State, Up: p.Up(),
+		ps := wire.PeerStatus{Address: p.Address.String(), ASN: p.ASN, State: p.State, Up: p.Up(),
 			UpdatesSent: p.UpdatesSent, UpdatesReceived: p.UpdatesReceived, BFD: p.BFD}
 		if !p.Since.IsZero() {
 			ps.UpSince = p.Since.UTC().Format(time.RFC3339)
@@ -184,12 +185,12 @@ func (n *Node) bgpStatus() *api.BGPStatus {
 }
 
 // healthOf is the health of a backend of a service, as the status shows it.
-func healthOf(s *config.Service, addr netip.Addr, checks map[health.Target]health.Status) api.BackendHealth {
+func healthOf(s *config.Service, addr netip.Addr, checks map[health.Target]health.Status) wire.BackendHealth {
 	if s.Health.Kind == config.HealthNone || s.Health.Kind == "" {
-		return api.BackendHealth{Check: "none", Up: true}
+		return wire.BackendHealth{Check: "none", Up: true}
 	}
 	t := health.Target{Addr: addr, Check: s.Health}
-	h := api.BackendHealth{Check: t.String()}
+	h := wire.BackendHealth{Check: t.String()}
 	st, ok := checks[t]
 	if !ok {
 		return h
@@ -228,19 +229,19 @@ func (n *Node) MetricsSnapshot() metrics.Snapshot {
 }
 
 // Fleet is every node of the fleet (api.ErrNoFleet on a node of a config file).
-func (n *Node) Fleet(ctx context.Context) (api.FleetStatus, error) {
+func (n *Node) Fleet(ctx context.Context) (wire.FleetStatus, error) {
 	if n.fleet == nil {
-		return api.FleetStatus{}, api.ErrNoFleet
+		return wire.FleetStatus{}, api.ErrNoFleet
 	}
 	return n.fleet.Fleet(ctx)
 }
 
 // kubeState is the kubernetes part of the status (nil without a kubernetes section).
-func (n *Node) kubeState() *api.KubernetesState {
+func (n *Node) kubeState() *wire.KubernetesState {
 	if n.kube == nil {
 		return nil
 	}
 	s, _ := n.kube.State()
-	return &api.KubernetesState{Synced: s.Synced, Reachable: s.Reachable, Services: len(s.Services),
+	return &wire.KubernetesState{Synced: s.Synced, Reachable: s.Reachable, Services: len(s.Services),
 		Skipped: append([]string{}, s.Skipped...), OutOfPool: s.OutOfPool, Submitted: s.Submitted, Refused: s.Refused}
 }

@@ -19,7 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/tunnel"
 	"github.com/vishvananda/netlink"
@@ -124,11 +124,11 @@ func (n *Node) findRelayPeers(ctx context.Context) {
 }
 
 // tunnelRecord is the node's tunnel edge in its fleet record.
-func (n *Node) tunnelRecord() *api.TunnelEdgeRecord {
+func (n *Node) tunnelRecord() *wire.TunnelEdgeRecord {
 	if n.edge == nil {
 		return nil
 	}
-	r := &api.TunnelEdgeRecord{Services: []string{}}
+	r := &wire.TunnelEdgeRecord{Services: []string{}}
 	if n.edge.relay != nil {
 		_, port, _ := net.SplitHostPort(n.edge.Addr().String())
 		r.Relay = net.JoinHostPort(n.cfg.Node.Address.String(), port)
@@ -281,11 +281,11 @@ func (e *edge) removeVIP(n *Node, vip netip.Addr) {
 }
 
 // tunnelsStatus is GET /api/v1/tunnels.
-func (n *Node) tunnelsStatus() api.TunnelsStatus {
+func (n *Node) tunnelsStatus() wire.TunnelsStatus {
 	view := n.ctrl.View()
-	st := api.TunnelsStatus{Listen: n.edge.Addr().String(), Services: []api.TunnelService{}, Tunnels: n.edge.Tunnels(), Counters: n.edge.Counters()}
+	st := wire.TunnelsStatus{Listen: n.edge.Addr().String(), Services: []wire.TunnelService{}, Tunnels: tunnel.WireTunnels(n.edge.Tunnels()), Counters: tunnel.WireCounters(n.edge.Counters())}
 	for _, s := range view.Tunnels {
-		ts := api.TunnelService{Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Announced: view.Announce[s.Name].Announced}
+		ts := wire.TunnelService{Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Announced: view.Announce[s.Name].Announced}
 		for _, t := range st.Tunnels {
 			for _, share := range t.Services {
 				if share.Name == s.Name && !t.Draining {

@@ -73,7 +73,8 @@ type Controller interface {
 	Decide(now time.Time, obs Observation, current Shares) Decision
 }
 
-// Decision is a controller's answer, in the plain form the API serves.
+// Decision is a controller's answer, in the plain form the API serves (WireDecision
+// gives it as the wire's type, field for field and with the same JSON).
 type Decision struct {
 	// Note is about the fleet as a whole (demand above capacity, no healthy origin), or "".
 	Note    string           `json:"note,omitempty"`

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
@@ -286,12 +286,12 @@ func (a *ActiveActive) WaitRoutes(vips []netip.Addr, timeout time.Duration, node
 }
 
 // Status asks a node's API for its status.
-func (a *ActiveActive) Status(role string) (*api.Status, error) {
+func (a *ActiveActive) Status(role string) (*wire.Status, error) {
 	out, err := a.Host(role).Output(hostprog.Curl, "-sf", "--max-time", "2", "http://127.0.0.1:9100/api/v1/status")
 	if err != nil {
 		return nil, err
 	}
-	var st api.Status
+	var st wire.Status
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		return nil, fmt.Errorf("%s status: %w", role, err)
 	}
@@ -300,7 +300,7 @@ func (a *ActiveActive) Status(role string) (*api.Status, error) {
 
 // BackendState returns the state (up, draining, down) a node's status gives a backend
 // address in a service.
-func BackendState(st *api.Status, service string, addr netip.Addr) (api.BackendState, error) {
+func BackendState(st *wire.Status, service string, addr netip.Addr) (wire.BackendState, error) {
 	if s, ok := st.Service(service); ok {
 		if b, ok := s.Backend(addr.String()); ok {
 			return b.State, nil

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/manifoldlb/manifold/internal/api"
 	"github.com/manifoldlb/manifold/internal/api/apitest"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/internal/metrics"
@@ -111,13 +111,13 @@ func (al *apiLab) get(path string) ([]byte, error) {
 	return body, err
 }
 
-func (al *apiLab) service(t *testing.T, name string) api.ServiceStatus {
+func (al *apiLab) service(t *testing.T, name string) wire.ServiceStatus {
 	t.Helper()
 	body, err := al.get("/api/v1/services/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var s api.ServiceStatus
+	var s wire.ServiceStatus
 	if err := json.Unmarshal(body, &s); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func (al *apiLab) service(t *testing.T, name string) api.ServiceStatus {
 }
 
 // backendOf is the backend of addr in s, nil when s has none.
-func backendOf(s api.ServiceStatus, addr string) *api.BackendStatus {
+func backendOf(s wire.ServiceStatus, addr string) *wire.BackendStatus {
 	b, _ := s.Backend(addr)
 	return b
 }
@@ -192,9 +192,9 @@ func TestAPIOperatorSurface(t *testing.T) {
 				t.Errorf("%s %s: %d, want %d\n%s", s.method, s.path, x.Status, s.want, x.Body)
 			}
 			if x.Status >= 400 {
-				var e api.Error
+				var e wire.Error
 				if err := json.Unmarshal(x.Body, &e); err != nil || e.Status != x.Status || e.Message == "" {
-					t.Errorf("%s %s: error body %s is not an api.Error", s.method, s.path, x.Body)
+					t.Errorf("%s %s: error body %s is not an wire.Error", s.method, s.path, x.Body)
 				}
 			}
 		}
@@ -294,7 +294,7 @@ func TestAPIOperatorSurface(t *testing.T) {
 			backends[b.Addr4.String()] = true
 		}
 		x := exchange("GET", "/api/v1/flows?service=web-ipv4&limit=10000", "", "")
-		var v api.FlowsView
+		var v wire.FlowsView
 		if x.Status != 200 || json.Unmarshal(x.Body, &v) != nil {
 			t.Fatalf("flows: %d %s", x.Status, x.Body)
 		}
@@ -352,7 +352,7 @@ func TestAPIOperatorSurface(t *testing.T) {
 			t.Logf("manifold ctl %s:\n%s", strings.Join(args, " "), out)
 		}
 		out, err = al.lb.Output(hostprog.Built(manifoldBin), "ctl", "backends", "web-ipv4", "-o", "json")
-		var s api.ServiceStatus
+		var s wire.ServiceStatus
 		if err != nil || json.Unmarshal([]byte(out), &s) != nil || backendOf(s, be3v4).Weight != 4 {
 			t.Errorf("ctl backends -o json: %v\n%s", err, out)
 		}
@@ -446,7 +446,7 @@ func TestAPIKill9(t *testing.T) {
 		// what the node runs now is the base of the next round
 		weight.acked = int(w.Weight)
 		if code, body, err := al.call("GET", "/api/v1/services/churn", ""); err == nil && code == 200 {
-			var c api.ServiceStatus
+			var c wire.ServiceStatus
 			if err := json.Unmarshal(body, &c); err != nil {
 				t.Fatal(err)
 			}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 )
 
 // BFD against BIRD's and FRR's (bfdd): a node that freezes (SIGSTOP: its sessions stay
@@ -48,7 +48,7 @@ func testBFD(t *testing.T, router string) {
 			if err != nil {
 				break
 			}
-			var st *api.Status
+			var st *wire.Status
 			if st, err = a.Status(role); err == nil && st.BGP.Peers[0].BFD != "up" {
 				err = fmt.Errorf("%s says its BFD is %q", role, st.BGP.Peers[0].BFD)
 			}

@@ -2,13 +2,13 @@ package lab
 
 import (
 	"fmt"
-	"github.com/manifoldlb/manifold/internal/api"
 	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/internal/testenv"
 )
@@ -378,7 +378,7 @@ func TestActiveActive(t *testing.T) {
 
 // waitBackendState waits until every node gives backend be (both families) the state
 // want in the web services, and returns how long that took.
-func waitBackendState(t *testing.T, a *ActiveActive, nodes []string, be *Host, want api.BackendState, timeout time.Duration) time.Duration {
+func waitBackendState(t *testing.T, a *ActiveActive, nodes []string, be *Host, want wire.BackendState, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	err := Eventually(timeout, 20*time.Millisecond, func() error {

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/internal/testenv"
 )
@@ -97,7 +97,7 @@ func weightBody(w int) string { return fmt.Sprintf(`{"weight": %d}`, w) }
 // waitAgree waits until every given node (every LB node if none) reaches the store,
 // has applied the revision it last saw of it, the same revision as the others, and
 // its status satisfies cond; it returns that revision.
-func (fl *fleetLab) waitAgree(t *testing.T, what string, cond func(*api.Status) error, roles ...string) int64 {
+func (fl *fleetLab) waitAgree(t *testing.T, what string, cond func(*wire.Status) error, roles ...string) int64 {
 	t.Helper()
 	if len(roles) == 0 {
 		roles = fl.roles()
@@ -129,8 +129,8 @@ func (fl *fleetLab) waitAgree(t *testing.T, what string, cond func(*api.Status) 
 func (fl *fleetLab) roles() []string { return roles(fl.lbs) }
 
 // weights is a condition on a status: each backend of the service has that weight.
-func weights(service string, want map[netip.Addr]uint32) func(*api.Status) error {
-	return func(st *api.Status) error {
+func weights(service string, want map[netip.Addr]uint32) func(*wire.Status) error {
+	return func(st *wire.Status) error {
 		s, ok := st.Service(service)
 		if !ok {
 			return fmt.Errorf("no service %s", service)
@@ -202,12 +202,12 @@ func TestFleetChangeReachesEveryNode(t *testing.T) {
 		`{"vip": %q, "port": 8080, "table_size": 1021, "backends": [{"address": %q}, {"address": %q}]}`,
 		vip4, fl.backends[0].Addr4, fl.backends[1].Addr4))
 	fl.mustWrite(t, "lb3", "POST", "/api/v1/services/web-ipv4/backends/"+be3.Addr4.String()+"/drain", "")
-	fl.waitAgree(t, "the new service and the drain", func(st *api.Status) error {
+	fl.waitAgree(t, "the new service and the drain", func(st *wire.Status) error {
 		if _, ok := st.Service("extra"); !ok {
 			return fmt.Errorf("no service extra")
 		}
 		state, err := BackendState(st, "web-ipv4", be3.Addr4)
-		if err == nil && state != api.BackendDraining {
+		if err == nil && state != wire.BackendDraining {
 			err = fmt.Errorf("web-ipv4: %s is %s, want draining", be3.Addr4, state)
 		}
 		return err
@@ -223,7 +223,7 @@ func TestFleetChangeReachesEveryNode(t *testing.T) {
 
 	// the records follow within a publishing period (a second)
 	err := Eventually(convergeWithin, 100*time.Millisecond, func() error {
-		var fleet api.FleetStatus
+		var fleet wire.FleetStatus
 		if err := fl.api["lb1"].Get("/api/v1/fleet", &fleet); err != nil {
 			return err
 		}
@@ -366,7 +366,7 @@ func TestFleetEtcdMembersDown(t *testing.T) {
 	}
 	fl.mustWrite(t, "lb3", "POST", weightPath("web-ipv4", be[0]), weightBody(2))
 	fl.waitAgree(t, "a write made while one member is down", weights("web-ipv4", map[netip.Addr]uint32{be[0]: 2}))
-	var fleet api.FleetStatus
+	var fleet wire.FleetStatus
 	if err := fl.api["lb3"].Get("/api/v1/fleet", &fleet); err != nil {
 		t.Fatalf("GET /api/v1/fleet with one member down: %v", err)
 	}
@@ -433,7 +433,7 @@ func TestFleetEtcdMembersDown(t *testing.T) {
 	}
 	fl.mustWrite(t, "lb1", "POST", weightPath("web-ipv4", be[2]), weightBody(3))
 	// the refused writes changed nothing: be2 kept weight 1, web-ipv6 is still there
-	fl.waitAgree(t, "a write made once the members are back", func(st *api.Status) error {
+	fl.waitAgree(t, "a write made once the members are back", func(st *wire.Status) error {
 		if _, ok := st.Service("web-ipv6"); !ok {
 			return fmt.Errorf("no service web-ipv6: the refused DELETE took effect")
 		}
@@ -517,7 +517,7 @@ func TestFleetRestartedNodeAppliesLatestFirst(t *testing.T) {
 	}
 	fl.nodes[subject.Role] = &Node{Process: p, ConfigPath: fl.nodes[subject.Role].ConfigPath}
 	polls := 0
-	var first *api.Status
+	var first *wire.Status
 	err = p.WaitReady(20*time.Second, func() error {
 		polls++
 		st, err := fl.api[subject.Role].Status()
@@ -574,15 +574,15 @@ func TestFleetBadInputAsOnFile(t *testing.T) {
 	}
 	state := func() (revision int64, specs []byte, file []byte) {
 		t.Helper()
-		var fleet api.FleetStatus
+		var fleet wire.FleetStatus
 		if err := apis[fleetNode].Get("/api/v1/fleet", &fleet); err != nil {
 			t.Fatal(err)
 		}
-		var services []api.ServiceStatus
+		var services []wire.ServiceStatus
 		if err := apis[fleetNode].Get("/api/v1/services", &services); err != nil {
 			t.Fatal(err)
 		}
-		var all []api.ServiceSpec
+		var all []wire.ServiceSpec
 		for _, s := range services {
 			all = append(all, s.Spec)
 		}
@@ -622,13 +622,13 @@ func TestFleetBadInputAsOnFile(t *testing.T) {
 		{"DELETE", "/api/v1/services/nope", ""},
 	}
 	for _, b := range bad {
-		answers := map[*Host]api.Error{}
+		answers := map[*Host]wire.Error{}
 		for h, a := range apis {
 			code, body, err := a.Call(b.method, b.path, b.body)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var e api.Error
+			var e wire.Error
 			if err := json.Unmarshal(body, &e); err != nil || code/100 != 4 || e.Status != code {
 				t.Errorf("%s %s %s through %s: %d %s, want a 4xx error body", b.method, b.path, b.body, h.Role, code, body)
 			}

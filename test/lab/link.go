@@ -17,7 +17,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
@@ -129,13 +129,13 @@ func (l *Lab) StartLink(manifold string, h *Host, name string, cfg LinkConfig) (
 }
 
 // LinkStatus reads GET /api/v1/link of the link running on h (its default API).
-func LinkStatus(h *Host) (*api.LinkStatus, error) {
-	resp, err := HTTPClient(h.NS, 2*time.Second).Get("http://127.0.0.1:9300" + api.LinkPath)
+func LinkStatus(h *Host) (*wire.LinkStatus, error) {
+	resp, err := HTTPClient(h.NS, 2*time.Second).Get("http://127.0.0.1:9300" + wire.LinkPath)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var st api.LinkStatus
+	var st wire.LinkStatus
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		return nil, fmt.Errorf("%s: link status: %w", h.NS, err)
 	}
@@ -143,7 +143,7 @@ func LinkStatus(h *Host) (*api.LinkStatus, error) {
 }
 
 // InRoute lists the tunnels a link's route holds.
-func InRoute(st *api.LinkStatus) []int {
+func InRoute(st *wire.LinkStatus) []int {
 	var in []int
 	for _, t := range st.Tunnels {
 		if t.InRoute {

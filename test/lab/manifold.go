@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
@@ -303,16 +303,16 @@ func (a *NodeAPI) Get(path string, v any) error {
 }
 
 // Status returns the node's GET /api/v1/status.
-func (a *NodeAPI) Status() (*api.Status, error) {
-	var st api.Status
+func (a *NodeAPI) Status() (*wire.Status, error) {
+	var st wire.Status
 	return &st, a.Get("/api/v1/status", &st)
 }
 
 // FleetAgrees is nil when every node of apis reaches the fleet's store and has
 // applied the same revision, the store's; it returns their statuses, by node role, and
 // that revision.
-func FleetAgrees(apis []*NodeAPI) (map[string]*api.Status, int64, error) {
-	out := map[string]*api.Status{}
+func FleetAgrees(apis []*NodeAPI) (map[string]*wire.Status, int64, error) {
+	out := map[string]*wire.Status{}
 	rev := int64(-1)
 	for _, a := range apis {
 		role := a.Host.Role

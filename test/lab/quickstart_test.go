@@ -34,7 +34,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/internal/kube/kubetest"
 	"github.com/manifoldlb/manifold/internal/testenv"
@@ -342,7 +342,7 @@ func TestQuickStarts(t *testing.T) {
 			q.runAll(t, blocks[:last], within)
 			node := NewNodeAPI(q.hosts["lb"])
 			err := Eventually(within, 200*time.Millisecond, func() error {
-				var st api.SteeringStatus
+				var st wire.SteeringStatus
 				if err := node.Get("/api/v1/steering", &st); err != nil {
 					return err
 				}

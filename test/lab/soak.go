@@ -44,7 +44,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 )
 
 // Fault classes: the actions a round draws from.
@@ -501,7 +501,7 @@ func (s *soak) act(action string, deadline time.Time) (string, error) {
 			return "", err
 		}
 		s.stoppedBackend = be
-		s.settle(deadline, func() error { return s.backendState(be, api.BackendDown) })
+		s.settle(deadline, func() error { return s.backendState(be, wire.BackendDown) })
 		return be, nil
 	case SoakBackendStart:
 		be := s.stoppedBackend
@@ -509,7 +509,7 @@ func (s *soak) act(action string, deadline time.Time) (string, error) {
 			return "", err
 		}
 		s.stoppedBackend = ""
-		s.settle(deadline, func() error { return s.backendState(be, api.BackendUp) })
+		s.settle(deadline, func() error { return s.backendState(be, wire.BackendUp) })
 		return be, nil
 	case SoakEtcdKill:
 		m := a.Etcd.Members[s.rng.IntN(len(a.Etcd.Members))]
@@ -581,7 +581,7 @@ func (s *soak) routesOver(nodes []string) error {
 
 // backendState is nil when every usable node gives backend be the state want in both
 // web services.
-func (s *soak) backendState(be string, want api.BackendState) error {
+func (s *soak) backendState(be string, want wire.BackendState) error {
 	h := s.a.Host(be)
 	for _, role := range s.usable() {
 		st, err := s.a.API[role].Status()
@@ -603,12 +603,12 @@ func (s *soak) backendState(be string, want api.BackendState) error {
 
 // fleetAgrees waits up to timeout (0: one look) until every usable node reaches the
 // store and has applied the same revision, the store's; it returns their statuses.
-func (s *soak) fleetAgrees(timeout time.Duration) (map[string]*api.Status, error) {
+func (s *soak) fleetAgrees(timeout time.Duration) (map[string]*wire.Status, error) {
 	var apis []*NodeAPI
 	for _, role := range s.usable() {
 		apis = append(apis, s.a.API[role])
 	}
-	var out map[string]*api.Status
+	var out map[string]*wire.Status
 	err := Eventually(timeout, 20*time.Millisecond, func() error {
 		var err error
 		out, _, err = FleetAgrees(apis)
@@ -879,7 +879,7 @@ func (s *soak) recover() error {
 		return fmt.Errorf("the routes after the repairs: %w", err)
 	}
 	for _, be := range a.Backends {
-		if err := Eventually(soakConverge, 50*time.Millisecond, func() error { return s.backendState(be.Role, api.BackendUp) }); err != nil {
+		if err := Eventually(soakConverge, 50*time.Millisecond, func() error { return s.backendState(be.Role, wire.BackendUp) }); err != nil {
 			return fmt.Errorf("the backends after the repairs: %w", err)
 		}
 	}
@@ -919,7 +919,7 @@ func (s *soak) checkWrites() error {
 	return nil
 }
 
-func statusWeight(st *api.Status, svc, addr string) (int, error) {
+func statusWeight(st *wire.Status, svc, addr string) (int, error) {
 	sv, ok := st.Service(svc)
 	if !ok {
 		return 0, fmt.Errorf("%s: no service %s", st.Node, svc)

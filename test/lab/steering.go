@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
@@ -112,8 +112,8 @@ func (l *Lab) StartSteer(manifold string, h *Host, name string, endpoints []stri
 }
 
 // Steering returns the node's GET /api/v1/steering: the shares it applies.
-func (a *NodeAPI) Steering() (*api.SteeringStatus, error) {
-	var st api.SteeringStatus
+func (a *NodeAPI) Steering() (*wire.SteeringStatus, error) {
+	var st wire.SteeringStatus
 	return &st, a.Get("/api/v1/steering", &st)
 }
 
@@ -175,8 +175,8 @@ func (l *OfferedLoad) Stop() {
 
 // waitSteering polls a node's shares until cond holds of them, for at most timeout,
 // and returns them.
-func waitSteering(a *NodeAPI, timeout time.Duration, cond func(*api.Steering) error) (*api.Steering, error) {
-	var got *api.Steering
+func waitSteering(a *NodeAPI, timeout time.Duration, cond func(*wire.Steering) error) (*wire.Steering, error) {
+	var got *wire.Steering
 	err := Eventually(timeout, 50*time.Millisecond, func() error {
 		st, err := a.Steering()
 		switch {

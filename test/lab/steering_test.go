@@ -33,7 +33,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/internal/metrics"
 	"github.com/manifoldlb/manifold/internal/steer"
@@ -180,7 +180,7 @@ func TestSteering(t *testing.T) {
 
 	t.Log("the RTT each node measures to each backend, and the controller's per site and origin")
 	err = Eventually(20*time.Second, 100*time.Millisecond, func() error {
-		var fl api.FleetStatus
+		var fl wire.FleetStatus
 		if err := sjc.Get("/api/v1/fleet", &fl); err != nil {
 			return err
 		}
@@ -205,7 +205,7 @@ func TestSteering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := waitSteering(sjc, 10*time.Second, func(st *api.Steering) error {
+	st, err := waitSteering(sjc, 10*time.Second, func(st *wire.Steering) error {
 		for _, site := range st.Decision.Sites {
 			for _, sh := range site.Shares {
 				want := rttOf[sh.Origin][site.Site]
@@ -242,7 +242,7 @@ func TestSteering(t *testing.T) {
 	t.Logf("above us's capacity: sjc offers %d/s; within 30 s the shares settle and no origin takes more than its capacity + 5 %%", sjcHigh)
 	changed := time.Now()
 	loads["sjc"].SetRate(sjcHigh)
-	st, err = waitSteering(sjc, 20*time.Second, func(st *api.Steering) error {
+	st, err = waitSteering(sjc, 20*time.Second, func(st *wire.Steering) error {
 		for _, site := range st.Decision.Sites {
 			for _, sh := range site.Shares {
 				if math.Abs(sh.Share-sh.Target) > 0.01 {
@@ -287,7 +287,7 @@ func TestSteering(t *testing.T) {
 			}
 		}
 	}
-	if st, err := waitSteering(sjc, 5*time.Second, func(*api.Steering) error { return nil }); err == nil {
+	if st, err := waitSteering(sjc, 5*time.Second, func(*wire.Steering) error { return nil }); err == nil {
 		t.Logf("  after the window: %s", describe(st))
 	}
 	for origin, capacity := range map[string]float64{"us": usCapacity, "eu": euCapacity} {
@@ -308,7 +308,7 @@ func TestSteering(t *testing.T) {
 	}
 
 	t.Log("the leading controller killed: the standby takes over within the lease, and the shares do not move meanwhile")
-	st, err = waitSteering(sjc, 5*time.Second, func(*api.Steering) error { return nil })
+	st, err = waitSteering(sjc, 5*time.Second, func(*wire.Steering) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func TestSteering(t *testing.T) {
 	// nothing is written between the kill and the standby's first round: a round of the
 	// dead leader seen after the kill must have been made before it (in flight)
 	last := st
-	took, err := waitSteering(sjc, steerLease+2*steerInterval+2*time.Second, func(st *api.Steering) error {
+	took, err := waitSteering(sjc, steerLease+2*steerInterval+2*time.Second, func(st *wire.Steering) error {
 		if st.Leader != dead {
 			return nil
 		}
@@ -403,7 +403,7 @@ func newFlowsOf(t *testing.T, lbs map[*Host]string) map[string]float64 {
 // checkSteerMetrics checks a controller's /metrics: promtool accepts it, it says
 // whether it leads and counts its rounds; a leader reports what it wrote (st, or a
 // later round), a standby no shares.
-func checkSteerMetrics(t *testing.T, h *Host, name string, leading bool, st *api.Steering) {
+func checkSteerMetrics(t *testing.T, h *Host, name string, leading bool, st *wire.Steering) {
 	t.Helper()
 	// a controller counts a round once its write is done, which the nodes may see first
 	var body string
@@ -469,7 +469,7 @@ func bit(b bool) int {
 
 // describe is the decision in a line: each site's demand and shares, each origin's
 // load.
-func describe(st *api.Steering) string {
+func describe(st *wire.Steering) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "round %d by %s:", st.Round, st.Leader)
 	for _, site := range st.Decision.Sites {
@@ -516,8 +516,8 @@ func originOf(l *Lab, addr string) string {
 }
 
 // shares is a condition on the shares: each site's share of each origin within 1e-9.
-func shares(want map[string]map[string]float64) func(*api.Steering) error {
-	return func(st *api.Steering) error {
+func shares(want map[string]map[string]float64) func(*wire.Steering) error {
+	return func(st *wire.Steering) error {
 		for site, m := range want {
 			for origin, w := range m {
 				if got := st.Shares[site][origin]; math.Abs(got-w) > 1e-9 {

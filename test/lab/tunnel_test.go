@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/internal/testenv"
 	"github.com/manifoldlb/manifold/internal/tunnel"
@@ -130,8 +130,8 @@ func (tl *tunnelLab) startConnector(t *testing.T, origin, name, token string, ed
 }
 
 // tunnels is an edge's GET /api/v1/tunnels.
-func (tl *tunnelLab) tunnelsOf(edge string) (api.TunnelsStatus, error) {
-	var st api.TunnelsStatus
+func (tl *tunnelLab) tunnelsOf(edge string) (wire.TunnelsStatus, error) {
+	var st wire.TunnelsStatus
 	return st, tl.api[edge].Get("/api/v1/tunnels", &st)
 }
 
@@ -402,7 +402,7 @@ func TestTunnelRelay(t *testing.T) {
 	if count["org1"] != 100 || st.Counters.Streams == 0 {
 		t.Errorf("answers %v, lb2 relayed %d streams: want every request answered and some relayed by lb2", count, st.Counters.Streams)
 	}
-	var fl api.FleetStatus
+	var fl wire.FleetStatus
 	if err := tl.api[lb2.Role].Get("/api/v1/fleet", &fl); err != nil {
 		t.Fatal(err)
 	}

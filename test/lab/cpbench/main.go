@@ -22,7 +22,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/manifoldlb/manifold/internal/api"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -33,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/test/lab"
 )
@@ -377,7 +377,7 @@ func (b *bench) waitHopOf(role string, present bool, timeout time.Duration) ([]t
 
 // waitBackend waits until every node gives the backend at addr the state want in
 // the IPv4 web service, and returns when each node was first seen so.
-func (b *bench) waitBackend(addr netip.Addr, want api.BackendState, timeout time.Duration) ([]time.Time, error) {
+func (b *bench) waitBackend(addr netip.Addr, want wire.BackendState, timeout time.Duration) ([]time.Time, error) {
 	var conds []func() error
 	for _, n := range b.a.Nodes {
 		conds = append(conds, func() error {

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/manifoldlb/manifold/internal/api"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -24,6 +23,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/test/lab"
 	"github.com/prometheus/common/expfmt"
@@ -324,7 +324,7 @@ func (d *demo) forwarded(role string) (uint64, error) {
 
 // waitBackend waits until every node gives the backend at addr the state want in
 // the IPv4 web service, and returns how long that took.
-func (d *demo) waitBackend(nodes []string, addr netip.Addr, want api.BackendState, timeout time.Duration) (time.Duration, error) {
+func (d *demo) waitBackend(nodes []string, addr netip.Addr, want wire.BackendState, timeout time.Duration) (time.Duration, error) {
 	start := time.Now()
 	err := lab.Eventually(timeout, 20*time.Millisecond, func() error {
 		for _, role := range nodes {

@@ -30,7 +30,7 @@ import (
 	"time"
 
 	results "github.com/manifoldlb/manifold/bench"
-	"github.com/manifoldlb/manifold/internal/api"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/hostprog"
 	"github.com/manifoldlb/manifold/test/lab"
 )
@@ -207,7 +207,7 @@ func (b *bench) propagation(writes int) (applied, answered []time.Duration, err 
 		}
 		answered = append(answered, time.Since(t0))
 		seen, err := b.watch(5*time.Second, func(a *lab.NodeAPI) error {
-			var s api.ServiceStatus
+			var s wire.ServiceStatus
 			if err := a.Get("/api/v1/services/"+svc, &s); err != nil {
 				return err
 			}

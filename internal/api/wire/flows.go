@@ -1,6 +1,4 @@
-package api
-
-import "errors"
+package wire
 
 // FlowsView is the body of GET /api/v1/flows: entries of the node's flow table, the
 // backend each flow is pinned to (ipvsadm -Lnc's question).
@@ -29,6 +27,3 @@ const (
 	DefaultFlowLimit = 100
 	MaxFlowLimit     = 10000
 )
-
-// ErrNoSuchService is the error of Server.Flows for a service the node does not have.
-var ErrNoSuchService = errors.New("no such service")

@@ -1,4 +1,4 @@
-package api
+package wire
 
 // The fleet's wire types: what each node publishes about itself in the fleet store
 // (under a lease, every second), and GET /api/v1/fleet.

@@ -1,4 +1,4 @@
-package api
+package wire
 
 // The wire types of a site-to-site link's own API (manifold link serves them on
 // link.api: GET /api/v1/link); manifold ctl link and the lab decode them.
@@ -17,12 +17,12 @@ type LinkStatus struct {
 	// Route says how the prefixes are routed: "resilient" (a resilient next-hop group:
 	// a tunnel leaving moves only its own flows) or "multipath" (a multipath route:
 	// the kernel's hash-threshold also moves some flows of the others).
-	Route   string         `json:"route"`
-	Tunnels []TunnelStatus `json:"tunnels"`
+	Route   string       `json:"route"`
+	Tunnels []LinkTunnel `json:"tunnels"`
 }
 
-// TunnelStatus is one WireGuard tunnel of a link.
-type TunnelStatus struct {
+// LinkTunnel is one WireGuard tunnel of a link.
+type LinkTunnel struct {
 	Index       int    `json:"index"`
 	Device      string `json:"device"`       // its TUN device
 	Port        uint16 `json:"port"`         // its UDP port at both ends
@@ -50,8 +50,8 @@ type TunnelStatus struct {
 	Transitions uint64 `json:"transitions"`
 }
 
-// Tunnel states.
+// The states of a LinkTunnel.
 const (
-	TunnelUp   = "up"
-	TunnelDown = "down"
+	LinkTunnelUp   = "up"
+	LinkTunnelDown = "down"
 )

@@ -1,4 +1,4 @@
-package api
+package wire
 
 // The node's state as the API returns it. These are the wire types of GET
 // /api/v1/status and /api/v1/services: the daemon fills them, ctl, metrics and the lab
