@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/api/apitest"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 )
 
 // A write body nested deeper than decode.MaxDepth is refused with a 400 that names the

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/api/apitest"
+	"github.com/manifoldlb/manifold/internal/api/wire"
 )
 
 // A write that was made although a step after it failed (store.Committed) answers as a

@@ -19,4 +19,3 @@ func WarningText(header string) string {
 	}
 	return text
 }
-
