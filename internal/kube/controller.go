@@ -32,9 +32,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	typedcoordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
@@ -114,7 +113,13 @@ func Run(ctx context.Context, o Options) error {
 		// the status of many Services after a pool changes.
 		cfg.QPS, cfg.Burst = 50, 100
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	// One typed client per API group it uses, not the clientset of every group
+	// (Informers says why).
+	core, err := typedcorev1.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	coordination, err := typedcoordinationv1.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -124,7 +129,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Name: LeaseName, Namespace: o.Namespace},
-		Client:     cs.CoordinationV1(),
+		Client:     coordination,
 		LockConfig: resourcelock.ResourceLockConfig{Identity: o.Identity},
 	}
 	// The elector runs the callback in a goroutine it does not wait for; serve runs
@@ -166,7 +171,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	o.Log.Info("leading", "lease", o.Namespace+"/"+LeaseName, "identity", o.Identity)
-	err = serve(leadCtx, cs, dyn, o)
+	err = serve(leadCtx, core, dyn, o)
 	switch {
 	case ctx.Err() != nil:
 		return nil // stopped: whatever serve was doing was cut short on purpose
@@ -181,7 +186,7 @@ const poolsKey = "ippools"
 
 type controller struct {
 	o        Options
-	cs       kubernetes.Interface
+	core     typedcorev1.CoreV1Interface
 	services corelisters.ServiceLister
 	pools    cache.GenericLister
 	queue    workqueue.TypedRateLimitingInterface[string]
@@ -191,20 +196,20 @@ type controller struct {
 	uids map[string]corev1.ObjectReference
 }
 
-func serve(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, o Options) error {
+func serve(ctx context.Context, core typedcorev1.CoreV1Interface, dyn dynamic.Interface, o Options) error {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: core.Events("")})
 	defer broadcaster.Shutdown()
 
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	svcInformer := factory.Core().V1().Services()
+	var infs Informers
+	svcInformer := infs.Add(core.RESTClient(), "services", &corev1.Service{})
 	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	poolInformer := dfactory.ForResource(PoolResource)
 
 	c := &controller{
 		o:        o,
-		cs:       cs,
-		services: svcInformer.Lister(),
+		core:     core,
+		services: corelisters.NewServiceLister(svcInformer.GetIndexer()),
 		pools:    poolInformer.Lister(),
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		alloc:    NewAllocator(),
@@ -217,7 +222,7 @@ func serve(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, 
 			c.queue.Add(key)
 		}
 	}
-	if _, err := svcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := svcInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
 	}); err != nil {
 		return err
@@ -228,14 +233,12 @@ func serve(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, 
 	}); err != nil {
 		return err
 	}
-	factory.Start(ctx.Done())
+	infs.Start(ctx)
 	dfactory.Start(ctx.Done())
-	defer factory.Shutdown()
+	defer infs.Shutdown()
 	defer dfactory.Shutdown()
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("the cache of %v never synced", typ)
-		}
+	if err := infs.WaitForCacheSync(ctx); err != nil {
+		return err
 	}
 	for res, ok := range dfactory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
@@ -447,7 +450,7 @@ func (c *controller) writeStatus(ctx context.Context, svc *corev1.Service, addrs
 	for _, a := range addrs {
 		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: a.String()})
 	}
-	_, err := c.cs.CoreV1().Services(svc.Namespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{FieldManager: "manifold-controller"})
+	_, err := c.core.Services(svc.Namespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{FieldManager: "manifold-controller"})
 	if err != nil {
 		return fmt.Errorf("status of %s/%s: %w", svc.Namespace, svc.Name, err)
 	}

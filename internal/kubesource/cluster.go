@@ -13,12 +13,13 @@ package kubesource
 
 import (
 	"context"
-	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	typeddiscoveryv1 "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/rest"
@@ -33,11 +34,11 @@ const probeTimeout = time.Second
 
 // Cluster is a running view of the objects a Plan is made of.
 type Cluster struct {
-	cs       kubernetes.Interface
-	factory  informers.SharedInformerFactory
-	services corelisters.ServiceLister
-	slices   discoverylisters.EndpointSliceLister
-	nodes    corelisters.NodeLister
+	core      typedcorev1.CoreV1Interface
+	informers kube.Informers
+	services  corelisters.ServiceLister
+	slices    discoverylisters.EndpointSliceLister
+	nodes     corelisters.NodeLister
 	// changed gets a value (dropped when one is pending) on every change of a cached
 	// object: a burst of changes makes one Plan.
 	changed chan struct{}
@@ -61,17 +62,22 @@ func NewCluster(cfg *rest.Config) (*Cluster, error) {
 		// (5 a second) would delay it for nothing
 		cfg.QPS, cfg.Burst = 20, 40
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	// the typed clients of the two groups read (kube.Informers says why)
+	core, err := typedcorev1.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	f := informers.NewSharedInformerFactory(cs, 0)
-	c := &Cluster{
-		cs: cs, factory: f, changed: make(chan struct{}, 1),
-		services: f.Core().V1().Services().Lister(),
-		slices:   f.Discovery().V1().EndpointSlices().Lister(),
-		nodes:    f.Core().V1().Nodes().Lister(),
+	discovery, err := typeddiscoveryv1.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
 	}
+	c := &Cluster{core: core, changed: make(chan struct{}, 1)}
+	services := c.informers.Add(core.RESTClient(), "services", &corev1.Service{})
+	slices := c.informers.Add(discovery.RESTClient(), "endpointslices", &discoveryv1.EndpointSlice{})
+	nodes := c.informers.Add(core.RESTClient(), "nodes", &corev1.Node{})
+	c.services = corelisters.NewServiceLister(services.GetIndexer())
+	c.slices = discoverylisters.NewEndpointSliceLister(slices.GetIndexer())
+	c.nodes = corelisters.NewNodeLister(nodes.GetIndexer())
 	notify := func(any) {
 		select {
 		case c.changed <- struct{}{}:
@@ -79,9 +85,7 @@ func NewCluster(cfg *rest.Config) (*Cluster, error) {
 		}
 	}
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: notify, UpdateFunc: func(_, obj any) { notify(obj) }, DeleteFunc: notify}
-	for _, inf := range []cache.SharedIndexInformer{
-		f.Core().V1().Services().Informer(), f.Discovery().V1().EndpointSlices().Informer(), f.Core().V1().Nodes().Informer(),
-	} {
+	for _, inf := range []cache.SharedIndexInformer{services, slices, nodes} {
 		if _, err := inf.AddEventHandler(handler); err != nil {
 			return nil, err
 		}
@@ -92,17 +96,12 @@ func NewCluster(cfg *rest.Config) (*Cluster, error) {
 // Start runs the informers until ctx ends and waits until their caches hold the
 // cluster as it is (as long as the API server takes to answer).
 func (c *Cluster) Start(ctx context.Context) error {
-	c.factory.Start(ctx.Done())
-	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("the cache of %v never synced: %w", typ, ctx.Err())
-		}
-	}
-	return nil
+	c.informers.Start(ctx)
+	return c.informers.WaitForCacheSync(ctx)
 }
 
 // Stop stops the informers (after ctx of Start ended) and waits for them.
-func (c *Cluster) Stop() { c.factory.Shutdown() }
+func (c *Cluster) Stop() { c.informers.Shutdown() }
 
 // Changed receives after any change of the cached objects.
 func (c *Cluster) Changed() <-chan struct{} { return c.changed }
@@ -111,7 +110,7 @@ func (c *Cluster) Changed() <-chan struct{} { return c.changed }
 func (c *Cluster) Reachable(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	_, err := c.cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	_, err := c.core.RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 	return err
 }
 
