@@ -78,11 +78,13 @@ connect-image: deps
 	buildah bud --isolation chroot -f Dockerfile.connect -t $(CONNECT_IMAGE) .
 
 # deb builds bin/manifold_$(VERSION)_amd64.deb (docs/install.md) with dpkg-deb:
-# the binaries (stripped), the systemd units, example configs, completion.
+# the binaries (stripped), the systemd units, example configs, completion. Both are
+# PIE linked against libc as Debian wants (lintian: a static PIE "lacks prerequisites");
+# the connector's downloads for other systems are connect-cross's, pure Go.
 deb: deps
 	@mkdir -p bin/deb
 	$(GO) build -buildmode=pie -ldflags "$(LDFLAGS) -s -w" -o bin/deb/manifold ./cmd/manifold
-	CGO_ENABLED=0 $(GO) build -buildmode=pie -ldflags "$(LDFLAGS) -s -w" -o bin/deb/manifold-connect ./cmd/manifold-connect
+	$(GO) build -buildmode=pie -ldflags "$(LDFLAGS) -s -w" -o bin/deb/manifold-connect ./cmd/manifold-connect
 	$(GO) run ./deploy/debian/mkdeb --binary bin/deb/manifold --connect-binary bin/deb/manifold-connect --version $(VERSION) --out bin
 
 # generate recompiles the BPF programs (bpf2go) into the committed Go bindings.
