@@ -24,3 +24,32 @@ func TestNoTestRigLinked(t *testing.T) {
 		}
 	}
 }
+
+// The Kubernetes parts link the typed clients of the API groups they read, not
+// client-go's clientset and informers of every group (more than half of the binary
+// before: issue 26). Importing is not linking (client-go's leader election imports the
+// clientset), so this reads the symbols of the built binary.
+func TestNoAllGroupsKubernetesClient(t *testing.T) {
+	bin := t.TempDir() + "/manifold"
+	if out, err := hostprog.Command(hostprog.Go, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := hostprog.Command(hostprog.Go, "tool", "nm", bin).Output()
+	if err != nil {
+		t.Fatalf("go tool nm: %v", err)
+	}
+	if !strings.Contains(string(out), " k8s.io/client-go/kubernetes/typed/core/v1.") {
+		t.Fatal("no symbol of client-go's typed core/v1 client: not the binary this test is about")
+	}
+	found := map[string]int{}
+	for _, line := range strings.Split(string(out), "\n") {
+		for _, pkg := range []string{"k8s.io/client-go/kubernetes.", "k8s.io/client-go/informers", "k8s.io/client-go/kubernetes/typed/apps/"} {
+			if f := strings.Fields(line); len(f) >= 3 && strings.HasPrefix(f[2], pkg) {
+				found[pkg]++
+			}
+		}
+	}
+	for pkg, n := range found {
+		t.Errorf("cmd/manifold links %d symbols of %s", n, pkg)
+	}
+}
