@@ -12,9 +12,9 @@ import (
 )
 
 // Informers are the caches of the few resources a part watches, each read through the
-// typed client of its own API group (typedcorev1, typeddiscoveryv1, ...). They stand
-// in for client-go's informers.SharedInformerFactory, whose clientset and informers
-// span every API group: linked, those were more than half of bin/manifold (issue 26).
+// REST client of its own API group (Client). They stand in for client-go's
+// informers.SharedInformerFactory, whose clientset and informers span every API
+// group: linked, those were more than half of bin/manifold (issue 26).
 type Informers struct {
 	list  []cache.SharedIndexInformer
 	names []string // the resource of each, for errors
@@ -26,7 +26,12 @@ type Informers struct {
 // group client); example is an object of the kind, as the cache stores it. Indexed by
 // namespace, as the factory's informers are, so that the listers' namespaced reads work.
 func (s *Informers) Add(c cache.Getter, resource string, example runtime.Object) cache.SharedIndexInformer {
-	lw := cache.NewListWatchFromClient(c, resource, metav1.NamespaceAll, fields.Everything())
+	return s.AddListWatch(cache.NewListWatchFromClient(c, resource, metav1.NamespaceAll, fields.Everything()), resource, example)
+}
+
+// AddListWatch is Add of a resource read through lw (the dynamic client's, for a
+// custom resource).
+func (s *Informers) AddListWatch(lw cache.ListerWatcher, resource string, example runtime.Object) cache.SharedIndexInformer {
 	inf := cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	s.list = append(s.list, inf)
 	s.names = append(s.names, resource)

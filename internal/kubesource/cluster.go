@@ -18,8 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	typeddiscoveryv1 "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/rest"
@@ -34,7 +32,7 @@ const probeTimeout = time.Second
 
 // Cluster is a running view of the objects a Plan is made of.
 type Cluster struct {
-	core      typedcorev1.CoreV1Interface
+	core      *rest.RESTClient
 	informers kube.Informers
 	services  corelisters.ServiceLister
 	slices    discoverylisters.EndpointSliceLister
@@ -62,19 +60,19 @@ func NewCluster(cfg *rest.Config) (*Cluster, error) {
 		// (5 a second) would delay it for nothing
 		cfg.QPS, cfg.Burst = 20, 40
 	}
-	// the typed clients of the two groups read (kube.Informers says why)
-	core, err := typedcorev1.NewForConfig(cfg)
+	// the REST clients of the two groups read (kube.Scheme says why)
+	core, err := kube.Client(cfg, kube.CoreV1)
 	if err != nil {
 		return nil, err
 	}
-	discovery, err := typeddiscoveryv1.NewForConfig(cfg)
+	discovery, err := kube.Client(cfg, kube.DiscoveryV1)
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{core: core, changed: make(chan struct{}, 1)}
-	services := c.informers.Add(core.RESTClient(), "services", &corev1.Service{})
-	slices := c.informers.Add(discovery.RESTClient(), "endpointslices", &discoveryv1.EndpointSlice{})
-	nodes := c.informers.Add(core.RESTClient(), "nodes", &corev1.Node{})
+	services := c.informers.Add(core, "services", &corev1.Service{})
+	slices := c.informers.Add(discovery, "endpointslices", &discoveryv1.EndpointSlice{})
+	nodes := c.informers.Add(core, "nodes", &corev1.Node{})
 	c.services = corelisters.NewServiceLister(services.GetIndexer())
 	c.slices = discoverylisters.NewEndpointSliceLister(slices.GetIndexer())
 	c.nodes = corelisters.NewNodeLister(nodes.GetIndexer())
@@ -110,7 +108,7 @@ func (c *Cluster) Changed() <-chan struct{} { return c.changed }
 func (c *Cluster) Reachable(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	_, err := c.core.RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	_, err := c.core.Get().AbsPath("/readyz").DoRaw(ctx)
 	return err
 }
 
