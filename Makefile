@@ -4,6 +4,7 @@
 SHELL   := /bin/bash
 GO      ?= go
 BIN     := bin/manifold
+CONNECT := bin/manifold-connect
 BENCH   := bin/manifold-bench
 # VERSION: the nearest tag and the commits since (git describe), or 0.0.0~COMMIT before
 # the first tag; a Debian version either way (make deb uses it).
@@ -13,7 +14,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Tests that need root (BPF, namespaces) skip with a reason without it.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all deps bench-deps build deb generate check-generated vet test unit fuzz lab demo bench soak clean kube-apiserver image
+.PHONY: all deps bench-deps build connect-cross deb generate check-generated vet test unit fuzz lab demo bench soak clean kube-apiserver image connect-image
 
 all: build
 
@@ -44,10 +45,23 @@ bench-deps:
 			cargo install --root /usr/local $$c || exit 1; \
 	done
 
-# build builds the node's binary and, apart, the benchmarks' (which link the test rig).
+# build builds the node's binary, the connector's (manifold-connect: `manifold connect`
+# alone, for origins) and, apart, the benchmarks' (which link the test rig).
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/manifold
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(CONNECT) ./cmd/manifold-connect
 	$(GO) build -o $(BENCH) ./cmd/manifold-bench
+
+# connect-cross builds the connector for every OS an origin runs, as it is shipped
+# (pure Go, stripped): bin/manifold-connect-$GOOS-$GOARCH[.exe]. cmd/manifold-connect's
+# TestConnectorCrossBuilds checks them (at most 15 MB each).
+CONNECT_TARGETS := linux/amd64 linux/arm64 darwin/arm64 windows/amd64
+connect-cross:
+	@for t in $(CONNECT_TARGETS); do os=$${t%/*}; arch=$${t#*/}; out=$(CONNECT)-$$os-$$arch; \
+		[ $$os = windows ] && out=$$out.exe; \
+		echo "GOOS=$$os GOARCH=$$arch go build -o $$out ./cmd/manifold-connect"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS) -s -w" -o $$out ./cmd/manifold-connect || exit 1; \
+	done
 
 # image builds the container image of deploy/kubernetes (Dockerfile: the static
 # binary FROM scratch) with buildah; nothing is pulled. IMAGE names it, tagged with
@@ -55,15 +69,25 @@ build:
 # node pull another build than its neighbours.
 IMAGE ?= ghcr.io/manifoldlb/manifold:$(subst +,-,$(subst ~,-,$(VERSION)))
 image: deps
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/manifold-static ./cmd/manifold
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/manifold-static ./cmd/manifold
 	buildah bud --isolation chroot -t $(IMAGE) .
 
+# connect-image builds the connector's image (Dockerfile.connect: manifold-connect
+# FROM scratch), as image does; deploy/examples/kubernetes/connector-deployment.yaml runs it.
+CONNECT_IMAGE ?= ghcr.io/manifoldlb/manifold-connect:latest
+connect-image: deps
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/manifold-connect-static ./cmd/manifold-connect
+	buildah bud --isolation chroot -f Dockerfile.connect -t $(CONNECT_IMAGE) .
+
 # deb builds bin/manifold_$(VERSION)_amd64.deb (docs/install.md) with dpkg-deb:
-# the binary (stripped, paths trimmed), the systemd units, example configs, completion.
+# the binaries (stripped), the systemd units, example configs, completion. Both are
+# PIE linked against libc as Debian wants (lintian: a static PIE "lacks prerequisites");
+# the connector's downloads for other systems are connect-cross's, pure Go.
 deb: deps
 	@mkdir -p bin/deb
 	$(GO) build -buildmode=pie -ldflags "$(LDFLAGS) -s -w" -o bin/deb/manifold ./cmd/manifold
-	$(GO) run ./deploy/debian/mkdeb --binary bin/deb/manifold --version $(VERSION) --out bin
+	$(GO) build -buildmode=pie -ldflags "$(LDFLAGS) -s -w" -o bin/deb/manifold-connect ./cmd/manifold-connect
+	$(GO) run ./deploy/debian/mkdeb --binary bin/deb/manifold --connect-binary bin/deb/manifold-connect --version $(VERSION) --out bin
 
 # generate recompiles the BPF programs (bpf2go) into the committed Go bindings.
 generate:
@@ -85,7 +109,7 @@ vet:
 # CI=true a skip for a missing program is a failure: internal/testenv); it writes
 # where the time went to bin/test-times.md (docs/testing.md keeps that table).
 REPORT := bin/test-report
-test: deps check-generated vet build kube-apiserver
+test: deps check-generated vet build connect-cross kube-apiserver
 	$(GO) build -o $(REPORT) ./internal/testenv/report
 	set -o pipefail; { $(GO) test -json $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/lab$$'); \
 		$(GO) test -json $(TEST_FLAGS) ./test/lab/; } | ./$(REPORT) -times bin/test-times.md
@@ -137,6 +161,7 @@ bench: deps bench-deps build
 	./$(BENCH) dataplane --json $(PARTS)/dataplane.json
 	./$(BENCH) pktrate --json $(PARTS)/pktrate.json
 	./$(BENCH) transit --json $(PARTS)/transit.json
+	./$(BENCH) sizes --json $(PARTS)/sizes.json
 	$(GO) run ./test/lab/httpbench -manifold $(BIN) -json $(PARTS)/http.json
 	./$(BENCH) controlplane --json $(PARTS)/controlplane.json
 	$(GO) run ./test/lab/cpbench -manifold $(BIN) -json $(PARTS)/convergence.json
@@ -144,7 +169,7 @@ bench: deps bench-deps build
 	$(GO) run ./test/lab/linkbench -manifold $(BIN) -json $(PARTS)/link.json
 	$(GO) run ./test/lab/tunnelbench -manifold $(BIN) -json $(PARTS)/tunnel.json
 	./$(BENCH) report --out bench/results --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
-		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/convergence.json $(PARTS)/fleet.json $(PARTS)/link.json $(PARTS)/tunnel.json
+		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/sizes.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/convergence.json $(PARTS)/fleet.json $(PARTS)/link.json $(PARTS)/tunnel.json
 	/usr/bin/python3 bench/plot.py bench/results/latest.json bench/results
 	@mkdir -p bench/results/steer && for f in bench/steer/*.yaml; do n=$$(basename $$f .yaml); ./$(BIN) steer simulate --scenario $$f --json bench/results/steer/$$n.json --plot bench/results/steer/$$n.png > bench/results/steer/$$n.txt || exit 1; done
 

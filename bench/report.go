@@ -101,6 +101,7 @@ var sectionTitles = []struct{ key, title string }{
 	{"fleet", "Fleet: propagation through etcd"},
 	{"link", "Site-to-site link: throughput over WireGuard tunnels"},
 	{"tunnel", "Tunnels: throughput and open-loop HTTP latency, against rathole and bore"},
+	{"binary_size", "Binary sizes, as shipped (stripped), per binary and target"},
 }
 
 // WriteMarkdown writes the report as Markdown: the machine, every target with

@@ -4,6 +4,7 @@
 //	manifold-bench pktrate        packets/s through one node in a namespace lab
 //	manifold-bench transit        transit packets/s routed in XDP or by the kernel, 10 and 800 000 routes
 //	manifold-bench controlplane   Maglev builds and programming services into the kernel
+//	manifold-bench sizes          the shipped binaries' sizes, per binary and target
 //	manifold-bench report         merge the parts' JSON into latest.json and latest.md
 //	manifold-bench profile        a perf profile's samples inside a loaded program, by source line
 //
@@ -31,6 +32,7 @@ Usage:
   manifold-bench pktrate [--rounds N] [--seconds S] [--paths P1,P2] [--json FILE]
   manifold-bench transit [--rounds N] [--seconds S] [--json FILE]
   manifold-bench controlplane [--runs N] [--json FILE]
+  manifold-bench sizes [--repo DIR] [--json FILE]
   manifold-bench report [--out DIR] [--commit REV] PART.json...
   perf script -F ip,sym | manifold-bench profile [--prog NAME] [--top N]
 `
@@ -51,6 +53,8 @@ func main() {
 		err = transit(args, os.Stdout)
 	case "controlplane":
 		err = controlplane(args, os.Stdout)
+	case "sizes":
+		err = sizes(args, os.Stdout)
 	case "report":
 		err = report(args, os.Stdout)
 	case "profile":
@@ -146,6 +150,21 @@ func controlplane(args []string, w io.Writer) error {
 	}
 	if *out == "" {
 		return nil
+	}
+	return bench.WritePart(*out, part)
+}
+
+// sizes builds the shipped binaries as they are shipped and reports their sizes.
+func sizes(args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("manifold-bench sizes", flag.ContinueOnError)
+	repo := fs.String("repo", ".", "the repository's root")
+	out := fs.String("json", "", "also write the figures as JSON to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	part, err := bench.Sizes(w, *repo)
+	if err != nil || *out == "" {
+		return err
 	}
 	return bench.WritePart(*out, part)
 }

@@ -8,20 +8,16 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/manifoldlb/manifold/internal/backendagent"
+	"github.com/manifoldlb/manifold/internal/cli"
 	"github.com/manifoldlb/manifold/internal/config"
-	"github.com/manifoldlb/manifold/internal/decode"
 	"github.com/manifoldlb/manifold/internal/link"
 	"github.com/manifoldlb/manifold/internal/node"
 	"github.com/manifoldlb/manifold/internal/tunnel"
@@ -44,9 +40,9 @@ var commands []command
 func init() {
 	commands = []command{
 		{"run", "--config FILE", "run an LB node (foreground)", []string{"--config"},
-			func(a []string) error { return daemon(a, "run", node.Run) }},
+			func(a []string) error { return cli.Daemon(a, "run", node.Run) }},
 		{"backend", "--config FILE", "run the backend agent (foreground)", []string{"--config"},
-			func(a []string) error { return daemon(a, "backend", backendagent.Run) }},
+			func(a []string) error { return cli.Daemon(a, "backend", backendagent.Run) }},
 		{"validate", "--config FILE", "check a node, backend, steering or connector config file", []string{"--config"},
 			func(a []string) error { return exitWith(validate(a, os.Stdout, os.Stderr)) }},
 		{"ctl", "[--api URL] [--ca-file FILE] COMMAND", "operate a running node (manifold ctl: the commands)", ctlWords(),
@@ -60,7 +56,7 @@ func init() {
 		{"connect", "--config FILE", "the tunnel connector of an origin behind NAT (foreground)", []string{"--config"},
 			connectCmd},
 		{"link", "--config FILE", "a site-to-site link over several WireGuard tunnels (foreground)", []string{"--config"},
-			func(a []string) error { return daemon(a, "link", link.Run) }},
+			func(a []string) error { return cli.Daemon(a, "link", link.Run) }},
 		{"kube-controller", "[--kubeconfig FILE] [--default-class]", "allocate LoadBalancer addresses from IPPools (Kubernetes)",
 			[]string{"--kubeconfig", "--default-class", "--namespace"},
 			kubeControllerCmd},
@@ -137,75 +133,24 @@ func main() {
 	os.Exit(2)
 }
 
-func configFlag(name string, args []string) (string, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	path := fs.String("config", "", "config file (YAML)")
-	if err := fs.Parse(args); err != nil {
-		return "", err
-	}
-	if *path == "" {
-		return "", errors.New("--config FILE is required")
-	}
-	return *path, nil
-}
-
-// daemon runs a foreground daemon: structured logs on stderr, SIGTERM/SIGINT stop it.
-func daemon(args []string, name string, run func(context.Context, string, *slog.Logger) error) error {
-	path, err := configFlag(name, args)
-	if err != nil {
-		return err
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	err = run(ctx, path, log)
-	var cerrs config.Errors
-	if errors.As(err, &cerrs) {
-		for _, e := range cerrs {
-			fmt.Fprintln(os.Stderr, e)
-		}
-		return fmt.Errorf("%d problem(s) in %s", len(cerrs), path)
-	}
-	return err
-}
-
 // validate checks a node, backend agent, steering controller, link or connector file
 // (told apart by their top-level keys: config.KindOf), and prints every problem as
 // FILE:LINE: field: message.
 func validate(args []string, stdout, stderr io.Writer) int {
-	path, err := configFlag("validate", args)
-	if err != nil {
-		fmt.Fprintln(stderr, "manifold validate:", err)
-		return 2
-	}
-	data, err := decode.ReadFile(path)
-	if err != nil {
-		fmt.Fprintln(stderr, "manifold validate:", err)
-		return 1
-	}
-	switch config.KindOf(data) {
-	case config.BackendFile:
-		_, err = config.ParseBackend(path, data)
-	case config.SteerFile:
-		_, err = config.ParseSteer(path, data)
-	case config.LinkFile:
-		_, err = config.ParseLink(path, data)
-	case config.ConnectFile:
-		_, err = tunnel.ParseConnectorConfig(path, data, slog.New(slog.NewTextHandler(stderr, nil)))
-	default:
-		_, err = config.Parse(path, data)
-	}
-	if err != nil {
-		var cerrs config.Errors
-		if errors.As(err, &cerrs) {
-			for _, e := range cerrs {
-				fmt.Fprintln(stdout, e)
-			}
-		} else {
-			fmt.Fprintln(stdout, err)
+	return cli.Validate(args, stdout, stderr, "manifold validate", func(path string, data []byte) error {
+		var err error
+		switch config.KindOf(data) {
+		case config.BackendFile:
+			_, err = config.ParseBackend(path, data)
+		case config.SteerFile:
+			_, err = config.ParseSteer(path, data)
+		case config.LinkFile:
+			_, err = config.ParseLink(path, data)
+		case config.ConnectFile:
+			_, err = tunnel.ParseConnectorConfig(path, data, slog.New(slog.NewTextHandler(stderr, nil)))
+		default:
+			_, err = config.Parse(path, data)
 		}
-		return 1
-	}
-	fmt.Fprintf(stdout, "%s: ok\n", path)
-	return 0
+		return err
+	})
 }

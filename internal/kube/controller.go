@@ -23,27 +23,20 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -115,7 +108,12 @@ func Run(ctx context.Context, o Options) error {
 		// the status of many Services after a pool changes.
 		cfg.QPS, cfg.Burst = 50, 100
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	// The REST clients of the groups it uses, on Scheme (clients.go says why).
+	core, err := Client(cfg, CoreV1)
+	if err != nil {
+		return err
+	}
+	coordination, err := Client(cfg, CoordinationV1)
 	if err != nil {
 		return err
 	}
@@ -123,51 +121,20 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: LeaseName, Namespace: o.Namespace},
-		Client:     cs.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: o.Identity},
+	e := &elector{c: coordination, namespace: o.Namespace, id: o.Identity}
+	if !e.acquire(ctx) {
+		return nil
 	}
-	// The elector runs the callback in a goroutine it does not wait for; serve runs
-	// here instead, so that Run returns only once the controller has stopped acting.
-	leading := make(chan context.Context, 1)
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		ReleaseOnCancel: true,
-		LeaseDuration:   15 * time.Second,
-		RenewDeadline:   10 * time.Second,
-		RetryPeriod:     2 * time.Second,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) { leading <- ctx },
-			OnStoppedLeading: func() {},
-		},
-		Name: LeaseName,
-	})
-	if err != nil {
-		return err
-	}
+	// serve runs here, so that Run returns only once the controller has stopped
+	// acting and the Lease is let go.
 	ctx, cancel := context.WithCancel(ctx)
-	elected := make(chan struct{})
-	go func() {
-		defer close(elected)
-		le.Run(ctx)
-	}()
+	leadCtx, released := e.lead(ctx)
 	defer func() {
 		cancel()
-		<-elected
+		<-released
 	}()
-	var leadCtx context.Context
-	select {
-	case leadCtx = <-leading:
-	case <-elected:
-		select {
-		case leadCtx = <-leading:
-		default:
-			return nil
-		}
-	}
 	o.Log.Info("leading", "lease", o.Namespace+"/"+LeaseName, "identity", o.Identity)
-	err = serve(leadCtx, cs, dyn, o)
+	err = serve(leadCtx, core, dyn, o)
 	switch {
 	case ctx.Err() != nil:
 		return nil // stopped: whatever serve was doing was cut short on purpose
@@ -182,38 +149,42 @@ const poolsKey = "ippools"
 
 type controller struct {
 	o        Options
-	cs       kubernetes.Interface
+	core     *rest.RESTClient
 	services corelisters.ServiceLister
 	// namespaces' labels select pools (an IPPool's namespaceSelectors)
 	namespaces corelisters.NamespaceLister
 	pools      cache.GenericLister
 	queue      workqueue.TypedRateLimitingInterface[string]
 	alloc      *Allocator
-	events     record.EventRecorder
+	events     *EventRecorder
 	// uids of the Services holding addresses, to name a deleted one in its Event.
 	uids map[string]corev1.ObjectReference
 }
 
-func serve(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, o Options) error {
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
+func serve(ctx context.Context, core *rest.RESTClient, dyn dynamic.Interface, o Options) error {
 
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	svcInformer := factory.Core().V1().Services()
-	nsInformer := factory.Core().V1().Namespaces()
-	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
-	poolInformer := dfactory.ForResource(PoolResource)
+	var infs Informers
+	svcInformer := infs.Add(core, "services", &corev1.Service{})
+	nsInformer := infs.Add(core, "namespaces", &corev1.Namespace{})
+	pools := dyn.Resource(PoolResource)
+	poolInformer := infs.AddListWatch(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return pools.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return pools.Watch(ctx, opts)
+		},
+	}, PoolResource.Resource, &unstructured.Unstructured{})
 
 	c := &controller{
 		o:          o,
-		cs:         cs,
-		services:   svcInformer.Lister(),
-		namespaces: nsInformer.Lister(),
-		pools:      poolInformer.Lister(),
+		core:       core,
+		services:   corelisters.NewServiceLister(svcInformer.GetIndexer()),
+		namespaces: corelisters.NewNamespaceLister(nsInformer.GetIndexer()),
+		pools:      cache.NewGenericLister(poolInformer.GetIndexer(), PoolResource.GroupResource()),
 		queue:      workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		alloc:      NewAllocator(),
-		events:     broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "manifold-controller"}),
+		events:     NewEventRecorder(ctx, core, "manifold-controller", "", o.Log),
 		uids:       map[string]corev1.ObjectReference{},
 	}
 	defer c.queue.ShutDown()
@@ -222,7 +193,7 @@ func serve(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, 
 			c.queue.Add(key)
 		}
 	}
-	if _, err := svcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := svcInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
 	}); err != nil {
 		return err
@@ -238,7 +209,7 @@ func serve(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, 
 			c.queue.Add(ns.Name + "/" + svc.Name)
 		}
 	}
-	if _, err := nsInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := nsInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, obj any) {
 			if !maps.Equal(old.(*corev1.Namespace).Labels, obj.(*corev1.Namespace).Labels) {
 				namespaceChanged(obj)
@@ -248,24 +219,15 @@ func serve(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, 
 		return err
 	}
 	poolsChanged := func(any) { c.queue.Add(poolsKey) }
-	if _, err := poolInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := poolInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: poolsChanged, UpdateFunc: func(_, obj any) { poolsChanged(obj) }, DeleteFunc: poolsChanged,
 	}); err != nil {
 		return err
 	}
-	factory.Start(ctx.Done())
-	dfactory.Start(ctx.Done())
-	defer factory.Shutdown()
-	defer dfactory.Shutdown()
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("the cache of %v never synced", typ)
-		}
-	}
-	for res, ok := range dfactory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("the cache of %v never synced", res)
-		}
+	infs.Start(ctx)
+	defer infs.Shutdown()
+	if err := infs.WaitForCacheSync(ctx); err != nil {
+		return err
 	}
 	c.loadPools()
 	c.claimStatus()
@@ -472,7 +434,8 @@ func (c *controller) writeStatus(ctx context.Context, svc *corev1.Service, addrs
 	for _, a := range addrs {
 		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: a.String()})
 	}
-	_, err := c.cs.CoreV1().Services(svc.Namespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{FieldManager: "manifold-controller"})
+	err := c.core.Put().Namespace(svc.Namespace).Resource("services").Name(svc.Name).SubResource("status").
+		Param("fieldManager", "manifold-controller").Body(svc).Do(ctx).Error()
 	if err != nil {
 		return fmt.Errorf("status of %s/%s: %w", svc.Namespace, svc.Name, err)
 	}

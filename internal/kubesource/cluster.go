@@ -15,23 +15,21 @@ package kubesource
 
 import (
 	"context"
-	"fmt"
+	"log/slog"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/kube"
@@ -42,16 +40,16 @@ const probeTimeout = time.Second
 
 // Cluster is a running view of the objects a Plan is made of.
 type Cluster struct {
-	cs         kubernetes.Interface
-	factory    informers.SharedInformerFactory
-	dfactory   dynamicinformer.DynamicSharedInformerFactory
+	core       *rest.RESTClient
+	informers  kube.Informers
 	services   corelisters.ServiceLister
 	slices     discoverylisters.EndpointSliceLister
 	nodes      corelisters.NodeLister
 	namespaces corelisters.NamespaceLister
 	pools      cache.GenericLister
-	// events, once Recorder made it, records Events on the cluster's objects.
-	events record.EventBroadcaster
+	// events' writers (Recorder) run until Stop
+	eventsCtx  context.Context
+	stopEvents context.CancelFunc
 	// changed gets a value (dropped when one is pending) on every change of a cached
 	// object: a burst of changes makes one Plan.
 	changed chan struct{}
@@ -75,7 +73,12 @@ func NewCluster(cfg *rest.Config) (*Cluster, error) {
 		// (5 a second) would delay it for nothing
 		cfg.QPS, cfg.Burst = 20, 40
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	// the REST clients of the two groups read (kube.Scheme says why)
+	core, err := kube.Client(cfg, kube.CoreV1)
+	if err != nil {
+		return nil, err
+	}
+	discovery, err := kube.Client(cfg, kube.DiscoveryV1)
 	if err != nil {
 		return nil, err
 	}
@@ -83,17 +86,26 @@ func NewCluster(cfg *rest.Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := informers.NewSharedInformerFactory(cs, 0)
-	df := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
-	pools := df.ForResource(kube.PoolResource)
-	c := &Cluster{
-		cs: cs, factory: f, dfactory: df, changed: make(chan struct{}, 1),
-		services:   f.Core().V1().Services().Lister(),
-		slices:     f.Discovery().V1().EndpointSlices().Lister(),
-		nodes:      f.Core().V1().Nodes().Lister(),
-		namespaces: f.Core().V1().Namespaces().Lister(),
-		pools:      pools.Lister(),
-	}
+	c := &Cluster{core: core, changed: make(chan struct{}, 1)}
+	c.eventsCtx, c.stopEvents = context.WithCancel(context.Background())
+	services := c.informers.Add(core, "services", &corev1.Service{})
+	slices := c.informers.Add(discovery, "endpointslices", &discoveryv1.EndpointSlice{})
+	nodes := c.informers.Add(core, "nodes", &corev1.Node{})
+	namespaces := c.informers.Add(core, "namespaces", &corev1.Namespace{})
+	poolClient := dyn.Resource(kube.PoolResource)
+	pools := c.informers.AddListWatch(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return poolClient.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return poolClient.Watch(ctx, opts)
+		},
+	}, kube.PoolResource.Resource, &unstructured.Unstructured{})
+	c.services = corelisters.NewServiceLister(services.GetIndexer())
+	c.slices = discoverylisters.NewEndpointSliceLister(slices.GetIndexer())
+	c.nodes = corelisters.NewNodeLister(nodes.GetIndexer())
+	c.namespaces = corelisters.NewNamespaceLister(namespaces.GetIndexer())
+	c.pools = cache.NewGenericLister(pools.GetIndexer(), kube.PoolResource.GroupResource())
 	notify := func(any) {
 		select {
 		case c.changed <- struct{}{}:
@@ -101,10 +113,7 @@ func NewCluster(cfg *rest.Config) (*Cluster, error) {
 		}
 	}
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: notify, UpdateFunc: func(_, obj any) { notify(obj) }, DeleteFunc: notify}
-	for _, inf := range []cache.SharedIndexInformer{
-		f.Core().V1().Services().Informer(), f.Discovery().V1().EndpointSlices().Informer(), f.Core().V1().Nodes().Informer(),
-		f.Core().V1().Namespaces().Informer(), pools.Informer(),
-	} {
+	for _, inf := range []cache.SharedIndexInformer{services, slices, nodes, namespaces, pools} {
 		if _, err := inf.AddEventHandler(handler); err != nil {
 			return nil, err
 		}
@@ -115,38 +124,20 @@ func NewCluster(cfg *rest.Config) (*Cluster, error) {
 // Start runs the informers until ctx ends and waits until their caches hold the
 // cluster as it is (as long as the API server takes to answer).
 func (c *Cluster) Start(ctx context.Context) error {
-	c.factory.Start(ctx.Done())
-	c.dfactory.Start(ctx.Done())
-	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("the cache of %v never synced: %w", typ, ctx.Err())
-		}
-	}
-	for res, ok := range c.dfactory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("the cache of %v never synced: %w", res, ctx.Err())
-		}
-	}
-	return nil
+	c.informers.Start(ctx)
+	return c.informers.WaitForCacheSync(ctx)
 }
 
 // Stop stops the informers (after ctx of Start ended) and waits for them, and the
-// Events' recorder.
+// Events' writers.
 func (c *Cluster) Stop() {
-	c.factory.Shutdown()
-	c.dfactory.Shutdown()
-	if c.events != nil {
-		c.events.Shutdown()
-	}
+	c.informers.Shutdown()
+	c.stopEvents()
 }
 
-// Recorder records Events on the cluster's objects as component on host; call it
-// before Start, once.
-func (c *Cluster) Recorder(component, host string) record.EventRecorder {
-	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cs.CoreV1().Events("")})
-	c.events = b
-	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component, Host: host})
+// Recorder writes Events on the cluster's objects as component on host, until Stop.
+func (c *Cluster) Recorder(component, host string, log *slog.Logger) *kube.EventRecorder {
+	return kube.NewEventRecorder(c.eventsCtx, c.core, component, host, log)
 }
 
 // Changed receives after any change of the cached objects.
@@ -156,7 +147,7 @@ func (c *Cluster) Changed() <-chan struct{} { return c.changed }
 func (c *Cluster) Reachable(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	_, err := c.cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	_, err := c.core.Get().AbsPath("/readyz").DoRaw(ctx)
 	return err
 }
 

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/kube"
@@ -32,7 +31,7 @@ type Source struct {
 	node         config.Node // the node's addresses: a VIP of a family it has none of is skipped
 	sink         reconcile.Sink
 	log          *slog.Logger
-	events       record.EventRecorder // on the Services whose addresses the node refuses
+	events       *kube.EventRecorder // on the Services whose addresses the node refuses
 
 	mu    sync.Mutex // guards state and changed
 	state State
@@ -57,7 +56,7 @@ type State struct {
 // NewSource makes the source of an LB node whose services come from cluster.
 func NewSource(cluster *Cluster, k config.Kubernetes, node config.Node, sink reconcile.Sink, log *slog.Logger) *Source {
 	return &Source{cluster: cluster, defaultClass: k.DefaultClass, node: node, sink: sink, log: log, changed: make(chan struct{}),
-		events: cluster.Recorder("manifold-node", node.Name)}
+		events: cluster.Recorder("manifold-node", node.Name, log)}
 }
 
 // State returns the source's state and a channel closed at its next change.

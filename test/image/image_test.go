@@ -1,5 +1,6 @@
-// Package image tests the container image of deploy/kubernetes: the Dockerfile at the
-// root of the tree, built with Debian's buildah, offline.
+// Package image tests the container images: deploy/kubernetes' (the Dockerfile at the
+// root of the tree) and the connector's (Dockerfile.connect), built with Debian's
+// buildah, offline.
 package image
 
 import (
@@ -21,9 +22,20 @@ import (
 	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
-// The image builds without pulling anything, holds the static binary alone as its
-// entrypoint, and that binary runs with no library beside it.
+// The images build without pulling anything, each holds its static binary alone as
+// its entrypoint, and that binary runs with no library beside it: the node's image
+// (Dockerfile, make image) and the connector's (Dockerfile.connect, make connect-image).
 func TestImage(t *testing.T) {
+	testImage(t, "Dockerfile", "./cmd/manifold", "manifold", "validate", "--config", "internal/config/testdata/backend-kubernetes.yaml")
+}
+
+func TestConnectorImage(t *testing.T) {
+	testImage(t, "Dockerfile.connect", "./cmd/manifold-connect", "manifold-connect", "version")
+}
+
+// testImage builds dockerfile's image as its make target does (the static binary of
+// pkg as bin/NAME-static, then buildah bud) and runs the binary it holds with args.
+func testImage(t *testing.T, dockerfile, pkg, name string, args ...string) {
 	testenv.NeedRoot(t, "needs root (buildah's storage)")
 	if err := hostprog.Check(hostprog.Buildah); err != nil {
 		testenv.Missing(t, err)
@@ -41,13 +53,13 @@ func TestImage(t *testing.T) {
 			t.Fatalf("%s %s: %v\n%s", prog.Name(), strings.Join(args, " "), err, out)
 		}
 	}
-	// as `make image` does
-	run(hostprog.Go, []string{"CGO_ENABLED=0"}, "build", "-trimpath", "-o", "bin/manifold-static", "./cmd/manifold")
+	// as `make image` / `make connect-image` do
+	run(hostprog.Go, []string{"CGO_ENABLED=0"}, "build", "-trimpath", "-o", "bin/"+name+"-static", pkg)
 	// a store of the test's own, so that nothing of the machine's images is touched
 	store := []string{"--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "run"), "--storage-driver", "vfs"}
-	run(hostprog.Buildah, nil, append(store, "bud", "--isolation", "chroot", "--pull-never", "-t", "manifold:test", ".")...)
+	run(hostprog.Buildah, nil, append(store, "bud", "--isolation", "chroot", "--pull-never", "-f", dockerfile, "-t", name+":test", ".")...)
 	img := filepath.Join(dir, "image")
-	run(hostprog.Buildah, nil, append(store, "push", "manifold:test", "dir:"+img)...)
+	run(hostprog.Buildah, nil, append(store, "push", name+":test", "dir:"+img)...)
 
 	var manifest struct {
 		Config struct{ Digest string }
@@ -58,14 +70,14 @@ func TestImage(t *testing.T) {
 		Config struct{ Entrypoint []string }
 	}
 	readJSON(t, blob(img, manifest.Config.Digest), &config)
-	if !slices.Equal(config.Config.Entrypoint, []string{"/manifold"}) {
-		t.Errorf("entrypoint %q, want [/manifold]", config.Config.Entrypoint)
+	if !slices.Equal(config.Config.Entrypoint, []string{"/" + name}) {
+		t.Errorf("entrypoint %q, want [/%s]", config.Config.Entrypoint, name)
 	}
 	if len(manifest.Layers) != 1 {
 		t.Fatalf("%d layers, want the binary's one", len(manifest.Layers))
 	}
-	bin := filepath.Join(dir, "manifold")
-	if files := unpack(t, blob(img, manifest.Layers[0].Digest), bin); !slices.Equal(files, []string{"manifold"}) {
+	bin := filepath.Join(dir, name)
+	if files := unpack(t, blob(img, manifest.Layers[0].Digest), name, bin); !slices.Equal(files, []string{name}) {
 		t.Errorf("the image holds %v, want the binary alone", files)
 	}
 	f, err := elf.Open(bin)
@@ -78,7 +90,7 @@ func TestImage(t *testing.T) {
 			t.Errorf("the image's binary is linked dynamically: FROM scratch has no loader for it")
 		}
 	}
-	run(hostprog.Built(bin), nil, "validate", "--config", "internal/config/testdata/backend-kubernetes.yaml")
+	run(hostprog.Built(bin), nil, args...)
 }
 
 // blob is the path of a file of a `dir:` image: the manifest, or a blob by digest.
@@ -98,8 +110,8 @@ func readJSON(t *testing.T, path string, v any) {
 }
 
 // unpack lists the files of a layer (a tar, gzipped or not) and writes the one named
-// manifold to bin.
-func unpack(t *testing.T, layer, bin string) []string {
+// want to bin.
+func unpack(t *testing.T, layer, want, bin string) []string {
 	t.Helper()
 	f, err := os.Open(layer)
 	if err != nil {
@@ -125,7 +137,7 @@ func unpack(t *testing.T, layer, bin string) []string {
 		}
 		name := strings.TrimPrefix(filepath.Clean("/"+h.Name), "/")
 		files = append(files, name)
-		if name == "manifold" {
+		if name == want {
 			data, err := io.ReadAll(tr)
 			if err != nil {
 				t.Fatal(err)

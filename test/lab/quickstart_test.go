@@ -8,7 +8,8 @@ package lab
 //   - installing the package: PATH holds manifold (the lab's build) and the examples
 //     are where the package puts them, /usr/share/doc/manifold/examples;
 //   - systemd: `systemctl enable --now UNIT` runs the unit's ExecStart (of
-//     deploy/systemd) in the background, without systemd's sandbox, and `systemctl
+//     deploy/systemd) in the background, its LoadCredential= files copied to the
+//     directory %d names, without systemd's sandbox, and `systemctl
 //     restart etcd` runs Debian's etcd with /etc/default/etcd; nothing else of
 //     systemctl is there;
 //   - each host's /etc and /var/lib are its own (overlays, the test's directory above
@@ -119,8 +120,19 @@ for u in "$@"; do
 	u=${u%.service}
 	cmd=$(sed -n 's/^ExecStart=//p' "$QS_UNITS/$u.service")
 	[ -n "$cmd" ] || { echo "systemctl: no unit $u" >&2; exit 1; }
-	# the package's /usr/bin/manifold is the lab's build, on PATH
+	# the package's /usr/bin/manifold is the lab's build, on PATH; manifold-connect is
+	# its connect command alone (the same code: cmd/manifold-connect's tests run that
+	# binary itself)
 	cmd=${cmd#/usr/bin/}
+	cmd=${cmd/#manifold-connect /manifold connect }
+	# LoadCredential=NAME:PATH copies PATH to NAME in the credentials directory, %d; a
+	# missing file keeps the unit from starting, as under systemd
+	creds="$QS_HOST/credentials/$u"
+	mkdir -p "$creds"
+	while IFS=: read -r name path; do
+		cp "$path" "$creds/$name" || { echo "systemctl: $u: credential $name: $path cannot be read" >&2; exit 1; }
+	done < <(sed -n 's/^LoadCredential=//p' "$QS_UNITS/$u.service")
+	cmd=${cmd//%d/$creds}
 	$cmd >>"$QS_HOST/$u.log" 2>&1 </dev/null &
 done
 `

@@ -20,11 +20,12 @@ import (
 
 func main() {
 	binary := flag.String("binary", "bin/manifold", "the manifold binary to package (built stripped)")
+	connect := flag.String("connect-binary", "bin/manifold-connect", "the manifold-connect binary to package (built stripped)")
 	version := flag.String("version", "", "the package version (a Debian version: 1.2.3, 0.0.0~git1a2b3c4)")
 	out := flag.String("out", "bin", "the directory to write manifold_VERSION_amd64.deb into")
 	root := flag.String("root", ".", "the repository's root (deploy/ is read from it)")
 	flag.Parse()
-	deb, err := build(*root, *binary, *version, *out)
+	deb, err := build(*root, *binary, *connect, *version, *out)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mkdeb:", err)
 		os.Exit(1)
@@ -35,7 +36,9 @@ func main() {
 // maintainer is the package's Maintainer field.
 const maintainer = "manifold developers <manifold@lists.manifoldlb.org>"
 
-func build(root, binary, version, out string) (string, error) {
+// build packages binary (cmd/manifold) and connect (cmd/manifold-connect, which
+// manifold-connect.service runs).
+func build(root, binary, connect, version, out string) (string, error) {
 	if version == "" || strings.ContainsAny(version, " _/") || !strings.ContainsAny(version[:1], "0123456789") {
 		return "", fmt.Errorf("--version %q: a Debian version starts with a digit and has no space, _ or /", version)
 	}
@@ -67,6 +70,9 @@ func build(root, binary, version, out string) (string, error) {
 	if err := copyFile(binary, "usr/bin/manifold", 0o755); err != nil {
 		return "", err
 	}
+	if err := copyFile(connect, "usr/bin/manifold-connect", 0o755); err != nil {
+		return "", err
+	}
 	units, _ := filepath.Glob(filepath.Join(root, "deploy/systemd/*.service"))
 	examples, _ := filepath.Glob(filepath.Join(root, "deploy/examples/*.yaml"))
 	if len(units) == 0 || len(examples) == 0 {
@@ -94,15 +100,17 @@ func build(root, binary, version, out string) (string, error) {
 			return "", err
 		}
 	}
-	page, err := hostprog.Command(hostprog.Built(binary), "man").Output()
-	if err != nil {
-		return "", fmt.Errorf("%s man: %w", binary, err)
-	}
-	if page, err = gzipped(string(page)); err != nil {
-		return "", err
-	}
-	if err := put("usr/share/man/man1/manifold.1.gz", page, 0o644); err != nil {
-		return "", err
+	for bin, name := range map[string]string{binary: "manifold", connect: "manifold-connect"} {
+		page, err := hostprog.Command(hostprog.Built(bin), "man").Output()
+		if err != nil {
+			return "", fmt.Errorf("%s man: %w", bin, err)
+		}
+		if page, err = gzipped(string(page)); err != nil {
+			return "", err
+		}
+		if err := put("usr/share/man/man1/"+name+".1.gz", page, 0o644); err != nil {
+			return "", err
+		}
 	}
 	if err := put("usr/share/doc/manifold/copyright", []byte(copyright), 0o644); err != nil {
 		return "", err
@@ -137,7 +145,8 @@ Description: active-active XDP load balancer with BGP, Maglev and DSR
  encapsulated (IPIP, GUE) so that the backend answers the client directly.
  .
  This package has the manifold binary (node, backend agent, steering
- controller, tunnel connector, site-to-site link, operator CLI), systemd
+ controller, tunnel connector, site-to-site link, operator CLI), the
+ connector alone as manifold-connect, systemd
  units for each part, example configs and shell completion.
 `, version, maintainer, size)
 	if err := put("DEBIAN/control", []byte(control), 0o644); err != nil {

@@ -26,7 +26,7 @@ func TestPackage(t *testing.T) {
 	}
 	dir := t.TempDir()
 	binary := builtBinary(t)
-	deb, err := build(repoRoot, binary, "1.2.3~test", dir)
+	deb, err := build(repoRoot, binary, builtConnector(t), "1.2.3~test", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,9 @@ func TestPackage(t *testing.T) {
 	t.Run("contents", func(t *testing.T) {
 		list := run(hostprog.DpkgDeb, "-c", deb)
 		want := []string{
-			"-rwxr-xr-x root/root .* ./usr/bin/manifold",
+			"-rwxr-xr-x root/root .* ./usr/bin/manifold\n",
+			"-rwxr-xr-x root/root .* ./usr/bin/manifold-connect\n",
+			"-rw-r--r-- root/root .* ./usr/share/man/man1/manifold-connect.1.gz",
 			"-rw-r--r-- root/root .* ./usr/share/bash-completion/completions/manifold",
 			"-rw-r--r-- root/root .* ./usr/share/zsh/vendor-completions/_manifold",
 			"-rw-r--r-- root/root .* ./usr/share/man/man1/manifold.1.gz",
@@ -139,35 +141,46 @@ func TestPackage(t *testing.T) {
 
 var (
 	buildOnce sync.Once
-	binPath   string
+	binDir    string
 	binErr    error
 )
 
-// builtBinary builds cmd/manifold once for the tests of this package.
-func builtBinary(t *testing.T) string {
+// built builds cmd/manifold and cmd/manifold-connect once for the tests of this
+// package and returns the path of name's.
+func built(t *testing.T, name string) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "mkdeb-test-")
-		if err != nil {
-			binErr = err
+		if binDir, binErr = os.MkdirTemp("", "mkdeb-test-"); binErr != nil {
 			return
 		}
-		binPath = filepath.Join(dir, "manifold")
-		if out, err := hostprog.Command(hostprog.Go, "build", "-ldflags", "-s -w", "-o", binPath, "../../../cmd/manifold").CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		for _, n := range []string{"manifold", "manifold-connect"} {
+			args := []string{"build", "-ldflags", "-s -w", "-o", filepath.Join(binDir, n), "../../../cmd/" + n}
+			if n == "manifold-connect" {
+				// PIE, as make deb builds it: the few packages it links build again as
+				// PIE in seconds, and non-PIE it would also lack RELRO (Go links it
+				// itself), which lintian would flag
+				args = slices.Insert(args, 1, "-buildmode=pie")
+			}
+			if out, err := hostprog.Command(hostprog.Go, args...).CombinedOutput(); err != nil {
+				binErr = fmt.Errorf("go build: %v\n%s", err, out)
+				return
+			}
 		}
 	})
 	if binErr != nil {
 		t.Fatal(binErr)
 	}
-	return binPath
+	return filepath.Join(binDir, name)
 }
 
-// TestMain removes the binary builtBinary made.
+func builtBinary(t *testing.T) string    { return built(t, "manifold") }
+func builtConnector(t *testing.T) string { return built(t, "manifold-connect") }
+
+// TestMain removes the binaries built made.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
+	if binDir != "" {
+		os.RemoveAll(binDir)
 	}
 	os.Exit(code)
 }
@@ -252,7 +265,12 @@ func TestUnitsHardening(t *testing.T) {
 				t.Errorf("%s: no LoadCredential=%s:/etc/manifold/%s", u, conf, conf)
 			}
 		}
-		if wantExec := "/usr/bin/manifold " + part[u] + " --config " + dir + conf; k["ExecStart"] != wantExec {
+		wantExec := "/usr/bin/manifold " + part[u] + " --config " + dir + conf
+		if u == "manifold-connect.service" {
+			// the connector's own binary (cmd/manifold-connect): the same part, alone
+			wantExec = "/usr/bin/manifold-connect --config " + dir + conf
+		}
+		if k["ExecStart"] != wantExec {
 			t.Errorf("%s: ExecStart=%s, want %s", u, k["ExecStart"], wantExec)
 		}
 		for key, val := range map[string]string{
@@ -288,7 +306,16 @@ func TestUnitsHardening(t *testing.T) {
 func TestUnitsRunKnownCommands(t *testing.T) {
 	binary := builtBinary(t)
 	for _, u := range units(t) {
-		sub := strings.Fields(unitKeys(t, u)["ExecStart"])[1]
+		exec := strings.Fields(unitKeys(t, u)["ExecStart"])
+		if exec[0] == "/usr/bin/manifold-connect" {
+			// its one part: a missing file is its complaint, not its command line
+			out, _ := hostprog.Command(hostprog.Built(builtConnector(t)), exec[1:]...).CombinedOutput()
+			if !strings.Contains(string(out), "/etc/manifold/connect.yaml") {
+				t.Errorf("%s: manifold-connect does not take its command line:\n%s", u, out)
+			}
+			continue
+		}
+		sub := exec[1]
 		out, _ := hostprog.Command(hostprog.Built(binary), sub).CombinedOutput()
 		if strings.Contains(string(out), "unknown command") {
 			t.Errorf("%s runs `manifold %s`, which the binary does not have:\n%s", u, sub, out)
