@@ -19,11 +19,13 @@ import (
 const (
 	tokenWeb  = "web-token-0123456789abcdef"
 	tokenBoth = "both-token-0123456789abcdef"
+	tokenHome = "home-token-0123456789abcdef" // may name the origins home and office
 )
 
 const tokensFile = `
 - {token: "` + tokenWeb + `", services: [web]}
 - {token: "` + tokenBoth + `", services: [web, api]}
+- {token: "` + tokenHome + `", services: [web, api], origins: [home, office]}
 `
 
 func TestRequestsReachTheOriginThroughATunnel(t *testing.T) {
