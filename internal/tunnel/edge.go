@@ -118,8 +118,8 @@ type Edge struct {
 	// origins are the origins of the services that have some (SetServiceOrigins): a
 	// connector of one of them must name one of these
 	origins  map[string][]string
-	lastID    uint64
-	notifier  // every attach, detach, drain, stream taken or released, and refusal
+	lastID   uint64
+	notifier // every attach, detach, drain, stream taken or released, and refusal
 
 	// the services' listeners (Serve), for their counters; those closed are added up
 	// in listenersGone
