@@ -39,10 +39,11 @@ type Connector struct {
 	log      *slog.Logger
 	services map[string]ServiceConfig
 	quicConf *quic.Config
+	notifier // every tunnel up or down
+
 	// protocols are the ALPN names offered, newest first (alpns; a test offers an
 	// older version alone)
 	protocols []string
-	notifier  // every tunnel up or down
 
 	// origin dials the origin of a stream; offers, when set, gives the services to
 	// announce and a channel closed when they change (an edge relaying, relay.go).

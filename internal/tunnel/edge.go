@@ -115,11 +115,12 @@ type Edge struct {
 	tunnels   map[uint64]*edgeTunnel
 	byService map[string][]*edgeTunnel
 	perToken  map[string]int // fingerprint → tunnels attached
+	lastID    uint64
+	notifier  // every attach, detach, drain, stream taken or released, and refusal
+
 	// origins are the origins of the services that have some (SetServiceOrigins): a
 	// connector of one of them must name one of these
-	origins  map[string][]string
-	lastID   uint64
-	notifier // every attach, detach, drain, stream taken or released, and refusal
+	origins map[string][]string
 
 	// the services' listeners (Serve), for their counters; those closed are added up
 	// in listenersGone
