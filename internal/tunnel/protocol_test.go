@@ -2,13 +2,20 @@ package tunnel
 
 import (
 	"bytes"
+	"context"
+	"crypto/tls"
 	"encoding/binary"
+	"errors"
+	"log/slog"
 	"net"
 	"net/netip"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quic-go/quic-go"
 )
 
 // streamHeaders are headers of every shape the edge sends: IPv4, IPv6, an IPv4
@@ -87,6 +94,73 @@ func TestBadStreamHeadersAreRefused(t *testing.T) {
 			}
 		})
 	}
+
+	// 2 GiB announced, a header's worth allocated: the length is refused before it
+	// sizes anything.
+	lie := append([]byte{3, 'w', 'e', 'b', 0, 0, 0, 0, 0, 0}, huge...)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 100 {
+		if _, err := readStreamHeader(bytes.NewReader(lie), 2); err == nil {
+			t.Fatal("a header announcing 2 GiB of initial data was read")
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 1<<20 {
+		t.Errorf("100 refused headers allocated %d bytes", grown)
+	}
+}
+
+// A hello must be of the version the handshake negotiated: a connector that offered
+// version 2 and says hello as version 1 is refused.
+func TestAHelloOfAnotherVersionIsRefused(t *testing.T) {
+	e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{})
+	before := e.Counters().Refused[RefusedProtocol]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := quic.DialAddr(ctx, e.Addr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: alpns}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseWithError(0, "")
+	if v := versionOf(conn.ConnectionState().TLS.NegotiatedProtocol); v != 2 {
+		t.Fatalf("negotiated version %d, want 2 (the newest both offer)", v)
+	}
+	s, err := conn.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	control := &controlStream{s: s}
+	if err := control.send(message{Type: "hello", Version: 1, Token: tokenWeb, Name: "liar",
+		Services: []announcedService{{Name: "web", Capacity: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = control.receive(time.Now().Add(10 * time.Second))
+	var ae *quic.ApplicationError
+	if !errors.As(err, &ae) || ae.ErrorCode != codeRefused || !strings.Contains(ae.ErrorMessage, "expected hello of version 2 (negotiated), got \"hello\" of version 1") {
+		t.Fatalf("the edge answered %v, want a refusal of the hello's version", err)
+	}
+	if got := e.Counters().Refused[RefusedProtocol]; got != before+1 {
+		t.Errorf("edge counted %d protocol refusals, want %d", got, before+1)
+	}
+}
+
+// A connector of version 2 that reaches an edge of version 1 announces its services
+// without their origins (that edge knows none), and says so.
+func TestOriginsAreLeftOutForAVersion1Edge(t *testing.T) {
+	logs := &logBuffer{}
+	c := &Connector{log: slog.New(slog.NewTextHandler(logs, nil))}
+	announced := []announcedService{{Name: "web", Capacity: 1}, {Name: "api", Capacity: 2, Origin: "home"}}
+	got := c.withoutOrigins("edge1:7443", announced)
+	if want := []announcedService{{Name: "web", Capacity: 1}, {Name: "api", Capacity: 2}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("announced to a version 1 edge: %+v, want %+v", got, want)
+	}
+	if announced[1].Origin != "home" {
+		t.Error("the connector's own list lost its origin")
+	}
+	if !strings.Contains(logs.String(), "origin=home") {
+		t.Errorf("nothing logged of the origin left out:\n%s", logs)
+	}
 }
 
 // An edge of version 2 takes a connector that speaks version 1 only, for a service
@@ -131,7 +205,7 @@ func TestAConnectorNamesItsOrigin(t *testing.T) {
 	e.SetServiceOrigins(map[string][]string{"api": {"home", "office"}})
 	o := startOrigin(t, "home")
 	headers := make(chan streamHeader, 1)
-	c := startConnectorWith(t, e.connectorFile(t, "new", tokenHome, "  - {name: api, to: "+o.addr+", origin: home}\n"), func(c *Connector) {
+	startConnectorWith(t, e.connectorFile(t, "new", tokenHome, "  - {name: api, to: "+o.addr+", origin: home}\n"), func(c *Connector) {
 		dial := c.origin
 		c.origin = func(h streamHeader) (net.Conn, error) {
 			select {
@@ -168,7 +242,6 @@ func TestAConnectorNamesItsOrigin(t *testing.T) {
 	if !reflect.DeepEqual(h, want) {
 		t.Errorf("the connector got the header %+v, want %+v", h, want)
 	}
-	_ = c
 }
 
 // A token binds its connectors to the origins it names; an origin the service does
