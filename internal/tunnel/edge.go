@@ -454,7 +454,8 @@ func slots(announced []announcedService, token Token, fp string, relay bool, ver
 
 // SetServiceOrigins tells the edge which services have origins, and which: a
 // connector announcing one of them must name one of its origins. It applies to the
-// hellos that follow; a tunnel attached before keeps its services.
+// hellos that follow; a tunnel attached before keeps its services. The edge keeps
+// origins: the caller makes a new map for every call.
 func (e *Edge) SetServiceOrigins(origins map[string][]string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
