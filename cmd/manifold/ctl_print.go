@@ -343,7 +343,11 @@ func printTunnels(w io.Writer, st *wire.TunnelsStatus) {
 		for _, t := range st.Tunnels {
 			var shares []string
 			for _, s := range t.Services {
-				shares = append(shares, fmt.Sprintf("%s %d/%d", s.Name, s.Open, s.Capacity))
+				name := s.Name
+				if s.Origin != "" {
+					name += "@" + s.Origin // the origin the connector serves it for
+				}
+				shares = append(shares, fmt.Sprintf("%s %d/%d", name, s.Open, s.Capacity))
 			}
 			state := "up since " + t.Since.UTC().Format(time.RFC3339)
 			if t.Draining {

@@ -114,11 +114,12 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				{ID: 3, Connector: "nas", Remote: "203.0.113.9:40000", Token: "sha256:0123456789ab", Services: []wire.TunnelShare{{Name: "home", Capacity: 100, Open: 2}},
 					StreamsOpen: 2, StreamLimit: 10000, Streams: 41, BytesToOrigin: 5300, BytesFromOrigin: 7 << 20, RTT: 3200 * time.Microsecond,
 					Since: time.Date(2026, 11, 23, 15, 0, 0, 0, time.UTC)},
-				{ID: 4, Connector: "vm2", Remote: "203.0.113.10:50000", Token: "sha256:ba9876543210", Services: []wire.TunnelShare{{Name: "home", Capacity: 200, Open: 3}},
+				{ID: 4, Connector: "vm2", Remote: "203.0.113.10:50000", Token: "sha256:ba9876543210", Services: []wire.TunnelShare{{Name: "home", Origin: "vm", Capacity: 200, Open: 3}},
 					StreamsOpen: 3, StreamLimit: 10000, Streams: 80, BytesToOrigin: 900, BytesFromOrigin: 3 << 30, RTT: 12 * time.Millisecond, Draining: true,
 					Since: time.Date(2026, 11, 23, 15, 1, 0, 0, time.UTC)}},
 			Counters: wire.TunnelCounters{Attached: 5, Gone: 1, Streams: 121, StreamRetries: 1, ClientsRefused: 0,
-				Refused: map[string]uint64{tunnel.RefusedUnknownToken: 2, tunnel.RefusedOutOfScope: 1, tunnel.RefusedTunnelLimit: 0, tunnel.RefusedTLS: 0, tunnel.RefusedProtocol: 0, tunnel.RefusedHelloLimit: 0}}})
+				Refused: map[string]uint64{tunnel.RefusedUnknownToken: 2, tunnel.RefusedOutOfScope: 1, tunnel.RefusedTunnelLimit: 0, tunnel.RefusedTLS: 0, tunnel.RefusedProtocol: 0, tunnel.RefusedHelloLimit: 0,
+					tunnel.RefusedNoOrigin: 0, tunnel.RefusedUnknownOrigin: 0}}})
 	case r.URL.Path == "/api/v1/config":
 		reply(200, wire.ConfigView{ConfigInfo: wire.ConfigInfo{File: f.st.Config.File, Revision: f.st.Config.Revision, InSync: f.inSync},
 			YAML: "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\n  api_token: <redacted>\nservices:\n  - name: web\n    vip: 198.51.100.10\n"})

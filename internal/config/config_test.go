@@ -179,6 +179,15 @@ func TestTunnels(t *testing.T) {
 	if s := got.Services[0]; s.Forwarding != Tunnel || s.Port != 80 || s.Protocol != TCP || len(s.Backends) != 0 {
 		t.Errorf("service: got %+v", s)
 	}
+
+	// A tunnel service may have origins: its connectors name the one they serve it for.
+	got, err = Parse("t.yaml", []byte(hdr+tunnelsSection+"services:\n  - {name: web, vip: 198.51.100.10, port: 80, forwarding: tunnel, origins: [{name: home, capacity: 100}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := got.Services[0].Origins; !reflect.DeepEqual(o, []Origin{{Name: "home", Capacity: 100}}) {
+		t.Errorf("origins of a tunnel service: got %+v", o)
+	}
 }
 
 // hdr is a valid node section, lines 1-4: cases append from line 5.

@@ -123,7 +123,7 @@ func (p *parser) validateTunnels(t *Tunnels) {
 
 // validateTunnelService checks what a service of forwarding tunnel cannot have: the
 // edge joins TCP connections on one port to connectors, so there are no backends to
-// hash, check or steer.
+// hash or check. It may have origins: each connector names the one it serves.
 func (p *parser) validateTunnelService(c *Config, s *Service, sp string) {
 	f := func(field string) string { return sp + "." + field }
 	if c.Tunnels == nil && c.Fleet == nil {
@@ -135,7 +135,7 @@ func (p *parser) validateTunnelService(c *Config, s *Service, sp string) {
 	if p.usable(f("port")) && s.Port == 0 {
 		p.errorAt(f("port"), "a tunnel service needs a port (the edge listens on vip:port)")
 	}
-	for _, field := range []string{"backends", "origins", "health"} {
+	for _, field := range []string{"backends", "health"} {
 		if p.given(f(field)) {
 			p.errorAt(f(field), "a tunnel service has no %s: its connectors serve it (manifold connect)", field)
 		}

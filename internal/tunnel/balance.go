@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -68,7 +69,7 @@ func (e *Edge) join(ctx context.Context, service string, client net.Conn, idle *
 	// moving bytes either (QueueTimeout ends that wait far sooner anyway)
 	seen := idle.add(client)
 	defer idle.remove(seen)
-	t, slot, s := e.connect(ctx, service, client.RemoteAddr().String(), true)
+	t, slot, s := e.connect(ctx, streamHeader{Service: service, Client: addrPortOf(client.RemoteAddr()), VIP: addrPortOf(client.LocalAddr())}, true)
 	if t == nil {
 		return
 	}
@@ -80,7 +81,8 @@ func (e *Edge) join(ctx context.Context, service string, client net.Conn, idle *
 // (another edge's relay too when relays): it waits up to QueueTimeout for one, and
 // tries another when a stream fails before carrying a byte. The caller releases the
 // slot once the stream has ended; nil when none could be had.
-func (e *Edge) connect(ctx context.Context, service, client string, relays bool) (*edgeTunnel, *serviceSlot, *quic.Stream) {
+func (e *Edge) connect(ctx context.Context, h streamHeader, relays bool) (*edgeTunnel, *serviceSlot, *quic.Stream) {
+	service := h.Service
 	tried := map[*edgeTunnel]bool{}
 	deadline := time.NewTimer(e.cfg.QueueTimeout)
 	defer deadline.Stop()
@@ -90,10 +92,10 @@ func (e *Edge) connect(ctx context.Context, service, client string, relays bool)
 			e.clientsRefused.Add(1)
 			e.notify()
 			e.clientRefusals.Warn("client refused: no connector with free capacity", "service", service,
-				"client", client, "waited", e.cfg.QueueTimeout)
+				"client", h.Client, "waited", e.cfg.QueueTimeout)
 			return nil, nil, nil
 		}
-		s, err := openStream(t.conn, streamHeader{Service: service, Client: client})
+		s, err := openStream(t.conn, t.version, h)
 		if err != nil {
 			e.release(t, slot)
 			tried[t] = true
@@ -169,6 +171,16 @@ func (e *Edge) pickAmong(service string, tried map[*edgeTunnel]bool, relays bool
 	return best, bestSlot
 }
 
+// addrPortOf is a TCP connection's address as the stream header carries it (an IPv4
+// client of a dual-stack listener as IPv4).
+func addrPortOf(a net.Addr) netip.AddrPort {
+	if tcp, ok := a.(*net.TCPAddr); ok {
+		ap := tcp.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return netip.AddrPort{}
+}
+
 func (e *Edge) release(t *edgeTunnel, slot *serviceSlot) {
 	e.mu.Lock()
 	slot.open--
@@ -179,8 +191,8 @@ func (e *Edge) release(t *edgeTunnel, slot *serviceSlot) {
 
 // openStream opens a stream for a client connection and waits for the connector to
 // say it reached the origin.
-func openStream(conn *quic.Conn, h streamHeader) (*quic.Stream, error) {
-	header, err := h.encode()
+func openStream(conn *quic.Conn, version int, h streamHeader) (*quic.Stream, error) {
+	header, err := h.encode(version)
 	if err != nil {
 		return nil, err
 	}

@@ -17,8 +17,9 @@ func TestParseTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tokens) != 2 || tokens[1].Fingerprint() != fingerprint(tokenBoth) ||
-		strings.Join(tokens[1].Services, ",") != "web,api" {
+	if len(tokens) != 3 || tokens[1].Fingerprint() != fingerprint(tokenBoth) ||
+		strings.Join(tokens[1].Services, ",") != "web,api" || tokens[1].Origins != nil ||
+		strings.Join(tokens[2].Origins, ",") != "home,office" {
 		t.Fatalf("tokens %+v", tokens)
 	}
 
@@ -33,7 +34,10 @@ func TestParseTokens(t *testing.T) {
 		{"no service", "- {token: " + tokenWeb + ", services: []}", "[0].services: must list at least one service"},
 		{"bad service", "- {token: " + tokenWeb + ", services: [we/b]}", `[0].services[0]: "we/b" is not a service name`},
 		{"service twice", "- {token: " + tokenWeb + ", services: [web, web]}", "[0].services[1]: web is listed twice"},
-		{"unknown field", "- {token: " + tokenWeb + ", services: [web], scope: all}", "[0].scope: unknown field (known: token, services)"},
+		{"unknown field", "- {token: " + tokenWeb + ", services: [web], scope: all}", "[0].scope: unknown field (known: token, services, origins)"},
+		{"no origin", "- {token: " + tokenWeb + ", services: [web], origins: []}", "[0].origins: must list at least one origin"},
+		{"bad origin", "- {token: " + tokenWeb + ", services: [web], origins: [a b]}", `[0].origins[0]: "a b" is not an origin name`},
+		{"origin twice", "- {token: " + tokenWeb + ", services: [web], origins: [home, home]}", "[0].origins[1]: home is listed twice"},
 		{"same token twice", "- {token: " + tokenWeb + ", services: [web]}\n- {token: " + tokenWeb + ", services: [api]}",
 			"tokens.yaml:2: [1].token: same token as [0].token"},
 		{"same token and its hash", "- {token: " + tokenWeb + ", services: [web]}\n- {token: " + hashEntry(tokenWeb) + ", services: [api]}",
@@ -153,14 +157,14 @@ token_file: `+tokenFile+`
 ca_file: `+p.caFile+`
 services:
   - {name: web, to: 127.0.0.1:8000, capacity: 30}
-  - {name: api, to: "[::1]:9000"}
+  - {name: api, to: "[::1]:9000", origin: home}
 `), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Name != "laptop" || len(c.Edges) != 2 || c.Token != tokenWeb || c.CAs == nil || c.DrainTime != DefaultDrainTime ||
-		len(c.Services) != 2 || c.Services[0] != (ServiceConfig{"web", "127.0.0.1:8000", 30}) ||
-		c.Services[1] != (ServiceConfig{"api", "[::1]:9000", DefaultCapacity}) {
+		len(c.Services) != 2 || c.Services[0] != (ServiceConfig{Name: "web", To: "127.0.0.1:8000", Capacity: 30}) ||
+		c.Services[1] != (ServiceConfig{Name: "api", To: "[::1]:9000", Capacity: DefaultCapacity, Origin: "home"}) {
 		t.Fatalf("config %+v", c)
 	}
 
@@ -204,7 +208,9 @@ services:
 		{"bad to", map[string]string{"services": "services: [{name: web, to: nowhere}]"}, `services[0].to: "nowhere" is not host:port`},
 		{"capacity 0", map[string]string{"services": "services: [{name: web, to: a:1, capacity: 0}]"}, `services[0].capacity: "0" is not an integer from 1 to 65535`},
 		{"service twice", map[string]string{"services": "services: [{name: web, to: a:1}, {name: web, to: a:2}]"}, "services[1].name: web is served twice"},
-		{"unknown field", map[string]string{"services": "services: [{name: web, to: a:1, weight: 3}]"}, "services[0].weight: unknown field (known: name, to, capacity)"},
+		{"unknown field", map[string]string{"services": "services: [{name: web, to: a:1, weight: 3}]"}, "services[0].weight: unknown field (known: name, to, capacity, origin)"},
+		{"bad origin", map[string]string{"services": "services: [{name: web, to: a:1, origin: a/b}]"}, `services[0].origin: "a/b" is not an origin name`},
+		{"origin not text", map[string]string{"services": "services: [{name: web, to: a:1, origin: [x]}]"}, `services[0].origin: must be a string`},
 		{"bad drain time", map[string]string{"services": valid["services"] + "\ndrain_time: 1h"}, `drain_time: "1h" is not a duration from 0s to 5m0s`},
 		{"unknown top field", map[string]string{"services": valid["services"] + "\ntoken: x"}, "connect.yaml:5: token: unknown field"},
 	} {

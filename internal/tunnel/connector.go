@@ -41,6 +41,10 @@ type Connector struct {
 	quicConf *quic.Config
 	notifier // every tunnel up or down
 
+	// protocols are the ALPN names offered, newest first (alpns; a test offers an
+	// older version alone)
+	protocols []string
+
 	// origin dials the origin of a stream; offers, when set, gives the services to
 	// announce and a channel closed when they change (an edge relaying, relay.go).
 	// NewConnector sets origin to dialling the service's to.
@@ -69,7 +73,7 @@ type edgeLink struct {
 
 // NewConnector makes a connector of a validated config.
 func NewConnector(cfg *ConnectorConfig, log *slog.Logger) *Connector {
-	c := &Connector{cfg: cfg, log: log, services: map[string]ServiceConfig{}, links: map[string]*edgeLink{}}
+	c := &Connector{cfg: cfg, log: log, services: map[string]ServiceConfig{}, links: map[string]*edgeLink{}, protocols: alpns}
 	capacity := 0
 	for _, s := range cfg.Services {
 		c.services[s.Name] = s
@@ -105,7 +109,7 @@ func (c *Connector) announced() ([]announcedService, <-chan struct{}) {
 	}
 	var out []announcedService
 	for _, svc := range c.cfg.Services {
-		out = append(out, announcedService{Name: svc.Name, Capacity: svc.Capacity})
+		out = append(out, announcedService{Name: svc.Name, Capacity: svc.Capacity, Origin: svc.Origin})
 	}
 	return out, nil
 }
@@ -155,6 +159,7 @@ func (c *Connector) session(ctx context.Context, link *edgeLink) error {
 	if err != nil {
 		return err
 	}
+	version := versionOf(conn.ConnectionState().TLS.NegotiatedProtocol)
 	var streams sync.WaitGroup
 	defer func() {
 		_ = conn.CloseWithError(codeDone, "connector leaving")
@@ -168,8 +173,8 @@ func (c *Connector) session(ctx context.Context, link *edgeLink) error {
 	link.conn, link.tunnel, link.since, link.lastError = conn, tunnelID, time.Now(), ""
 	c.mu.Unlock()
 	c.notify()
-	c.log.Info("tunnel up", "edge", link.edge, "tunnel", tunnelID)
-	streams.Go(func() { c.acceptStreams(conn, link, &streams) })
+	c.log.Info("tunnel up", "edge", link.edge, "tunnel", tunnelID, "version", version)
+	streams.Go(func() { c.acceptStreams(conn, version, link, &streams) })
 	return c.control(ctx, conn, control, link)
 }
 
@@ -180,7 +185,7 @@ func (c *Connector) dial(ctx context.Context, edge string) (*quic.Conn, *control
 	if serverName == "" {
 		serverName, _, _ = net.SplitHostPort(edge)
 	}
-	tlsConf := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: c.cfg.CAs, ServerName: serverName, NextProtos: []string{alpn}}
+	tlsConf := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: c.cfg.CAs, ServerName: serverName, NextProtos: c.protocols}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	conn, err := quic.DialAddr(dctx, edge, tlsConf, c.quicConf)
@@ -207,8 +212,12 @@ func (c *Connector) dial(ctx context.Context, edge string) (*quic.Conn, *control
 		return fail(err)
 	}
 	control := &controlStream{s: s}
-	hello := message{Type: "hello", Version: protocolVersion, Token: c.cfg.Token, Name: c.cfg.Name}
+	version := versionOf(conn.ConnectionState().TLS.NegotiatedProtocol)
+	hello := message{Type: "hello", Version: version, Token: c.cfg.Token, Name: c.cfg.Name}
 	hello.Services, _ = c.announced()
+	if version < 2 {
+		hello.Services = c.withoutOrigins(edge, hello.Services)
+	}
 	if err := control.send(hello); err != nil {
 		return fail(err)
 	}
@@ -220,6 +229,21 @@ func (c *Connector) dial(ctx context.Context, edge string) (*quic.Conn, *control
 		return fail(fmt.Errorf("expected welcome, got %q", welcome.Type))
 	}
 	return conn, control, welcome.Tunnel, nil
+}
+
+// withoutOrigins is the services a version 1 hello announces: an edge that speaks
+// only version 1 knows no origins (it serves its services without them), so the
+// origins are left out, and said so.
+func (c *Connector) withoutOrigins(edge string, services []announcedService) []announcedService {
+	out := slices.Clone(services)
+	for i := range out {
+		if out[i].Origin != "" {
+			c.log.Warn("the edge speaks protocol version 1: the service's origin is not announced to it", "edge", edge,
+				"service", out[i].Name, "origin", out[i].Origin)
+			out[i].Origin = ""
+		}
+	}
+	return out
 }
 
 // control pings the edge and watches for its pongs; on ctx's end it drains.
@@ -295,21 +319,21 @@ func (c *Connector) control(ctx context.Context, conn *quic.Conn, control *contr
 	}
 }
 
-func (c *Connector) acceptStreams(conn *quic.Conn, link *edgeLink, streams *sync.WaitGroup) {
+func (c *Connector) acceptStreams(conn *quic.Conn, version int, link *edgeLink, streams *sync.WaitGroup) {
 	for {
 		s, err := conn.AcceptStream(context.Background())
 		if err != nil {
 			return // the tunnel closed
 		}
-		streams.Go(func() { c.serveStream(s, link) })
+		streams.Go(func() { c.serveStream(s, version, link) })
 	}
 }
 
 // serveStream connects one stream to its service's origin. A stream that arrives
 // while draining is served too: the edge picked it before it learnt of the drain.
-func (c *Connector) serveStream(s *quic.Stream, link *edgeLink) {
+func (c *Connector) serveStream(s *quic.Stream, version int, link *edgeLink) {
 	_ = s.SetReadDeadline(time.Now().Add(helloTimeout))
-	h, err := readStreamHeader(s)
+	h, err := readStreamHeader(s, version)
 	if err != nil {
 		s.CancelRead(streamAborted)
 		s.CancelWrite(streamAborted)
@@ -326,6 +350,15 @@ func (c *Connector) serveStream(s *quic.Stream, link *edgeLink) {
 	if _, err := s.Write([]byte{ackOK}); err != nil {
 		origin.Close()
 		return
+	}
+	if len(h.Data) > 0 { // the client's first bytes, sent with the header
+		if _, err := origin.Write(h.Data); err != nil {
+			origin.Close()
+			s.CancelRead(streamAborted)
+			s.CancelWrite(streamAborted)
+			return
+		}
+		c.bytesToOrigin.Add(int64(len(h.Data)))
 	}
 	c.streams.Add(1)
 	link.open.Add(1)

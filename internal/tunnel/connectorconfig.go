@@ -47,6 +47,9 @@ type ServiceConfig struct {
 	Name     string
 	To       string // host:port of the origin, dialled for every stream
 	Capacity int    // concurrent streams it takes
+	// Origin names the origin (of the service's origins on the edges) this connector
+	// serves the service for; "" for a service without origins.
+	Origin string
 }
 
 var connectorKeys = []string{"name", "edges", "token_file", "ca_file", "server_name", "drain_time", "services"}
@@ -159,7 +162,7 @@ func (y *yamlFile) services(n *yaml.Node) []ServiceConfig {
 	var services []ServiceConfig
 	for i, item := range items {
 		path := index("services", i)
-		fields, ok := y.mapping(item, path, "name", "to", "capacity")
+		fields, ok := y.mapping(item, path, "name", "to", "capacity", "origin")
 		if !ok {
 			continue
 		}
@@ -186,6 +189,14 @@ func (y *yamlFile) services(n *yaml.Node) []ServiceConfig {
 		if v := fields["capacity"]; v != nil {
 			if c, ok := y.integer(v, join(path, "capacity"), 1, MaxCapacity); ok {
 				s.Capacity = c
+			}
+		}
+		if v := fields["origin"]; v != nil {
+			if origin, ok := y.text(v, join(path, "origin")); ok {
+				if !serviceName.MatchString(origin) {
+					y.add(v.Line, join(path, "origin"), "%q is not an origin name (1..63 of a-z A-Z 0-9 . _ -)", origin)
+				}
+				s.Origin = origin
 			}
 		}
 		services = append(services, s)

@@ -10,8 +10,8 @@
 //
 // # Transport: QUIC
 //
-// A tunnel is one QUIC connection (TLS 1.3, ALPN "manifold-tunnel/1"), dialled by the
-// connector, and each client connection is one bidirectional QUIC stream opened by
+// A tunnel is one QUIC connection (TLS 1.3, ALPN "manifold-tunnel/2" or "/1"), dialled
+// by the connector, and each client connection is one bidirectional QUIC stream opened by
 // the edge. QUIC rather than TLS over TCP with a multiplexer of our own because:
 //   - streams are independent: a lost packet stalls only the streams whose data it
 //     carried, where one TCP connection stalls every client behind it (head-of-line
@@ -28,11 +28,20 @@
 //
 // # Protocol
 //
+// docs/tunnels.md, "Protocol", gives the wire format byte by byte; protocol.go is it.
+// The version is negotiated by ALPN: the edge offers manifold-tunnel/2 and /1 and takes
+// the first of those the connector offers, a connector offers both, /2 first; the
+// negotiated version is the tunnel's for its life. Version 2 adds the origin of each
+// announced service to the hello, and to the stream header the client's and the VIP's
+// address and port (binary) and a block of the client's first bytes (at most
+// maxInitialData). A version 1 connector keeps working for services without origins.
+//
 // The connector opens the first stream, the control stream, and keeps it for the life
 // of the tunnel. On it both sides send frames: a 4-byte big-endian length (at most
 // maxFrame) and a JSON message. The connector says hello (protocol version, token,
-// its name, the services it serves with their capacities); the edge answers welcome,
-// or closes the connection with an application error code and the reason. Then the
+// its name, the services it serves with their capacities and, version 2, origins);
+// the edge answers welcome, or closes the connection with an application error code
+// and the reason. Then the
 // connector sends ping every pingInterval and the edge answers pong: each side takes
 // the other for gone after deadAfter without one, which is how an edge stops using a
 // connector that vanished (killed, unplugged) within a second. drain from the
@@ -40,11 +49,11 @@
 // opened over the tunnel has ended, and the connector then closes the tunnel.
 //
 // Every other stream is opened by the edge, one per client connection: a header (the
-// service name and the client's address, each a length byte and the bytes), then the
-// connector answers one byte, ackOK once it has connected to the origin or ackFailed
+// service name; the client's address; version 2: the VIP's, and the client's first
+// bytes), then the connector answers one byte, ackOK once it has connected to the origin or ackFailed
 // followed by a reason; after ackOK the stream carries the connection's bytes, each
 // direction closed on its own. Until the ack the edge has sent none of the client's
-// bytes, so it can try another connector when a stream fails.
+// bytes (beyond the header's), so it can try another connector when a stream fails.
 //
 // # Relays between edges
 //
@@ -59,8 +68,9 @@
 // # Security
 //
 // The connector checks the edge's certificate against its CA file; the edge
-// authenticates the connector by its token, which is scoped to service names (the
-// tokens file). An unknown token, a service outside the token's scope, a TLS peer
+// authenticates the connector by its token, which is scoped to service names and to
+// the origins its connectors may name (the tokens file). A service with origins
+// (SetServiceOrigins) refuses a connector that names none or one it does not have. An unknown token, a service outside the token's scope, a TLS peer
 // that does not speak the tunnel protocol, more tunnels per token than allowed:
 // refused, counted by reason, logged with the token's fingerprint, never the token.
 // The edge accepts no stream from a connector but the control stream, and never

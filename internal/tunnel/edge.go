@@ -83,9 +83,15 @@ const (
 	// RefusedHelloLimit: MaxPendingHellos connections had not said hello yet; refused
 	// at the connection's first packet, before its handshake.
 	RefusedHelloLimit = "hello_limit"
+	// RefusedNoOrigin: the hello announces a service that has origins on this edge
+	// without naming one (a version 1 connector cannot).
+	RefusedNoOrigin = "no_origin"
+	// RefusedUnknownOrigin: the hello names an origin the service does not have here.
+	RefusedUnknownOrigin = "unknown_origin"
 )
 
-var refusalReasons = []string{RefusedUnknownToken, RefusedOutOfScope, RefusedTunnelLimit, RefusedTLS, RefusedProtocol, RefusedHelloLimit}
+var refusalReasons = []string{RefusedUnknownToken, RefusedOutOfScope, RefusedTunnelLimit, RefusedTLS, RefusedProtocol, RefusedHelloLimit,
+	RefusedNoOrigin, RefusedUnknownOrigin}
 
 // maxLoggedString clips what a peer chose (an ALPN name, a message type, a service
 // name) in a log line.
@@ -112,6 +118,10 @@ type Edge struct {
 	lastID    uint64
 	notifier  // every attach, detach, drain, stream taken or released, and refusal
 
+	// origins are the origins of the services that have some (SetServiceOrigins): a
+	// connector of one of them must name one of these
+	origins map[string][]string
+
 	// the services' listeners (Serve), for their counters; those closed are added up
 	// in listenersGone
 	listeners     map[*listen.Listener]bool
@@ -137,6 +147,7 @@ type edgeTunnel struct {
 	conn              *quic.Conn
 	control           *controlStream
 	since             time.Time
+	version           int // the protocol version negotiated (ALPN)
 
 	// relay: the tunnel is another edge's (relay.go), used only when no connector's
 	// own tunnel of the service has free capacity
@@ -154,6 +165,7 @@ type edgeTunnel struct {
 
 // serviceSlot is a tunnel's share of one service.
 type serviceSlot struct {
+	origin   string // the origin the connector serves it for; "" for none
 	capacity int
 	open     int
 	current  int // smooth weighted round robin's running weight (balance.go)
@@ -206,11 +218,12 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 	tlsConf := &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{cert},
-		NextProtos:   []string{alpn},
+		// the server's order decides: the newest version both sides speak
+		NextProtos: alpns,
 		// Counted here because a failed handshake never reaches Accept.
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			if !slices.Contains(hello.SupportedProtos, alpn) {
-				e.refuse(nil, remoteOf(hello), RefusedTLS, fmt.Sprintf("the peer does not speak %s (ALPN %s)", alpn,
+			if !slices.ContainsFunc(hello.SupportedProtos, func(p string) bool { return versionOf(p) != 0 }) {
+				e.refuse(nil, remoteOf(hello), RefusedTLS, fmt.Sprintf("the peer speaks none of %s (ALPN %s)", alpns,
 					ratelog.Clip(fmt.Sprintf("%q", hello.SupportedProtos), maxLoggedString)))
 				return nil, errors.New("not a manifold tunnel connector")
 			}
@@ -352,16 +365,17 @@ func (e *Edge) greet(ctx context.Context, conn *quic.Conn) (*edgeTunnel, message
 	}
 	control := &controlStream{s: s}
 	hello, err := control.receive(deadline)
+	version := versionOf(conn.ConnectionState().TLS.NegotiatedProtocol)
 	switch {
 	case err != nil:
 		e.refuse(conn, remote, RefusedProtocol, "no hello: "+err.Error())
 		return nil, hello
-	case hello.Type != "hello" || hello.Version != protocolVersion:
-		e.refuse(conn, remote, RefusedProtocol, fmt.Sprintf("expected hello of version %d, got %q of version %d", protocolVersion,
+	case hello.Type != "hello" || hello.Version != version:
+		e.refuse(conn, remote, RefusedProtocol, fmt.Sprintf("expected hello of version %d (negotiated), got %q of version %d", version,
 			ratelog.Clip(hello.Type, maxLoggedString), hello.Version))
 		return nil, hello
 	}
-	t, reason, msg := e.register(conn, control, remote, hello)
+	t, reason, msg := e.register(conn, control, remote, version, hello)
 	if t == nil {
 		e.refuse(conn, remote, reason, msg)
 	}
@@ -370,7 +384,7 @@ func (e *Edge) greet(ctx context.Context, conn *quic.Conn) (*edgeTunnel, message
 
 // register checks a hello and, when it passes, makes the tunnel available to the
 // balancer. Otherwise it returns the refusal's reason and message (without the token).
-func (e *Edge) register(conn *quic.Conn, control *controlStream, remote string, hello message) (*edgeTunnel, string, string) {
+func (e *Edge) register(conn *quic.Conn, control *controlStream, remote string, version int, hello message) (*edgeTunnel, string, string) {
 	fp := fingerprint(hello.Token)
 	relay := e.cfg.RelayToken != "" && subtle.ConstantTimeCompare([]byte(hello.Token), []byte(e.cfg.RelayToken)) == 1
 	token, ok := e.tokens.lookup(hello.Token)
@@ -383,19 +397,19 @@ func (e *Edge) register(conn *quic.Conn, control *controlStream, remote string, 
 	if len(hello.Services) == 0 && !relay { // an edge may have no connector yet
 		return nil, RefusedProtocol, "the hello announces no service"
 	}
-	services, reason, msg := slots(hello.Services, token, fp, relay)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	services, reason, msg := slots(hello.Services, token, fp, relay, version, e.origins)
 	if services == nil {
 		return nil, reason, msg
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	if !relay && e.perToken[fp] >= e.cfg.MaxTunnelsPerToken { // a fleet's edges may be many
 		return nil, RefusedTunnelLimit, fmt.Sprintf("token %s has %d tunnels attached already, the limit", fp, e.perToken[fp])
 	}
 	e.lastID++
 	t := &edgeTunnel{
 		id: e.lastID, connector: hello.Name, remote: remote, token: fp,
-		conn: conn, control: control, since: time.Now(), services: services, relay: relay,
+		conn: conn, control: control, since: time.Now(), version: version, services: services, relay: relay,
 	}
 	e.tunnels[t.id] = t
 	e.perToken[fp]++
@@ -408,30 +422,55 @@ func (e *Edge) register(conn *quic.Conn, control *controlStream, remote string, 
 }
 
 // slots checks the services a hello or an offer announces against the token's scope
-// (another edge's relay may offer any) and makes their slots; nil, the refusal's
-// reason and message when one does not pass.
-func slots(announced []announcedService, token Token, fp string, relay bool) (map[string]*serviceSlot, string, string) {
+// and the origins of the edge's services (another edge's relay may offer any
+// service, for no origin) and makes their slots; nil, the refusal's reason and message
+// when one does not pass. The caller holds e.mu (origins is e.origins).
+func slots(announced []announcedService, token Token, fp string, relay bool, version int, origins map[string][]string) (map[string]*serviceSlot, string, string) {
 	services := map[string]*serviceSlot{}
 	for _, s := range announced {
+		name, origin := ratelog.Clip(s.Name, maxLoggedString), ratelog.Clip(s.Origin, maxLoggedString)
 		if !relay && !slices.Contains(token.Services, s.Name) {
-			return nil, RefusedOutOfScope, fmt.Sprintf("token %s may not serve %q (its scope: %v)", fp, ratelog.Clip(s.Name, maxLoggedString), token.Services)
+			return nil, RefusedOutOfScope, fmt.Sprintf("token %s may not serve %q (its scope: %v)", fp, name, token.Services)
 		}
 		if s.Capacity < 1 || services[s.Name] != nil {
-			return nil, RefusedProtocol, fmt.Sprintf("service %q announced twice or with capacity %d", ratelog.Clip(s.Name, maxLoggedString), s.Capacity)
+			return nil, RefusedProtocol, fmt.Sprintf("service %q announced twice or with capacity %d", name, s.Capacity)
 		}
-		services[s.Name] = &serviceSlot{capacity: s.Capacity}
+		switch {
+		case s.Origin != "" && (relay || version < 2):
+			return nil, RefusedProtocol, fmt.Sprintf("service %q announced with an origin in a version %d hello or an offer", name, version)
+		case relay:
+		case s.Origin == "" && len(origins[s.Name]) > 0:
+			return nil, RefusedNoOrigin, fmt.Sprintf("service %q has origins here (%v): the connector must name the one it serves (origin: in its services entry, protocol version 2; this tunnel speaks %d)",
+				name, origins[s.Name], version)
+		case s.Origin != "" && !slices.Contains(token.Origins, s.Origin):
+			return nil, RefusedOutOfScope, fmt.Sprintf("token %s may not serve origin %q (its origins: %v)", fp, origin, token.Origins)
+		case s.Origin != "" && origins[s.Name] != nil && !slices.Contains(origins[s.Name], s.Origin):
+			return nil, RefusedUnknownOrigin, fmt.Sprintf("service %q has no origin %q here (its origins: %v)", name, origin, origins[s.Name])
+		}
+		services[s.Name] = &serviceSlot{capacity: s.Capacity, origin: s.Origin}
 	}
 	return services, "", ""
+}
+
+// SetServiceOrigins tells the edge which services have origins, and which: a
+// connector announcing one of them must name one of its origins. It applies to the
+// hellos that follow; a tunnel attached before keeps its services. The edge keeps
+// origins: the caller makes a new map for every call.
+func (e *Edge) SetServiceOrigins(origins map[string][]string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.origins = origins
 }
 
 // offer replaces the services a relay tunnel offers (another edge's connectors came
 // or went); the streams open keep their slots until they end.
 func (e *Edge) offer(t *edgeTunnel, announced []announcedService) error {
-	services, _, msg := slots(announced, Token{}, t.token, true)
+	e.mu.Lock()
+	services, _, msg := slots(announced, Token{}, t.token, true, t.version, nil)
 	if services == nil {
+		e.mu.Unlock()
 		return errors.New(msg)
 	}
-	e.mu.Lock()
 	for name, old := range t.services {
 		if now, ok := services[name]; ok {
 			now.open, now.current = old.open, old.current

@@ -87,7 +87,7 @@ func FuzzParseConnectorConfig(f *testing.F) {
 // past maxFrame; a message read, sent again, reads back the same.
 func FuzzReadMessage(f *testing.F) {
 	for _, m := range []message{
-		{Type: "hello", Version: protocolVersion, Token: "0123456789abcdef0", Name: "laptop", Services: []announcedService{{"web", 30}}},
+		{Type: "hello", Version: protocolVersion, Token: "0123456789abcdef0", Name: "laptop", Services: []announcedService{{Name: "web", Capacity: 30, Origin: "home"}}},
 		{Type: "welcome", Tunnel: 7}, {Type: "ping", Seq: 1}, {Type: "drain"},
 	} {
 		frame, err := m.frame()
@@ -114,20 +114,36 @@ func FuzzReadMessage(f *testing.F) {
 	})
 }
 
-// FuzzStreamHeader: any bytes opening a data stream give a header or an error; a
-// header read encodes back to the bytes it was read from.
+// FuzzStreamHeader: any bytes opening a data stream, read as either version, give a
+// header or an error, never a panic nor an allocation past the bounds; a header read
+// encodes back to what reads the same (v2: to the very bytes it was read from).
 func FuzzStreamHeader(f *testing.F) {
-	h, _ := streamHeader{Service: "web", Client: "192.0.2.1:40000"}.encode()
-	f.Add(h)
-	f.Add([]byte{255})
-	f.Fuzz(func(t *testing.T, data []byte) {
-		h, err := readStreamHeader(bytes.NewReader(data))
+	for _, h := range streamHeaders() {
+		for _, version := range []int{1, 2} {
+			if b, err := h.encode(version); err == nil {
+				f.Add(uint8(version), b)
+			}
+		}
+	}
+	f.Add(uint8(1), []byte{255})
+	f.Add(uint8(2), []byte{3, 'w', 'e', 'b', 9})
+	f.Add(uint8(2), []byte{0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, v uint8, data []byte) {
+		version := 1 + int(v%2)
+		h, err := readStreamHeader(bytes.NewReader(data), version)
 		if err != nil {
 			return
 		}
-		b, err := h.encode()
-		if err != nil || !bytes.HasPrefix(data, b) {
-			t.Fatalf("%+v encodes to %q (%v), read from %q", h, b, err, data)
+		b, err := h.encode(version)
+		if err != nil {
+			t.Fatalf("%+v read as version %d does not encode: %v", h, version, err)
+		}
+		if version == 2 && !bytes.HasPrefix(data, b) {
+			t.Fatalf("%+v encodes to %q, read from %q", h, b, data)
+		}
+		again, err := readStreamHeader(bytes.NewReader(b), version)
+		if err != nil || !reflect.DeepEqual(again, h) {
+			t.Fatalf("encoded again, %+v reads back as %+v (%v)", h, again, err)
 		}
 	})
 }

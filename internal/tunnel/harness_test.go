@@ -288,6 +288,13 @@ type testConnector struct {
 // startConnector runs a connector in this process until stop (or the test's end).
 func startConnector(t *testing.T, path string) *testConnector {
 	t.Helper()
+	return startConnectorWith(t, path, nil)
+}
+
+// startConnectorWith is startConnector with setup applied to the connector before it
+// runs (a test's protocol versions, a spy on its origin).
+func startConnectorWith(t *testing.T, path string, setup func(*Connector)) *testConnector {
+	t.Helper()
 	logs := &logBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	cfg, err := LoadConnectorConfig(path, log)
@@ -295,6 +302,9 @@ func startConnector(t *testing.T, path string) *testConnector {
 		t.Fatal(err)
 	}
 	c := NewConnector(cfg, log)
+	if setup != nil {
+		setup(c)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

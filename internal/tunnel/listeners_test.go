@@ -334,7 +334,7 @@ func TestSilentQUICPeersAreBounded(t *testing.T) {
 	var silent []*quic.Conn
 	for range peers {
 		// a peer speaking the protocol, that never opens its control stream
-		if conn, err := dial(&tls.Config{InsecureSkipVerify: true, NextProtos: []string{alpn}}); err == nil {
+		if conn, err := dial(&tls.Config{InsecureSkipVerify: true, NextProtos: alpns}); err == nil {
 			silent = append(silent, conn)
 		}
 	}

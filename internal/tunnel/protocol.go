@@ -6,17 +6,27 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/quic-go/quic-go"
 
 	"github.com/manifoldlb/manifold/internal/decode"
+	"github.com/manifoldlb/manifold/internal/ratelog"
 )
 
+// The protocol's versions, negotiated by ALPN (doc.go, "Protocol"): the edge offers
+// both and takes the newest the connector offers, so an older connector keeps working.
 const (
-	alpn            = "manifold-tunnel/1"
-	protocolVersion = 1
+	alpnV1 = "manifold-tunnel/1"
+	alpnV2 = "manifold-tunnel/2" // origins in the hello; addresses and first bytes in the stream header
+
+	protocolVersion = 2 // the newest, which this side speaks by default
+
+	// maxInitialData bounds the client's first bytes a v2 stream header carries: what
+	// an edge keeps to retry them on another connector.
+	maxInitialData = 64 << 10
 
 	// pingInterval and deadAfter make a vanished peer gone in under a second: the
 	// issue's bound for a connector that disappears. Three pings may be lost first.
@@ -46,6 +56,20 @@ const (
 	streamAborted quic.StreamErrorCode = 1
 )
 
+// alpns are the protocols a side offers, newest first.
+var alpns = []string{alpnV2, alpnV1}
+
+// versionOf is the protocol version of a negotiated ALPN name, 0 for none of ours.
+func versionOf(alpn string) int {
+	switch alpn {
+	case alpnV1:
+		return 1
+	case alpnV2:
+		return 2
+	}
+	return 0
+}
+
 // message is every control message; Type says which fields are set.
 type message struct {
 	Type string `json:"type"` // hello welcome ping pong drain drained
@@ -66,6 +90,9 @@ type message struct {
 type announcedService struct {
 	Name     string `json:"name"`
 	Capacity int    `json:"capacity"`
+	// Origin (v2) is the origin the connector serves the service for: one of the
+	// service's origins on the edge, and of its token's.
+	Origin string `json:"origin,omitempty"`
 }
 
 // controlStream sends and receives the control messages of one tunnel.
@@ -129,25 +156,130 @@ func readMessage(r io.Reader) (message, error) {
 // streamHeader opens every data stream: which service, and for whom.
 type streamHeader struct {
 	Service string
-	Client  string // the client's address, as the edge saw it
+	Client  netip.AddrPort // the client's address and port, as the edge saw it
+	// VIP (v2) is the address and port the client connected to; Data (v2), the
+	// client's first bytes, sent with the header (at most maxInitialData).
+	VIP  netip.AddrPort
+	Data []byte
 }
 
-func (h streamHeader) encode() ([]byte, error) {
-	if len(h.Service) > 255 || len(h.Client) > 255 {
-		return nil, errors.New("stream header field longer than 255 bytes")
+// encode writes the header as version speaks it:
+//
+//	v1: service (length byte, bytes), client as text "addr:port" (length byte, bytes)
+//	v2: service (length byte, bytes), client (address, port), vip (address, port),
+//	    initial data (4-byte big-endian length, at most maxInitialData, bytes)
+//
+// an address being a family byte (0: none, 4, 6) and its 0, 4 or 16 bytes, a port
+// two bytes big-endian. v1 has no VIP and no data: a header that needs them fails.
+func (h streamHeader) encode(version int) ([]byte, error) {
+	if len(h.Service) > 255 {
+		return nil, errors.New("stream header: service name longer than 255 bytes")
 	}
-	b := append([]byte{byte(len(h.Service))}, h.Service...)
-	b = append(b, byte(len(h.Client)))
-	return append(b, h.Client...), nil
+	b := append(make([]byte, 0, 64+len(h.Data)), byte(len(h.Service)))
+	b = append(b, h.Service...)
+	if version == 1 {
+		if len(h.Data) > 0 {
+			return nil, errors.New("stream header: version 1 carries no initial data")
+		}
+		client := ""
+		if h.Client.IsValid() {
+			client = h.Client.String()
+		}
+		b = append(b, byte(len(client)))
+		return append(b, client...), nil
+	}
+	if len(h.Data) > maxInitialData {
+		return nil, fmt.Errorf("stream header: %d bytes of initial data, more than the limit of %d", len(h.Data), maxInitialData)
+	}
+	b = appendAddrPort(b, h.Client)
+	b = appendAddrPort(b, h.VIP)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(h.Data)))
+	return append(b, h.Data...), nil
 }
 
-func readStreamHeader(r io.Reader) (streamHeader, error) {
-	service, err := readShortString(r)
-	if err != nil {
-		return streamHeader{}, err
+func appendAddrPort(b []byte, ap netip.AddrPort) []byte {
+	switch a := ap.Addr(); {
+	case !a.IsValid():
+		b = append(b, 0)
+	case a.Is4():
+		b = append(b, 4)
+		b = append(b, a.AsSlice()...)
+	default:
+		b = append(b, 6)
+		b = append(b, a.WithZone("").AsSlice()...)
 	}
-	client, err := readShortString(r)
-	return streamHeader{Service: service, Client: client}, err
+	return binary.BigEndian.AppendUint16(b, ap.Port())
+}
+
+// readStreamHeader reads a header of version; every length is checked before what
+// it sizes is allocated (a service name 255 bytes, the initial data maxInitialData).
+func readStreamHeader(r io.Reader, version int) (streamHeader, error) {
+	var h streamHeader
+	var err error
+	if h.Service, err = readShortString(r); err != nil {
+		return h, err
+	}
+	if version == 1 {
+		client, err := readShortString(r)
+		if err != nil || client == "" {
+			return h, err
+		}
+		if h.Client, err = netip.ParseAddrPort(client); err != nil {
+			return h, fmt.Errorf("stream header: client %q: %w", ratelog.Clip(client, maxLoggedString), err)
+		}
+		return h, nil
+	}
+	if h.Client, err = readAddrPort(r); err != nil {
+		return h, err
+	}
+	if h.VIP, err = readAddrPort(r); err != nil {
+		return h, err
+	}
+	var size [4]byte
+	if _, err := io.ReadFull(r, size[:]); err != nil {
+		return h, err
+	}
+	n := binary.BigEndian.Uint32(size[:])
+	if n > maxInitialData {
+		return h, fmt.Errorf("stream header: %d bytes of initial data, more than the limit of %d", n, maxInitialData)
+	}
+	if n > 0 {
+		h.Data = make([]byte, n)
+		if _, err := io.ReadFull(r, h.Data); err != nil {
+			return h, err
+		}
+	}
+	return h, nil
+}
+
+func readAddrPort(r io.Reader) (netip.AddrPort, error) {
+	var family [1]byte
+	if _, err := io.ReadFull(r, family[:]); err != nil {
+		return netip.AddrPort{}, err
+	}
+	var b [16 + 2]byte
+	var size int
+	switch family[0] {
+	case 0:
+	case 4:
+		size = 4
+	case 6:
+		size = 16
+	default:
+		return netip.AddrPort{}, fmt.Errorf("stream header: address family %d, not 0, 4 or 6", family[0])
+	}
+	if _, err := io.ReadFull(r, b[:size+2]); err != nil {
+		return netip.AddrPort{}, err
+	}
+	port := binary.BigEndian.Uint16(b[size:])
+	if size == 0 {
+		if port != 0 {
+			return netip.AddrPort{}, errors.New("stream header: a port without an address")
+		}
+		return netip.AddrPort{}, nil
+	}
+	a, _ := netip.AddrFromSlice(b[:size])
+	return netip.AddrPortFrom(a, port), nil
 }
 
 // readShortString reads a length byte and that many bytes (at most 255: the length

@@ -108,7 +108,10 @@ func (e *Edge) localOffer() ([]announcedService, <-chan struct{}) {
 // relayed joins a stream another edge relayed to one of this edge's connectors:
 // the relay tunnel's "origin".
 func (e *Edge) relayed(h streamHeader) (net.Conn, error) {
-	t, slot, s := e.connect(context.Background(), h.Service, h.Client, false)
+	// the client's first bytes, if the header carried any, go through the stream
+	// this returns (serveStream writes them to its "origin"), not twice
+	h.Data = nil
+	t, slot, s := e.connect(context.Background(), h, false)
 	if t == nil {
 		return nil, errors.New("no connector of the service with free capacity on this edge")
 	}

@@ -15,6 +15,9 @@ type TunnelStatus struct {
 	Connector string `json:"connector"` // the name the connector gave
 	Remote    string `json:"remote"`    // where the tunnel comes from (the origin's NAT)
 	Token     string `json:"token"`     // the token's fingerprint
+	// Version is the tunnel protocol's version the connector and the edge speak on it
+	// (1: services without origins only).
+	Version int `json:"version"`
 	// Relay says the tunnel is another edge's (relay.go), offering its connectors'
 	// services; Connector is then that edge's name.
 	Relay    bool            `json:"relay"`
@@ -32,9 +35,11 @@ type TunnelStatus struct {
 	Since           time.Time     `json:"since"`
 }
 
-// ServiceStatus is a tunnel's share of one service: Open of Capacity in use.
+// ServiceStatus is a tunnel's share of one service: Open of Capacity in use, for
+// Origin (the origin the connector named; "" for none).
 type ServiceStatus struct {
 	Name     string `json:"name"`
+	Origin   string `json:"origin,omitempty"`
 	Capacity int    `json:"capacity"`
 	Open     int    `json:"open"`
 }
@@ -71,13 +76,13 @@ func (e *Edge) Tunnels() []TunnelStatus {
 	out := make([]TunnelStatus, 0, len(e.tunnels))
 	for _, t := range e.tunnels {
 		s := TunnelStatus{
-			ID: t.id, Connector: t.connector, Remote: t.remote, Token: t.token, Relay: t.relay,
+			ID: t.id, Connector: t.connector, Remote: t.remote, Token: t.token, Version: t.version, Relay: t.relay,
 			StreamsOpen: t.open, StreamLimit: e.cfg.MaxStreamsPerTunnel, Streams: t.streams.Load(),
 			BytesToOrigin: t.bytesToOrigin.Load(), BytesFromOrigin: t.bytesFromOrg.Load(),
 			RTT: t.conn.ConnectionStats().SmoothedRTT, Draining: t.draining, Since: t.since,
 		}
 		for name, slot := range t.services {
-			s.Services = append(s.Services, ServiceStatus{Name: name, Capacity: slot.capacity, Open: slot.open})
+			s.Services = append(s.Services, ServiceStatus{Name: name, Origin: slot.origin, Capacity: slot.capacity, Open: slot.open})
 		}
 		slices.SortFunc(s.Services, func(a, b ServiceStatus) int { return strings.Compare(a.Name, b.Name) })
 		out = append(out, s)

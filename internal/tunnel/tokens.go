@@ -21,10 +21,12 @@ const MinTokenLen = 16
 // leaks gives no connector's token away. `printf %s TOKEN | sha256sum` makes one.
 const hashPrefix = "sha256:"
 
-// A Token lets a connector serve the services named in its scope.
+// A Token lets a connector serve the services named in its scope, for the origins
+// it names (none: the token's connectors name no origin).
 type Token struct {
 	hash     [sha256.Size]byte // of the secret: all the edge keeps of it
 	Services []string
+	Origins  []string
 }
 
 // Fingerprint names the token in logs and status without giving it away: the first
@@ -40,7 +42,8 @@ func fingerprintOf(hash [sha256.Size]byte) string { return hashPrefix + hex.Enco
 var serviceName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,63}$`)
 
 // LoadTokens reads the edge's tokens file, a YAML list of
-// `{token: "...", services: [web, api]}` (a token or "sha256:" and its hash), and
+// `{token: "...", services: [web, api], origins: [home]}` (a token or "sha256:" and
+// its hash; origins optional), and
 // warns on log when others may read it.
 func LoadTokens(path string, log *slog.Logger) ([]Token, error) {
 	y := &yamlFile{name: path, log: log}
@@ -67,7 +70,7 @@ func ParseTokens(file string, data []byte) ([]Token, error) {
 	first := map[[sha256.Size]byte]string{}
 	for i, n := range entries {
 		path := index("", i)
-		fields, ok := y.mapping(n, path, "token", "services")
+		fields, ok := y.mapping(n, path, "token", "services", "origins")
 		if !ok {
 			continue
 		}
@@ -94,7 +97,10 @@ func ParseTokens(file string, data []byte) ([]Token, error) {
 		if v := fields["services"]; v == nil {
 			y.add(n.Line, join(path, "services"), "required")
 		} else {
-			t.Services = y.serviceNames(v, join(path, "services"))
+			t.Services = y.names(v, join(path, "services"), "service")
+		}
+		if v := fields["origins"]; v != nil {
+			t.Origins = y.names(v, join(path, "origins"), "origin")
 		}
 		tokens = append(tokens, t)
 	}
@@ -107,15 +113,17 @@ func ParseTokens(file string, data []byte) ([]Token, error) {
 	return tokens, nil
 }
 
-func (y *yamlFile) serviceNames(n *yaml.Node, path string) []string {
-	items := y.list(n, path, "service")
+// names reads a list of service or origin names (what says which): the same rule
+// for both, internal/config's.
+func (y *yamlFile) names(n *yaml.Node, path, what string) []string {
+	items := y.list(n, path, what)
 	var names []string
 	for i, item := range items {
 		s, ok := y.text(item, index(path, i))
 		switch {
 		case !ok:
 		case !serviceName.MatchString(s):
-			y.add(item.Line, index(path, i), "%q is not a service name (1..63 of a-z A-Z 0-9 . _ -)", s)
+			y.add(item.Line, index(path, i), "%q is not %s name (1..63 of a-z A-Z 0-9 . _ -)", s, article(what))
 		case slices.Contains(names, s):
 			y.add(item.Line, index(path, i), "%s is listed twice", s)
 		default:
@@ -123,6 +131,14 @@ func (y *yamlFile) serviceNames(n *yaml.Node, path string) []string {
 		}
 	}
 	return names
+}
+
+// article is "a service", "an origin".
+func article(noun string) string {
+	if strings.ContainsRune("aeiou", rune(noun[0])) {
+		return "an " + noun
+	}
+	return "a " + noun
 }
 
 // parseHash returns the hash an entry of the tokens file gives: the token's own, or

@@ -19,11 +19,13 @@ import (
 const (
 	tokenWeb  = "web-token-0123456789abcdef"
 	tokenBoth = "both-token-0123456789abcdef"
+	tokenHome = "home-token-0123456789abcdef" // may name the origins home and office
 )
 
 const tokensFile = `
 - {token: "` + tokenWeb + `", services: [web]}
 - {token: "` + tokenBoth + `", services: [web, api]}
+- {token: "` + tokenHome + `", services: [web, api], origins: [home, office]}
 `
 
 func TestRequestsReachTheOriginThroughATunnel(t *testing.T) {
@@ -452,7 +454,14 @@ func TestAnEdgeWithoutAConnectorRelaysToOneWithIt(t *testing.T) {
 	far := startEdge(t, p, tokensFile, EdgeConfig{RelayToken: relayToken})  // the client's
 	other := startEdge(t, p, tokensFile, EdgeConfig{RelayToken: "another-fleet-token-0123"})
 	o := startOrigin(t, "a")
-	a := startConnector(t, near.connectorFile(t, "a", tokenWeb, "  - {name: web, to: "+o.addr+", capacity: 7}\n"))
+	headers := make(chan streamHeader, 3) // what connector a is told of each client
+	a := startConnectorWith(t, near.connectorFile(t, "a", tokenWeb, "  - {name: web, to: "+o.addr+", capacity: 7}\n"), func(c *Connector) {
+		dial := c.origin
+		c.origin = func(h streamHeader) (net.Conn, error) {
+			headers <- h
+			return dial(h)
+		}
+	})
 	waitFor(t, &near.notifier, 5*time.Second, "connector a attached", func() bool { _, ok := near.tunnelOf("a"); return ok })
 
 	cas, err := LoadCAs(p.caFile)
@@ -469,10 +478,15 @@ func TestAnEdgeWithoutAConnectorRelaysToOneWithIt(t *testing.T) {
 	})
 
 	client := newClient()
-	url := "http://" + far.serve(t, "web")
+	at := far.serve(t, "web")
+	url := "http://" + at
 	for range 3 {
 		if from, err := get(client, url+"/"); err != nil || from != "a" {
 			t.Fatalf("GET through far, relayed by near: origin %q, error %v", from, err)
+		}
+		// the client and the VIP it reached at far, not the relay's own addresses
+		if h := <-headers; h.VIP.String() != at || !h.Client.Addr().IsLoopback() || h.Client.Port() == 0 || h.Client.Port() == h.VIP.Port() {
+			t.Errorf("connector a was told of client %s at %s, want the client's loopback address and %s", h.Client, h.VIP, at)
 		}
 	}
 	waitFor(t, &near.notifier, 5*time.Second, "3 relayed streams ended on a's tunnel", func() bool {

@@ -35,6 +35,9 @@ type Tunnel struct {
 	Connector string `json:"connector"` // the name the connector gave
 	Remote    string `json:"remote"`    // where the tunnel comes from (the origin's NAT)
 	Token     string `json:"token"`     // the token's fingerprint
+	// Version is the tunnel protocol's version the connector and the edge speak on it
+	// (1: services without origins only).
+	Version int `json:"version"`
 	// Relay says the tunnel is another edge's, offering its connectors' services;
 	// Connector is then that edge's name.
 	Relay    bool          `json:"relay"`
@@ -53,9 +56,11 @@ type Tunnel struct {
 	Since           time.Time     `json:"since"`
 }
 
-// TunnelShare is a tunnel's share of one service: Open of Capacity in use.
+// TunnelShare is a tunnel's share of one service: Open of Capacity in use, for
+// Origin (the origin the connector named; "" for none).
 type TunnelShare struct {
 	Name     string `json:"name"`
+	Origin   string `json:"origin,omitempty"`
 	Capacity int    `json:"capacity"`
 	Open     int    `json:"open"`
 }
