@@ -20,6 +20,7 @@ import (
 )
 
 type event struct {
+	Time    time.Time
 	Action  string
 	Package string
 	Test    string
@@ -43,6 +44,8 @@ type run struct {
 	skipped  []result
 	failed   int
 	passed   int
+	// first and last are the times of the first and the last event: the run's wall time
+	first, last time.Time
 }
 
 func main() {
@@ -81,6 +84,14 @@ func (r *run) read(in io.Reader) error {
 }
 
 func (r *run) event(e event) {
+	if !e.Time.IsZero() {
+		if r.first.IsZero() || e.Time.Before(r.first) {
+			r.first = e.Time
+		}
+		if e.Time.After(r.last) {
+			r.last = e.Time
+		}
+	}
 	k := key{e.Package, e.Test}
 	switch e.Action {
 	case "output":
@@ -160,6 +171,7 @@ func (r *run) timesTable() string {
 	for _, t := range tests[:min(20, len(tests))] {
 		fmt.Fprintf(&b, "| `%s` %s | %.1f |\n", strings.TrimPrefix(t.pkg, "github.com/manifoldlb/manifold/"), t.test, t.elapsed)
 	}
-	fmt.Fprintf(&b, "\nWritten %s.\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(&b, "\nWall time of the tests (first event to last): %s. Written %s.\n",
+		r.last.Sub(r.first).Round(time.Second), time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	return b.String()
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // A run of three tests — passed, failed, skipped — as go test -json writes it.
-const stream = `{"Action":"run","Package":"p","Test":"TestOK"}
+const stream = `{"Time":"2026-11-27T10:00:00Z","Action":"run","Package":"p","Test":"TestOK"}
 {"Action":"output","Package":"p","Test":"TestOK","Output":"=== RUN   TestOK\n"}
 {"Action":"pass","Package":"p","Test":"TestOK","Elapsed":1.5}
 {"Action":"run","Package":"p","Test":"TestBad"}
@@ -18,7 +18,7 @@ const stream = `{"Action":"run","Package":"p","Test":"TestOK"}
 {"Action":"output","Package":"p","Test":"TestNoEtcd","Output":"    x_test.go:20: needs etcd\n"}
 {"Action":"output","Package":"p","Test":"TestNoEtcd","Output":"--- SKIP: TestNoEtcd (0.00s)\n"}
 {"Action":"skip","Package":"p","Test":"TestNoEtcd"}
-{"Action":"fail","Package":"p","Elapsed":2.1}
+{"Time":"2026-11-27T10:01:05Z","Action":"fail","Package":"p","Elapsed":2.1}
 # p [build output passed through]
 `
 
@@ -44,7 +44,7 @@ func TestReport(t *testing.T) {
 	if strings.Contains(got, "=== RUN   TestOK") {
 		t.Errorf("a passed test's output was printed:\n%s", got)
 	}
-	if tab := r.timesTable(); !strings.Contains(tab, "| `p` | 2.1 |") || !strings.Contains(tab, "| `p` TestOK | 1.5 |") {
+	if tab := r.timesTable(); !strings.Contains(tab, "| `p` | 2.1 |") || !strings.Contains(tab, "| `p` TestOK | 1.5 |") || !strings.Contains(tab, "(first event to last): 1m5s") {
 		t.Errorf("times table:\n%s", tab)
 	}
 }
