@@ -55,6 +55,7 @@ type Node struct {
 	ctrl    *reconcile.Controller
 	checker *health.Checker
 	neigh   *datapath.Neighbours
+	lo      *datapath.Loopback // the tunnel VIPs, written by the controller; nil without a tunnels section
 	sysctls *sysctl.Changes
 	file    *store.Source
 	// fleet is the fleet store (nil without a fleet section); etcd its client. With a
@@ -104,10 +105,16 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	if err := n.startSpeaker(); err != nil {
 		return err
 	}
-	n.ctrl = reconcile.NewController(reconcile.Options{
+	o := reconcile.Options{
 		Dataplane: n.lb, Settings: cfg.Node, Speaker: n.speaker, BGP: cfg.BGP,
 		Health: n.checker, Neighbours: n.neigh, Clock: clock.Real(), Log: log,
-	})
+	}
+	if cfg.Tunnels != nil {
+		// without an edge nothing listens on a tunnel service's VIP: it stays off lo
+		n.lo = datapath.NewLoopback(nil, log)
+		o.Loopback = n.lo
+	}
+	n.ctrl = reconcile.NewController(o)
 	n.file = store.NewSource(st, n, log)
 	if k := cfg.Kubernetes; k != nil {
 		// the client only: the cluster is read once the node runs (a node does not
@@ -268,6 +275,9 @@ func (n *Node) close() {
 		}
 	}
 	n.neigh.Release()
+	if n.lo != nil { // after the edge's listeners stopped (startEdge's stopper runs first)
+		n.lo.Release()
+	}
 	n.sysctls.Restore()
 }
 
