@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/clock"
 )
 
 // probePort is the inner UDP port of the probes (the echo port): it is bound only on
@@ -28,6 +30,7 @@ const (
 // one goroutine per tunnel (the reader) and one ticker; the run loop learns of changes
 // from kick and reads the states.
 type prober struct {
+	clock      clock.Clock
 	interval   time.Duration
 	rise, fall int
 	states     []*probeState
@@ -60,8 +63,8 @@ type pending struct {
 
 func newProbeState(fall int) *probeState { return &probeState{window: make([]pending, fall)} }
 
-func newProber(tunnels []*tunnel, interval time.Duration, rise, fall int) (*prober, error) {
-	p := &prober{interval: interval, rise: rise, fall: fall, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+func newProber(tunnels []*tunnel, clk clock.Clock, interval time.Duration, rise, fall int) (*prober, error) {
+	p := &prober{clock: clk, interval: interval, rise: rise, fall: fall, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	for _, t := range tunnels {
 		c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(t.local, probePort)))
 		if err != nil {
@@ -102,18 +105,18 @@ func (p *prober) changed() {
 
 func (p *prober) tick() {
 	defer p.wg.Done()
-	t := time.NewTicker(p.interval)
+	t := p.clock.NewTicker(p.interval)
 	defer t.Stop()
 	for {
 		for _, s := range p.states {
-			if s.send(time.Now(), p.interval) {
+			if s.send(p.clock.Now(), p.interval) {
 				p.changed()
 			}
 		}
 		select {
 		case <-p.stop:
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }
@@ -174,7 +177,7 @@ func (p *prober) read(s *probeState) {
 			b[0] = probeReply
 			_, _ = s.conn.WriteToUDP(b[:probeLen], from)
 		case probeReply:
-			if s.answer(binary.BigEndian.Uint64(b[1:]), time.Now(), p.rise) {
+			if s.answer(binary.BigEndian.Uint64(b[1:]), p.clock.Now(), p.rise) {
 				p.changed()
 			}
 		}

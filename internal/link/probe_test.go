@@ -1,11 +1,14 @@
 package link
 
 import (
+	"context"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // A tunnel comes up after rise answers and goes down once nothing was answered for
@@ -66,5 +69,52 @@ func TestInnerAddrsAgree(t *testing.T) {
 	}
 	if l, _ := innerAddrs(a, 3); l != netip.MustParseAddr("169.254.200.6") {
 		t.Errorf("tunnel 3 of the lower side: %s", l)
+	}
+}
+
+// The prober runs on the clock it is given: two sides probing each other over real UDP
+// sockets on lo, with an interval of an hour, see the tunnel come up after rise answers
+// and go down fall intervals after the other side went silent, as the test moves the
+// clock.
+func TestProberRunsOnItsClock(t *testing.T) {
+	testenv.NeedRoot(t, "needs root (the probes' port 7)")
+	const interval, rise, fall = time.Hour, 2, 3
+	a4, b4 := netip.MustParseAddr("127.0.77.1"), netip.MustParseAddr("127.0.77.2")
+	clk := clock.NewFake(time.Unix(0, 0))
+	a, err := newProber([]*tunnel{{local: a4, remote: b4}}, clk, interval, rise, fall)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	b, err := newProber([]*tunnel{{local: b4, remote: a4}}, clk, interval, rise, fall)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := clk.BlockUntilContext(ctx, 2); err != nil {
+		t.Fatal("the probers' tickers are not on the clock given")
+	}
+	kicked := func(what string) {
+		t.Helper()
+		select {
+		case <-a.kick:
+		case <-ctx.Done():
+			t.Fatalf("%s: no change of state, %+v", what, a.states[0].view())
+		}
+	}
+
+	clk.Advance(interval) // the second probe: with the first, rise answers
+	kicked("two probes answered")
+	if v := a.states[0].view(); !v.up || v.sent != 2 {
+		t.Fatalf("after two probes answered: %+v, want up", v)
+	}
+
+	b.close() // the other side goes silent
+	clk.Advance(fall * interval)
+	kicked("the other side silent for fall intervals")
+	if v := a.states[0].view(); v.up || v.trans != 2 {
+		t.Fatalf("silent for fall intervals: %+v, want down", v)
 	}
 }
