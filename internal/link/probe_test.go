@@ -16,7 +16,7 @@ import (
 // nothing.
 func TestProbeRiseFall(t *testing.T) {
 	const rise, fall, interval = 3, 2, 100 * time.Millisecond
-	s := newProbeState(fall)
+	s := newProbeState(rise, fall)
 	at := time.Unix(0, 0)
 	tick := func() (wentDown bool, seq uint64) {
 		at = at.Add(interval)
@@ -24,14 +24,14 @@ func TestProbeRiseFall(t *testing.T) {
 	}
 	for i := 1; i <= rise; i++ {
 		_, seq := tick()
-		if up := s.answer(seq, at.Add(time.Millisecond), rise); up != (i == rise) {
+		if up := s.answer(seq, at.Add(time.Millisecond)); up != (i == rise) {
 			t.Fatalf("answer %d: came up %v (rise %d)", i, up, rise)
 		}
 	}
 	// probe 4 is answered only after probe 5 left: late, within the window
 	_, late := tick()
 	tick()
-	if s.answer(late, at.Add(50*time.Millisecond), rise) || !s.view().up || s.view().rtt != 150*time.Millisecond {
+	if s.answer(late, at.Add(50*time.Millisecond)) || !s.view().up || s.view().rtt != 150*time.Millisecond {
 		t.Fatalf("a late answer within the window: %+v", s.view())
 	}
 	// then silence: down once fall intervals passed since that answer
@@ -47,7 +47,7 @@ func TestProbeRiseFall(t *testing.T) {
 			t.Fatalf("still up after %d silent intervals: %+v", i, s.view())
 		}
 	}
-	if s.answer(late, at, rise) {
+	if s.answer(late, at) {
 		t.Fatal("an answer past the window counted")
 	}
 	if v := s.view(); v.up || v.trans != 2 || v.lost == 0 {
@@ -74,8 +74,8 @@ func TestInnerAddrsAgree(t *testing.T) {
 
 // The prober runs on the clock it is given: two sides probing each other over real UDP
 // sockets on lo, with an interval of an hour, see the tunnel come up after rise answers
-// and go down fall intervals after the other side went silent, as the test moves the
-// clock.
+// and go down once the other side was silent for more than fall intervals, as the test
+// moves the clock.
 func TestProberRunsOnItsClock(t *testing.T) {
 	testenv.NeedRoot(t, "needs root (the probes' port 7)")
 	const interval, rise, fall = time.Hour, 2, 3
@@ -112,7 +112,7 @@ func TestProberRunsOnItsClock(t *testing.T) {
 	}
 
 	b.close() // the other side goes silent
-	clk.Advance(fall * interval)
+	clk.Advance(fall*interval + interval/2)
 	kicked("the other side silent for fall intervals")
 	if v := a.states[0].view(); v.up || v.trans != 2 {
 		t.Fatalf("silent for fall intervals: %+v, want down", v)
