@@ -1,12 +1,19 @@
 // Package node is the LB node daemon, `manifold run`: a thin runner. It sets up the
 // host, loads and attaches the data plane, starts the parts, and drives the controller
-// (internal/reconcile) from one loop; the decisions are the controller's.
+// (internal/reconcile) from one loop; the decisions are the controller's, and so are
+// the writes to the kernel (maps, neighbours, the tunnel VIPs on lo) and to BGP.
 //
 //	config file ─► store.Source ──(start, SIGHUP, API writes)─┐
+//	etcd ─► fleet.Source ──(the fleet's services, steered)────┤  (fleet.go)
 //	Kubernetes API ─► kubesource.Source ──(Services, slices)──┤
-//	health events ────────────────────────────────────────────┼─► run loop ─► reconcile.Controller
+//	health events ────────────────────────────────────────────┤
+//	tunnel edge: connectors attached ─────────────────────────┼─► run loop ─► reconcile.Controller
 //	neighbour refresh (every 5 s) ────────────────────────────┘      (maps, health targets,
-//	SIGTERM / SIGINT ─► Controller.Stop (withdraw, drain) ─► detach      neighbours, BGP)
+//	SIGTERM / SIGINT ─► Controller.Stop (withdraw, drain) ─► detach      neighbours, lo, BGP)
+//
+// Beside the loop: the tunnel edge's listeners, started and stopped after each change
+// (tunnels.go), the fleet record published every second (fleet.go; its RTTs smoothed by
+// steer.RTTs), and the API with the status (api.go, status.go, rates.go).
 //
 // The run loop is the only goroutine that calls the controller but for its View; the
 // API reads the View and the data plane's counters (status.go).
