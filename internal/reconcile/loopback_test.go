@@ -1,9 +1,11 @@
 package reconcile
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -17,7 +19,7 @@ import (
 )
 
 // loNS is a network namespace the test creates, and a netlink handle into it.
-func loNS(t *testing.T) *netlink.Handle {
+func loNS(t *testing.T) (*netlink.Handle, netns.NsHandle) {
 	t.Helper()
 	testenv.NeedRoot(t, "needs root (a network namespace)")
 	testenv.Need(t, hostprog.Check(hostprog.IP))
@@ -36,7 +38,7 @@ func loNS(t *testing.T) *netlink.Handle {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Close)
-	return h
+	return h, ns
 }
 
 // onLo lists the addresses of lo in the namespace, ::1 and 127.0.0.1 aside.
@@ -67,7 +69,7 @@ func onLo(t *testing.T, h *netlink.Handle) []string {
 // was. Before, the node's tunnel code wrote lo beside the controller, outside its
 // transaction.
 func TestTunnelVIPsOnLoThroughTheController(t *testing.T) {
-	h := loNS(t)
+	h, _ := loNS(t)
 	r := newRig(t, false, 0)
 	o := Options{Dataplane: r.dp, Health: r.health, Neighbours: r.neigh, Clock: r.clock, Log: r.c.log,
 		Loopback: datapath.NewLoopback(h, r.c.log)}
@@ -102,5 +104,42 @@ func TestTunnelVIPsOnLoThroughTheController(t *testing.T) {
 	r.submit(web)
 	if got, want := onLo(t, h), []string{"198.51.100.99"}; !slices.Equal(got, want) {
 		t.Fatalf("without tunnel services: lo holds %v, want only the operator's %v", got, want)
+	}
+}
+
+// An update whose tunnel VIP lo refuses (IPv6 off on lo) is refused whole, and the VIPs
+// of the same update that lo took are taken back: lo is as it was.
+func TestTunnelVIPRefusedByLoLeavesLoAsItWas(t *testing.T) {
+	h, ns := loNS(t)
+	off := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := netns.Set(ns); err != nil {
+			off <- err
+			return
+		}
+		off <- os.WriteFile("/proc/sys/net/ipv6/conf/lo/disable_ipv6", []byte("1"), 0)
+	}()
+	if err := <-off; err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, false, 0)
+	r.c = NewController(Options{Dataplane: r.dp, Health: r.health, Neighbours: r.neigh, Clock: r.clock, Log: r.c.log,
+		Loopback: datapath.NewLoopback(h, r.c.log)})
+	tunnel := func(name, vip string) config.Service {
+		return config.Service{Name: name, VIP: netip.MustParseAddr(vip), Port: 443, Protocol: config.TCP, Forwarding: config.Tunnel}
+	}
+	r.submit(tunnel("a", vip1))
+	// served in the order of their names: b's VIP goes on lo before c's is refused
+	err := r.c.Submit(Update{Source: "file", Services: []config.Service{tunnel("b", vip2), tunnel("c", "2001:db8::10")}})
+	var kerr *KernelError
+	if !errors.As(err, &kerr) {
+		t.Fatalf("an update whose VIP lo refuses: %v, want a KernelError", err)
+	}
+	if got, want := onLo(t, h), []string{vip1}; !slices.Equal(got, want) {
+		t.Fatalf("after the refused update: lo holds %v, want %v as before", got, want)
+	}
+	if v := r.c.View(); len(v.Tunnels) != 1 || v.Tunnels[0].Name != "a" {
+		t.Errorf("the view after the refused update: %+v, want tunnel service a alone", v.Tunnels)
 	}
 }
