@@ -25,10 +25,11 @@ const (
 )
 
 // prober probes every tunnel each interval and keeps each one's state with the health
-// checks' rise/fall (health.RiseFall): an answer is a success, each whole interval
-// without an answer a failure. So a tunnel is down once no probe has been answered for
-// fall intervals (measured on the clock: a late tick does not delay it), and up again
-// after rise answers with no silent interval between. A probe may be answered until fall later ones have left, so a
+// checks' rise/fall (health.RiseFall): an answer is a success; while the tunnel is up,
+// each whole interval without an answer is a failure, and while it is down, each probe
+// lost. So a tunnel is down once no probe has been answered for fall intervals
+// (measured on the clock: a late tick does not delay it), and up again after rise
+// answers with none lost between. A probe may be answered until fall later ones have left, so a
 // tunnel whose probes queue behind bulk traffic on a busy machine is late, not down.
 // It owns one goroutine per tunnel (the reader) and one ticker; the run loop learns of
 // changes from kick and reads the states.
@@ -140,24 +141,26 @@ func (s *probeState) send(now time.Time, interval time.Duration) (changed bool) 
 	return changed
 }
 
-// sendState is send's bookkeeping: each whole interval past since the last answer is a
-// failure (down after fall of them; an answer exactly an interval after the last one
-// missed none); the probe leaving the window unanswered is lost; the next one numbered.
+// sendState is send's bookkeeping: an up tunnel fails once per whole interval since
+// its last answer (down after fall); the probe leaving the window unanswered is lost,
+// which for a down tunnel restarts the count toward rise; the next one numbered.
 func (s *probeState) sendState(now time.Time, interval time.Duration) (changed bool, seq uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fall := len(s.window)
-	silent := fall // no answer yet: as silent as it gets
-	if !s.lastReply.IsZero() {
-		silent = int(min((now.Sub(s.lastReply)-1)/interval, time.Duration(fall)))
-	}
-	for s.state.Failures() < silent {
-		changed = s.record(false) || changed
+	if s.state.Up() {
+		silent := int(min(now.Sub(s.lastReply)/interval, time.Duration(fall)))
+		for s.state.Failures() < silent {
+			changed = s.record(false) || changed
+		}
 	}
 	s.seq++
-	slot := &s.window[s.seq%uint64(len(s.window))]
+	slot := &s.window[s.seq%uint64(fall)]
 	if slot.seq > 0 && !slot.answered {
 		s.lost++
+		if !s.state.Up() {
+			s.record(false) // a down tunnel's failure changes nothing but the count toward rise
+		}
 	}
 	*slot = pending{seq: s.seq, sentAt: now}
 	s.sent++

@@ -74,23 +74,24 @@ func TestInnerAddrsAgree(t *testing.T) {
 
 // The prober runs on the clock it is given: two sides probing each other over real UDP
 // sockets on lo, with an interval of an hour, see the tunnel come up after rise answers
-// and go down once the other side was silent for more than fall intervals, as the test
-// moves the clock.
+// and go down fall intervals after the other side went silent, as the test moves the
+// clock.
 func TestProberRunsOnItsClock(t *testing.T) {
 	testenv.NeedRoot(t, "needs root (the probes' port 7)")
 	const interval, rise, fall = time.Hour, 2, 3
 	a4, b4 := netip.MustParseAddr("127.0.77.1"), netip.MustParseAddr("127.0.77.2")
 	clk := clock.NewFake(time.Unix(0, 0))
-	a, err := newProber([]*tunnel{{local: a4, remote: b4}}, clk, interval, rise, fall)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.close()
+	// b first: a's first probe, sent as it starts, finds b answering (a's side is judged)
 	b, err := newProber([]*tunnel{{local: b4, remote: a4}}, clk, interval, rise, fall)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.close()
+	a, err := newProber([]*tunnel{{local: a4, remote: b4}}, clk, interval, rise, fall)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := clk.BlockUntilContext(ctx, 2); err != nil {
@@ -112,7 +113,7 @@ func TestProberRunsOnItsClock(t *testing.T) {
 	}
 
 	b.close() // the other side goes silent
-	clk.Advance(fall*interval + interval/2)
+	clk.Advance(fall * interval)
 	kicked("the other side silent for fall intervals")
 	if v := a.states[0].view(); v.up || v.trans != 2 {
 		t.Fatalf("silent for fall intervals: %+v, want down", v)
