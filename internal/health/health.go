@@ -127,12 +127,10 @@ type prober struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the prober goroutine has returned; nil for kind none
 
-	known       bool // the initial state has been reported
-	up          bool
+	state       RiseFall // known: the initial state has been reported
 	lastCheck   time.Time
 	lastErr     error
 	lastLatency time.Duration
-	succ, fail  int
 	checks      uint64
 	failures    uint64
 }
@@ -207,8 +205,8 @@ func (c *Checker) Set(targets []Target) {
 		if want[t] {
 			continue
 		}
-		if p.known && probed(t.Check.Kind) {
-			upBefore[endpoint{t.Addr, t.Check.Kind, t.Check.Port, t.Check.Path}] = p.up
+		if p.state.Known() && probed(t.Check.Kind) {
+			upBefore[endpoint{t.Addr, t.Check.Kind, t.Check.Port, t.Check.Path}] = p.state.Up()
 		}
 		p.cancel() // under c.mu: the prober records no result after this
 		delete(c.probers, t)
@@ -223,15 +221,15 @@ func (c *Checker) Set(targets []Target) {
 			continue
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		p := &prober{target: t, ctx: ctx, cancel: cancel}
+		p := &prober{target: t, ctx: ctx, cancel: cancel, state: RiseFall{Rise: t.Check.Rise, Fall: t.Check.Fall}}
 		c.probers[t] = p
 		if !probed(t.Check.Kind) {
-			p.known, p.up = true, true
+			p.state.Assume(true)
 			c.emitLocked(Event{Target: t, Up: true, Reason: "no health check"})
 			continue
 		}
 		if up, ok := upBefore[endpoint{t.Addr, t.Check.Kind, t.Check.Port, t.Check.Path}]; ok {
-			p.known, p.up = true, up
+			p.state.Assume(up)
 		}
 		p.done = make(chan struct{})
 		// The prober goroutine is owned by the Checker: started here, stopped by Set
@@ -262,7 +260,7 @@ func (c *Checker) Up(t Target) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p, ok := c.probers[t]
-	return ok && p.up
+	return ok && p.state.Up()
 }
 
 // Known reports whether a target's state is known: it has passed Rise checks or
@@ -275,7 +273,7 @@ func (c *Checker) Known(t Target) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p, ok := c.probers[t]
-	return ok && p.known
+	return ok && p.state.Known()
 }
 
 // Status returns the state and counters of every target, sorted by address then
@@ -286,12 +284,12 @@ func (c *Checker) Status() []Status {
 	for _, p := range c.probers {
 		s := Status{
 			Target:               p.target,
-			Up:                   p.up,
+			Up:                   p.state.Up(),
 			LastCheck:            p.lastCheck,
 			LastOK:               p.checks > 0 && p.lastErr == nil,
 			LastLatency:          p.lastLatency,
-			ConsecutiveSuccesses: p.succ,
-			ConsecutiveFailures:  p.fail,
+			ConsecutiveSuccesses: p.state.Successes(),
+			ConsecutiveFailures:  p.state.Failures(),
 			Checks:               p.checks,
 			Failures:             p.failures,
 		}
@@ -395,24 +393,18 @@ func (c *Checker) record(p *prober, start time.Time, latency time.Duration, err 
 	if p.ctx.Err() != nil {
 		return // removed (or closed) during the check: the result is stale
 	}
-	rise, fall := max(p.target.Check.Rise, 1), max(p.target.Check.Fall, 1)
 	p.checks++
 	p.lastCheck, p.lastErr, p.lastLatency = start, err, latency
-	if err == nil {
-		p.succ++
-		p.fail = 0
-		if !p.up && p.succ >= rise {
-			p.up, p.known = true, true
-			c.transitionLocked(p, latency, plural(p.succ, "success", "successes"))
-		}
+	if err != nil {
+		p.failures++
+	}
+	if !p.state.Record(err == nil) {
 		return
 	}
-	p.failures++
-	p.fail++
-	p.succ = 0
-	if (p.up && p.fail >= fall) || !p.known {
-		p.up, p.known = false, true
-		c.transitionLocked(p, latency, plural(p.fail, "failure", "failures")+": "+err.Error())
+	if err == nil {
+		c.transitionLocked(p, latency, plural(p.state.Successes(), "success", "successes"))
+	} else {
+		c.transitionLocked(p, latency, plural(p.state.Failures(), "failure", "failures")+": "+err.Error())
 	}
 }
 
@@ -425,11 +417,11 @@ func plural(n int, one, many string) string {
 
 func (c *Checker) transitionLocked(p *prober, latency time.Duration, reason string) {
 	state := "down"
-	if p.up {
+	if p.state.Up() {
 		state = "up"
 	}
 	c.log.Info("backend "+state, "target", p.target.String(), "reason", reason)
-	c.emitLocked(Event{Target: p.target, Up: p.up, Reason: reason, Latency: latency})
+	c.emitLocked(Event{Target: p.target, Up: p.state.Up(), Reason: reason, Latency: latency})
 }
 
 // emitLocked queues ev for delivery, replacing an undelivered event of the same target.

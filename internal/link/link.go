@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/manifoldlb/manifold/internal/api/wire"
+	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/listen"
 	"github.com/manifoldlb/manifold/internal/metrics"
@@ -35,6 +36,7 @@ type link struct {
 	tunnels []*tunnel
 	prober  *prober
 	log     *slog.Logger
+	clock   clock.Clock // the probes', the handshake poll's and the connect timeout's
 
 	mu      sync.Mutex
 	router  router
@@ -55,7 +57,7 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	if err := checkHost(cfg); err != nil {
 		return err
 	}
-	l := &link{cfg: cfg, pub: pub, log: log.With("link", cfg.Name), inRoute: make([]bool, cfg.Tunnels)}
+	l := &link{cfg: cfg, pub: pub, log: log.With("link", cfg.Name), clock: clock.Real(), inRoute: make([]bool, cfg.Tunnels)}
 	defer l.closeTunnels()
 	for i := range cfg.Tunnels {
 		t, err := openTunnel(cfg, i, priv, l.log)
@@ -64,7 +66,7 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 		}
 		l.tunnels = append(l.tunnels, t)
 	}
-	if l.prober, err = newProber(l.tunnels, cfg.Health.Interval, cfg.Health.Rise, cfg.Health.Fall); err != nil {
+	if l.prober, err = newProber(l.tunnels, l.clock, cfg.Health.Interval, cfg.Health.Rise, cfg.Health.Fall); err != nil {
 		return err
 	}
 	defer l.prober.close()
@@ -141,14 +143,14 @@ func routeDev(r netlink.Route) string {
 
 // waitFirst waits for a first tunnel to come up, for link.connect_timeout.
 func (l *link) waitFirst(ctx context.Context) error {
-	deadline := time.NewTimer(l.cfg.ConnectTimeout)
+	deadline := l.clock.NewTimer(l.cfg.ConnectTimeout)
 	defer deadline.Stop()
 	for len(l.up()) == 0 {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-l.prober.kick:
-		case <-deadline.C:
+		case <-deadline.C():
 			return l.silentPeer()
 		}
 	}
@@ -227,7 +229,7 @@ func (l *link) setRoute(r router, up []*tunnel) {
 // keeps the last ones: the remote prefixes must never fall back to another route,
 // where the sites' traffic would leave unencrypted.
 func (l *link) loop(ctx context.Context) error {
-	poll := time.NewTicker(handshakePoll)
+	poll := l.clock.NewTicker(handshakePoll)
 	defer poll.Stop()
 	for _, t := range l.tunnels {
 		t.pollHandshake()
@@ -237,7 +239,7 @@ func (l *link) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			l.log.Info("stopping: removing the route and the tunnels")
 			return nil
-		case <-poll.C:
+		case <-poll.C():
 			for _, t := range l.tunnels {
 				t.pollHandshake()
 			}

@@ -7,6 +7,9 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/manifoldlb/manifold/internal/clock"
+	"github.com/manifoldlb/manifold/internal/health"
 )
 
 // probePort is the inner UDP port of the probes (the echo port): it is bound only on
@@ -21,19 +24,22 @@ const (
 	probeLen     = 9
 )
 
-// prober probes every tunnel each interval and keeps each one's state: down once no
-// probe has been answered for fall intervals, up again after rise answers with none
-// lost between. A probe may be answered until fall later ones have left, so a tunnel
-// whose probes queue behind bulk traffic on a busy machine is late, not down. It owns
-// one goroutine per tunnel (the reader) and one ticker; the run loop learns of changes
-// from kick and reads the states.
+// prober probes every tunnel each interval and keeps each one's state with the health
+// checks' rise/fall (health.RiseFall): an answer is a success; while the tunnel is up,
+// each whole interval without an answer is a failure, and while it is down, each probe
+// lost. So a tunnel is down once no probe has been answered for fall intervals
+// (measured on the clock: a late tick does not delay it), and up again after rise
+// answers with none lost between. A probe may be answered until fall later ones have left, so a
+// tunnel whose probes queue behind bulk traffic on a busy machine is late, not down.
+// It owns one goroutine per tunnel (the reader) and one ticker; the run loop learns of
+// changes from kick and reads the states.
 type prober struct {
-	interval   time.Duration
-	rise, fall int
-	states     []*probeState
-	kick       chan struct{} // a tunnel changed state; buffered 1, never blocks a sender
-	stop       chan struct{}
-	wg         sync.WaitGroup
+	clock    clock.Clock
+	interval time.Duration
+	states   []*probeState
+	kick     chan struct{} // a tunnel changed state; buffered 1, never blocks a sender
+	stop     chan struct{}
+	wg       sync.WaitGroup
 }
 
 type probeState struct {
@@ -45,8 +51,7 @@ type probeState struct {
 	window      []pending
 	seq         uint64 // of the latest probe sent
 	lastReply   time.Time
-	ok          int // answers since a probe was last lost
-	up          bool
+	state       health.RiseFall
 	sent, lost  uint64
 	rtt         time.Duration
 	transitions uint64
@@ -58,17 +63,22 @@ type pending struct {
 	answered bool
 }
 
-func newProbeState(fall int) *probeState { return &probeState{window: make([]pending, fall)} }
+func newProbeState(rise, fall int) *probeState {
+	// a tunnel starts down, not unknown: the first silent interval is no transition
+	s := &probeState{window: make([]pending, fall), state: health.RiseFall{Rise: rise, Fall: fall}}
+	s.state.Assume(false)
+	return s
+}
 
-func newProber(tunnels []*tunnel, interval time.Duration, rise, fall int) (*prober, error) {
-	p := &prober{interval: interval, rise: rise, fall: fall, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+func newProber(tunnels []*tunnel, clk clock.Clock, interval time.Duration, rise, fall int) (*prober, error) {
+	p := &prober{clock: clk, interval: interval, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	for _, t := range tunnels {
 		c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(t.local, probePort)))
 		if err != nil {
 			p.close()
 			return nil, fmt.Errorf("tunnel %d: probe socket on %s: %w", t.index, t.local, err)
 		}
-		st := newProbeState(fall)
+		st := newProbeState(rise, fall)
 		st.conn, st.remote = c, net.UDPAddrFromAddrPort(netip.AddrPortFrom(t.remote, probePort))
 		p.states = append(p.states, st)
 	}
@@ -102,18 +112,18 @@ func (p *prober) changed() {
 
 func (p *prober) tick() {
 	defer p.wg.Done()
-	t := time.NewTicker(p.interval)
+	t := p.clock.NewTicker(p.interval)
 	defer t.Stop()
 	for {
 		for _, s := range p.states {
-			if s.send(time.Now(), p.interval) {
+			if s.send(p.clock.Now(), p.interval) {
 				p.changed()
 			}
 		}
 		select {
 		case <-p.stop:
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }
@@ -131,21 +141,26 @@ func (s *probeState) send(now time.Time, interval time.Duration) (changed bool) 
 	return changed
 }
 
-// sendState is send's bookkeeping: down when nothing was answered for fall intervals;
-// the probe leaving the window unanswered is lost; the next one numbered.
+// sendState is send's bookkeeping: an up tunnel fails once per whole interval since
+// its last answer (down after fall); the probe leaving the window unanswered is lost,
+// which for a down tunnel restarts the count toward rise; the next one numbered.
 func (s *probeState) sendState(now time.Time, interval time.Duration) (changed bool, seq uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fall := len(s.window)
-	if s.up && now.Sub(s.lastReply) >= time.Duration(fall)*interval {
-		s.up, changed = false, true
-		s.transitions++
+	if s.state.Up() {
+		silent := int(min(now.Sub(s.lastReply)/interval, time.Duration(fall)))
+		for s.state.Failures() < silent {
+			changed = s.record(false) || changed
+		}
 	}
 	s.seq++
 	slot := &s.window[s.seq%uint64(fall)]
 	if slot.seq > 0 && !slot.answered {
 		s.lost++
-		s.ok = 0
+		if !s.state.Up() {
+			s.record(false) // a down tunnel's failure changes nothing but the count toward rise
+		}
 	}
 	*slot = pending{seq: s.seq, sentAt: now}
 	s.sent++
@@ -174,7 +189,7 @@ func (p *prober) read(s *probeState) {
 			b[0] = probeReply
 			_, _ = s.conn.WriteToUDP(b[:probeLen], from)
 		case probeReply:
-			if s.answer(binary.BigEndian.Uint64(b[1:]), time.Now(), p.rise) {
+			if s.answer(binary.BigEndian.Uint64(b[1:]), p.clock.Now()) {
 				p.changed()
 			}
 		}
@@ -182,7 +197,7 @@ func (p *prober) read(s *probeState) {
 }
 
 // answer takes the reply to probe seq; it reports whether the tunnel came up.
-func (s *probeState) answer(seq uint64, now time.Time, rise int) (changed bool) {
+func (s *probeState) answer(seq uint64, now time.Time) (changed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	slot := &s.window[seq%uint64(len(s.window))]
@@ -192,12 +207,17 @@ func (s *probeState) answer(seq uint64, now time.Time, rise int) (changed bool) 
 	slot.answered = true
 	s.rtt = now.Sub(slot.sentAt)
 	s.lastReply = now
-	s.ok++
-	if !s.up && s.ok >= rise {
-		s.up, changed = true, true
-		s.transitions++
+	return s.record(true)
+}
+
+// record takes a result into the rise/fall state; it reports whether the tunnel went
+// up or down.
+func (s *probeState) record(ok bool) (changed bool) {
+	if !s.state.Record(ok) {
+		return false
 	}
-	return changed
+	s.transitions++
+	return true
 }
 
 // probeView is a tunnel's probing as the status shows it.
@@ -210,5 +230,5 @@ type probeView struct {
 func (s *probeState) view() probeView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return probeView{up: s.up, seq: s.seq, sent: s.sent, lost: s.lost, trans: s.transitions, rtt: s.rtt}
+	return probeView{up: s.state.Up(), seq: s.seq, sent: s.sent, lost: s.lost, trans: s.transitions, rtt: s.rtt}
 }

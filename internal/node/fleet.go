@@ -7,6 +7,7 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/fleet"
+	"github.com/manifoldlb/manifold/internal/steer"
 )
 
 // The node as a member of a fleet: its services come from etcd (internal/fleet), its
@@ -59,13 +60,13 @@ func (n *Node) fleetState() *wire.FleetState {
 
 // recorder returns what the node publishes about itself in the fleet store, one record
 // per call; the calls come from one goroutine (the publisher), which owns the RTT
-// averages between them.
+// averages (steering's input, internal/steer) between them.
 func (n *Node) recorder() func() wire.NodeRecord {
-	rtt := rttSmoother{}
+	var rtt steer.RTTs
 	return func() wire.NodeRecord { return n.record(&rtt) }
 }
 
-func (n *Node) record(rtt *rttSmoother) wire.NodeRecord {
+func (n *Node) record(rtt *steer.RTTs) wire.NodeRecord {
 	st := n.Status()
 	r := wire.NodeRecord{Name: n.cfg.Node.Name, Site: n.cfg.Node.Site, Services: []wire.ServiceLoad{}}
 	for _, a := range []netip.Addr{n.cfg.Node.Address, n.cfg.Node.Address6} {
@@ -78,56 +79,17 @@ func (n *Node) record(rtt *rttSmoother) wire.NodeRecord {
 			r.BGP = append(r.BGP, wire.FleetPeer{Address: p.Address, Up: p.Up})
 		}
 	}
-	seen := rttSmoother{}
+	rtt.Observe(st.Services)
 	for _, s := range st.Services {
 		l := wire.ServiceLoad{Name: s.Name, Announced: s.Announced, NewFlowsPerSecond: s.NewFlowsPerSecond,
 			PacketsPerSecond: s.PacketsPerSecond, BytesPerSecond: s.BytesPerSecond, Backends: []wire.BackendLoad{}}
 		for _, b := range s.Backends {
 			l.Backends = append(l.Backends, wire.BackendLoad{Address: b.Address, State: b.State, Healthy: b.Health.Up,
 				NewFlowsPerSecond: b.NewFlowsPerSecond, PacketsPerSecond: b.PacketsPerSecond, BytesPerSecond: b.BytesPerSecond,
-				RTTMilliseconds: rtt.observe(seen, s.Name, b)})
+				RTTMilliseconds: rtt.Of(s.Name, b.Address)})
 		}
 		r.Services = append(r.Services, l)
 	}
-	*rtt = seen // a backend gone from the status takes its average with it
 	r.Tunnels = n.tunnelRecord()
 	return r
-}
-
-// rttWeight is the weight of a new health check's duration in a backend's RTT
-// average (an EWMA): one slow check (a retransmitted SYN, a busy backend) moves the
-// average by a quarter of its excess, and a lasting change of the path shows in it
-// after a few checks (95 % of a step after ten). The controller decides on this
-// average, so a single outlier must not move a site's flows.
-const rttWeight = 0.25
-
-// rttSmoother is each backend's RTT average, by service and address.
-type rttSmoother map[rttKey]rttAverage
-
-type rttKey struct{ service, backend string }
-
-type rttAverage struct {
-	checks uint64  // the health check's count at the last sample: a sample per check
-	ms     float64 // the average; 0 before the first successful check
-}
-
-// observe takes b's last health check into its average if it is a new, successful
-// one, records the average in next and returns it in milliseconds (0: no sample yet).
-// A failed check's duration is its timeout or a refusal, not a round trip: it is left
-// out.
-func (s rttSmoother) observe(next rttSmoother, service string, b wire.BackendStatus) float64 {
-	k := rttKey{service, b.Address}
-	avg := s[k]
-	h := b.Health
-	if h.Check != "none" && h.Checks != avg.checks && h.LastError == "" && h.Checks > 0 {
-		sample := h.LatencySeconds * 1000
-		if avg.ms == 0 {
-			avg.ms = sample
-		} else {
-			avg.ms += rttWeight * (sample - avg.ms)
-		}
-	}
-	avg.checks = h.Checks
-	next[k] = avg
-	return avg.ms
 }

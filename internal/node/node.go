@@ -1,12 +1,19 @@
 // Package node is the LB node daemon, `manifold run`: a thin runner. It sets up the
 // host, loads and attaches the data plane, starts the parts, and drives the controller
-// (internal/reconcile) from one loop; the decisions are the controller's.
+// (internal/reconcile) from one loop; the decisions are the controller's, and so are
+// the writes to the kernel (maps, neighbours, the tunnel VIPs on lo) and to BGP.
 //
 //	config file ─► store.Source ──(start, SIGHUP, API writes)─┐
+//	etcd ─► fleet.Source ──(the fleet's services, steered)────┤  (fleet.go)
 //	Kubernetes API ─► kubesource.Source ──(Services, slices)──┤
-//	health events ────────────────────────────────────────────┼─► run loop ─► reconcile.Controller
+//	health events ────────────────────────────────────────────┤
+//	tunnel edge: connectors attached ─────────────────────────┼─► run loop ─► reconcile.Controller
 //	neighbour refresh (every 5 s) ────────────────────────────┘      (maps, health targets,
-//	SIGTERM / SIGINT ─► Controller.Stop (withdraw, drain) ─► detach      neighbours, BGP)
+//	SIGTERM / SIGINT ─► Controller.Stop (withdraw, drain) ─► detach      neighbours, lo, BGP)
+//
+// Beside the loop: the tunnel edge's listeners, started and stopped after each change
+// (tunnels.go), the fleet record published every second (fleet.go; its RTTs smoothed by
+// steer.RTTs), and the API with the status (api.go, status.go, rates.go).
 //
 // The run loop is the only goroutine that calls the controller but for its View; the
 // API reads the View and the data plane's counters (status.go).
@@ -55,6 +62,7 @@ type Node struct {
 	ctrl    *reconcile.Controller
 	checker *health.Checker
 	neigh   *datapath.Neighbours
+	lo      *datapath.Loopback // the tunnel VIPs, written by the controller; nil without a tunnels section
 	sysctls *sysctl.Changes
 	file    *store.Source
 	// fleet is the fleet store (nil without a fleet section); etcd its client. With a
@@ -104,10 +112,16 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	if err := n.startSpeaker(); err != nil {
 		return err
 	}
-	n.ctrl = reconcile.NewController(reconcile.Options{
+	o := reconcile.Options{
 		Dataplane: n.lb, Settings: cfg.Node, Speaker: n.speaker, BGP: cfg.BGP,
 		Health: n.checker, Neighbours: n.neigh, Clock: clock.Real(), Log: log,
-	})
+	}
+	if cfg.Tunnels != nil {
+		// without an edge nothing listens on a tunnel service's VIP: it stays off lo
+		n.lo = datapath.NewLoopback(nil, log)
+		o.Loopback = n.lo
+	}
+	n.ctrl = reconcile.NewController(o)
 	n.file = store.NewSource(st, n, log)
 	if k := cfg.Kubernetes; k != nil {
 		// the client only: the cluster is read once the node runs (a node does not
@@ -268,6 +282,9 @@ func (n *Node) close() {
 		}
 	}
 	n.neigh.Release()
+	if n.lo != nil { // after the edge's listeners stopped (startEdge's stopper runs first)
+		n.lo.Release()
+	}
 	n.sysctls.Restore()
 }
 

@@ -1,16 +1,16 @@
 package node
 
 // The node as an edge of reverse tunnels: the tunnel edge takes connectors on
-// tunnels.listen; each tunnel service's VIP is put on lo (the XDP program does not know
-// it, so its packets pass to the stack, which then takes them as its own), and the
-// edge accepts clients on VIP:port.
+// tunnels.listen and accepts clients on each tunnel service's VIP:port. The controller
+// puts the VIP on lo with the update that serves the service (the XDP program does not
+// know it, so its packets pass to the stack, which then takes them as its own); here
+// only the listeners start and stop.
 //
-//	controller's view (tunnel services) ─► syncTunnels (run loop): VIP on lo, listener, Edge.Serve
+//	controller's view (tunnel services) ─► syncTunnels (run loop): listener, Edge.Serve
 //	Edge state changes ─► watchTunnels ─► run loop: Controller.TunnelsConnected (announce)
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -22,8 +22,6 @@ import (
 	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/tunnel"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // edge is the node's tunnel edge and the services it listens for.
@@ -32,8 +30,7 @@ type edge struct {
 	ctx       context.Context // the services' listeners live until it is done
 	relay     *tunnel.Relay   // nil: the edge does not relay
 	listeners map[string]*tunnelListener
-	onLo      map[netip.Addr]*netlink.Addr // VIPs the node put on lo, to remove
-	wg        sync.WaitGroup               // the listeners' Serve goroutines
+	wg        sync.WaitGroup // the listeners' Serve goroutines
 }
 
 type tunnelListener struct {
@@ -43,7 +40,7 @@ type tunnelListener struct {
 
 // startEdge listens for connectors (and, on a node of a fleet with a relay token,
 // relays to the fleet's other edges); the returned func stops the edge, every
-// listener and relay, and removes the VIPs it put on lo.
+// listener and relay.
 func (n *Node) startEdge(ctx context.Context) (func(), error) {
 	t := n.cfg.Tunnels
 	ec := tunnel.EdgeConfig{Listen: t.Listen, CertFile: t.CertFile, KeyFile: t.KeyFile, TokensFile: t.TokensFile,
@@ -71,7 +68,7 @@ func (n *Node) startEdge(ctx context.Context) (func(), error) {
 	// not Run's context: the edge serves on while the node drains (withdrawn, routers
 	// moving away), and stops with Run
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	n.edge = &edge{Edge: e, ctx: ctx, listeners: map[string]*tunnelListener{}, onLo: map[netip.Addr]*netlink.Addr{}}
+	n.edge = &edge{Edge: e, ctx: ctx, listeners: map[string]*tunnelListener{}}
 	var wg sync.WaitGroup
 	// owned by Run: stopped and waited for by the returned func
 	wg.Go(func() {
@@ -92,7 +89,6 @@ func (n *Node) startEdge(ctx context.Context) (func(), error) {
 			n.edge.relay.Wait()
 		}
 		wg.Wait()
-		n.edge.removeVIPs(n)
 	}, nil
 }
 
@@ -207,15 +203,11 @@ func (n *Node) syncTunnels() {
 			n.log.Error("tunnel service not served", "service", s.Name, "err", err)
 		}
 	}
-	e.pruneVIPs(n, services)
 }
 
 func (n *Node) serveTunnel(s *config.Service) error {
 	e := n.edge
 	at := netip.AddrPortFrom(s.VIP, s.Port)
-	if err := e.addVIP(s.VIP); err != nil {
-		return err
-	}
 	ln, err := net.Listen("tcp", at.String())
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", at, err)
@@ -231,58 +223,6 @@ func (n *Node) serveTunnel(s *config.Service) error {
 	})
 	n.log.Info("tunnel service served", "service", s.Name, "at", at)
 	return nil
-}
-
-// addVIP makes the VIP an address of the node, so that the kernel takes the packets
-// the XDP program passes; one already there is left as found.
-func (e *edge) addVIP(vip netip.Addr) error {
-	if _, ok := e.onLo[vip]; ok {
-		return nil
-	}
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		return err
-	}
-	addr, err := netlink.ParseAddr(netip.PrefixFrom(vip, vip.BitLen()).String())
-	if err != nil {
-		return err
-	}
-	if err := netlink.AddrAdd(lo, addr); err != nil {
-		if errors.Is(err, unix.EEXIST) {
-			return nil
-		}
-		return fmt.Errorf("add %s to lo: %w", vip, err)
-	}
-	e.onLo[vip] = addr
-	return nil
-}
-
-// pruneVIPs removes from lo the VIPs of services no longer served.
-func (e *edge) pruneVIPs(n *Node, services []config.Service) {
-	keep := map[netip.Addr]bool{}
-	for _, s := range services {
-		keep[s.VIP] = true
-	}
-	for vip := range e.onLo {
-		if !keep[vip] {
-			e.removeVIP(n, vip)
-		}
-	}
-}
-
-func (e *edge) removeVIPs(n *Node) {
-	for vip := range e.onLo {
-		e.removeVIP(n, vip)
-	}
-}
-
-func (e *edge) removeVIP(n *Node, vip netip.Addr) {
-	if lo, err := netlink.LinkByName("lo"); err == nil {
-		if err := netlink.AddrDel(lo, e.onLo[vip]); err != nil {
-			n.log.Error("remove tunnel VIP from lo", "vip", vip, "err", err)
-		}
-	}
-	delete(e.onLo, vip)
 }
 
 // tunnelsStatus is GET /api/v1/tunnels.

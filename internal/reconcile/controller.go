@@ -24,8 +24,10 @@ import (
 //	health changes ──► HealthChanged ─┼─► health targets ─► BPF maps (Reconciler.Apply)
 //	attach / stop  ──► Attached, Stop ┘     ─► neighbour entries ─► BGP announcements ─► View
 //
+// Submit also puts the tunnel services' VIPs on lo (Loopback), before the maps.
+//
 // A refused update (a conflict between sources, a failed Commit, a kernel error) leaves
-// everything as it was: the maps are restored, the health targets put back, the source
+// everything as it was: the maps and lo are restored, the health targets put back, the source
 // told to Revert. Every method but View must be called from one goroutine, the node's run
 // loop; View is safe from any.
 
@@ -42,9 +44,20 @@ type Neighbours interface {
 	Ensure(backends []netip.Addr)
 }
 
-// Options are the controller's parts. Speaker is nil when the node has no bgp section.
+// Loopback holds the VIPs of the tunnel services on lo (the XDP program does not know
+// them, so their packets pass to the stack, which takes them once the VIP is the
+// node's); *datapath.Loopback implements it. Set makes the VIPs it put there exactly
+// vips, or fails and leaves lo as it was.
+type Loopback interface {
+	Set(vips []netip.Addr) error
+}
+
+// Options are the controller's parts. Speaker is nil when the node has no bgp section;
+// Loopback is nil when it has no tunnels section (no edge serves the tunnel services,
+// so their VIPs stay off lo).
 type Options struct {
 	Dataplane  Dataplane
+	Loopback   Loopback
 	Settings   config.Node // read on every packet: entropy source, new-flow bound
 	Speaker    bgp.Speaker
 	BGP        *config.BGP // the speaker's config (ASN, router id, drain time); nil without
@@ -55,7 +68,7 @@ type Options struct {
 }
 
 // Controller is the node's one writer of the data plane, the health targets, the
-// neighbour entries and the BGP announcements.
+// neighbour entries, the tunnel VIPs on lo and the BGP announcements.
 type Controller struct {
 	log        *slog.Logger
 	clock      clock.Clock
@@ -65,6 +78,7 @@ type Controller struct {
 	bgp        *config.BGP
 	health     Health
 	neighbours Neighbours
+	loopback   Loopback // nil: no tunnel VIPs on lo
 
 	sources  map[string][]config.Service // by source: what each last sent and got applied
 	served   []*config.Service           // the union, sorted by name
@@ -110,7 +124,7 @@ func NewController(o Options) *Controller {
 	}
 	c := &Controller{
 		log: o.Log, clock: o.Clock, maps: New(o.Dataplane), settings: o.Settings,
-		speaker: o.Speaker, bgp: o.BGP, health: o.Health, neighbours: o.Neighbours,
+		speaker: o.Speaker, bgp: o.BGP, health: o.Health, neighbours: o.Neighbours, loopback: o.Loopback,
 		sources: map[string][]config.Service{}, announce: map[string]Announcement{},
 	}
 	c.view = View{Announce: map[string]Announcement{}, Revisions: map[string]string{}}
@@ -168,17 +182,39 @@ func (c *Controller) setBGP(b *config.BGP) {
 	c.log.Info("bgp section applied", "peers", len(b.Peers), "communities", len(b.Communities), "large_communities", len(b.LargeCommunities))
 }
 
-// apply writes served and the current health to the health checker and the maps. On a
-// kernel error the maps are restored by the Reconciler and the targets here.
+// apply writes served and the current health to the health checker, the tunnel VIPs
+// on lo and the maps. On a kernel error the maps are restored by the Reconciler, lo by
+// Loopback.Set (a failed Set) or here (failed maps), and the targets here.
 func (c *Controller) apply(served []*config.Service) error {
 	c.health.Set(targets(served))
+	if err := c.setLoopback(served); err != nil {
+		c.health.Set(targets(c.served))
+		return err
+	}
 	cfg := &config.Config{Node: c.settings, Services: derefAll(inDataplane(served))}
 	if err := c.maps.Apply(cfg, c.healthy); err != nil {
 		c.health.Set(targets(c.served))
+		if lerr := c.setLoopback(c.served); lerr != nil {
+			c.log.Error("the tunnel VIPs on lo could not be put back after a refused update", "err", lerr)
+		}
 		return err
 	}
 	c.served = served
 	return nil
+}
+
+// setLoopback puts on lo the VIPs of the tunnel services of served, and only those.
+func (c *Controller) setLoopback(served []*config.Service) error {
+	if c.loopback == nil {
+		return nil
+	}
+	var vips []netip.Addr
+	for _, s := range served {
+		if isTunnel(s) {
+			vips = append(vips, s.VIP)
+		}
+	}
+	return c.loopback.Set(vips)
 }
 
 // HealthChanged re-applies the maps after a backend's health changed.

@@ -1,8 +1,9 @@
 // Package reconcile is the node's controller: from one desired state — the services
-// of every source (the config file, the fleet store, …) and the backends' health — it
-// derives and applies the BPF maps, the health-check targets, the neighbour entries and
-// the BGP announcements (Controller, controller.go; the announce policy in announce.go).
-// Nothing else writes the data plane or BGP.
+// of every source (the config file, the fleet store, Kubernetes) and the backends'
+// health — it derives and applies the BPF maps, the health-check targets, the neighbour
+// entries, the tunnel services' VIPs on lo and the BGP announcements (Controller,
+// controller.go; the announce policy in announce.go). Nothing else writes the data
+// plane, lo's VIPs or BGP.
 //
 // This file is the maps' part, the Reconciler:
 //

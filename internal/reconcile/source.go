@@ -7,12 +7,14 @@ import (
 )
 
 // Update is a new desired state from one source of services: every service that source
-// wants now. Sources are the config file today; the fleet store, Kubernetes and the
-// steering controller next. Each source owns the services it sends; the controller
-// serves the union, and refuses an update that would take a name or a VIP:port/protocol
-// another source already serves.
+// wants now. The sources are the config file (store.Source, "file"), the fleet store
+// (fleet.Source, "fleet": the fleet's services, with the weights of the steering
+// controller's shares for the node's site) and a Kubernetes cluster (kubesource.Source,
+// "kubernetes"). Each source owns the services it sends; the controller serves the
+// union, and refuses an update that would take a name or a VIP:port/protocol another
+// source already serves.
 type Update struct {
-	Source   string           // "file", …: the name of the source, stable for its lifetime
+	Source   string           // "file", "fleet", "kubernetes": the name of the source, stable for its lifetime
 	Services []config.Service // validated (config.Parse or the source's own check)
 	Revision string           // the source's name for this state, for logs
 	// BGP, when set, is the node's bgp section as the source has it now (the config

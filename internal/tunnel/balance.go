@@ -84,10 +84,10 @@ func (e *Edge) join(ctx context.Context, service string, client net.Conn, idle *
 func (e *Edge) connect(ctx context.Context, h streamHeader, relays bool) (*edgeTunnel, *serviceSlot, *quic.Stream) {
 	service := h.Service
 	tried := map[*edgeTunnel]bool{}
-	deadline := time.NewTimer(e.cfg.QueueTimeout)
+	deadline := e.cfg.Clock.NewTimer(e.cfg.QueueTimeout)
 	defer deadline.Stop()
 	for {
-		t, slot := e.pick(ctx, service, tried, relays, deadline.C)
+		t, slot := e.pick(ctx, service, tried, relays, deadline.C())
 		if t == nil {
 			e.clientsRefused.Add(1)
 			e.notify()

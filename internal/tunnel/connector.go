@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/quic-go/quic-go"
 )
 
@@ -37,6 +38,7 @@ const (
 type Connector struct {
 	cfg      *ConnectorConfig
 	log      *slog.Logger
+	clock    clock.Clock
 	services map[string]ServiceConfig
 	quicConf *quic.Config
 	notifier // every tunnel up or down
@@ -73,7 +75,10 @@ type edgeLink struct {
 
 // NewConnector makes a connector of a validated config.
 func NewConnector(cfg *ConnectorConfig, log *slog.Logger) *Connector {
-	c := &Connector{cfg: cfg, log: log, services: map[string]ServiceConfig{}, links: map[string]*edgeLink{}, protocols: alpns}
+	c := &Connector{cfg: cfg, log: log, clock: cfg.Clock, services: map[string]ServiceConfig{}, links: map[string]*edgeLink{}, protocols: alpns}
+	if c.clock == nil {
+		c.clock = clock.Real()
+	}
 	capacity := 0
 	for _, s := range cfg.Services {
 		c.services[s.Name] = s
@@ -129,7 +134,7 @@ func (c *Connector) Run(ctx context.Context) error {
 func (c *Connector) keep(ctx context.Context, link *edgeLink) {
 	backoff := minBackoff
 	for {
-		start := time.Now()
+		start := c.clock.Now()
 		err := c.session(ctx, link)
 		if ctx.Err() != nil {
 			return
@@ -138,14 +143,12 @@ func (c *Connector) keep(ctx context.Context, link *edgeLink) {
 		link.lastError = err.Error()
 		c.mu.Unlock()
 		c.notify()
-		if time.Since(start) > maxBackoff {
+		if c.clock.Now().Sub(start) > maxBackoff {
 			backoff = minBackoff // it was up for a while: this is a new failure, not the same one
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		c.log.Warn("tunnel down; reconnecting", "edge", link.edge, "error", err, "in", wait.Round(time.Millisecond))
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
+		if !clock.Sleep(c.clock, wait, ctx.Done()) {
 			return
 		}
 		backoff = min(2*backoff, maxBackoff)
@@ -264,7 +267,7 @@ func (c *Connector) control(ctx context.Context, conn *quic.Conn, control *contr
 			}
 		}
 	}()
-	ping := time.NewTicker(pingInterval)
+	ping := c.clock.NewTicker(pingInterval)
 	defer ping.Stop()
 	offered, offerChanged := c.announced()
 	var seq uint64
@@ -272,7 +275,7 @@ func (c *Connector) control(ctx context.Context, conn *quic.Conn, control *contr
 	var drainTimeout <-chan time.Time
 	for {
 		select {
-		case <-ping.C:
+		case <-ping.C():
 			seq++
 			if err := control.send(message{Type: "ping", Seq: seq}); err != nil {
 				return err
@@ -311,7 +314,9 @@ func (c *Connector) control(ctx context.Context, conn *quic.Conn, control *contr
 			if err := control.send(message{Type: "drain"}); err != nil {
 				return err
 			}
-			drainTimeout = time.After(c.cfg.DrainTime)
+			drain := c.clock.NewTimer(c.cfg.DrainTime)
+			defer drain.Stop()
+			drainTimeout = drain.C()
 		case <-drainTimeout:
 			c.log.Warn("drain time over: closing the tunnel with streams open", "edge", link.edge, "streams_open", link.open.Load())
 			return nil

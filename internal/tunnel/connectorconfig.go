@@ -12,6 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/config"
 )
 
@@ -40,6 +41,9 @@ type ConnectorConfig struct {
 	// DrainTime bounds how long a draining connector waits for its open streams.
 	DrainTime time.Duration
 	Services  []ServiceConfig
+	// Clock drives the reconnection backoff, the pings and the drain time (nil: the
+	// real one; not read from the file). The network's deadlines stay on the real clock.
+	Clock clock.Clock
 }
 
 // ServiceConfig is one service the connector serves.

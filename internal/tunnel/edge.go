@@ -70,7 +70,10 @@ type EdgeConfig struct {
 	// (0: config.DefaultTunnelMaxPendingHellos).
 	MaxPendingHellos int
 	Log              *slog.Logger
-	Clock            clock.Clock // the idle timeout's (nil: the real one)
+	// Clock drives the edge's timers: the idle timeout, the queue timeout, the
+	// refusals' log rate (nil: the real one). The network's deadlines (a hello's, a
+	// pong's) are the connections' and stay on the real clock.
+	Clock clock.Clock
 }
 
 // Refusal reasons, the keys of EdgeCounters.Refused.
@@ -204,8 +207,8 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 		cfg:            cfg,
 		log:            cfg.Log,
 		tokens:         tokenSet(tokens),
-		refusals:       ratelog.New(cfg.Log, clock.Real(), time.Second, 10),
-		clientRefusals: ratelog.New(cfg.Log, clock.Real(), time.Second, 10),
+		refusals:       ratelog.New(cfg.Log, cfg.Clock, time.Second, 10),
+		clientRefusals: ratelog.New(cfg.Log, cfg.Clock, time.Second, 10),
 		tunnels:        map[uint64]*edgeTunnel{},
 		byService:      map[string][]*edgeTunnel{},
 		perToken:       map[string]int{},

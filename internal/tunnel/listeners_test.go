@@ -164,7 +164,8 @@ func exhaustDescriptors(t *testing.T) (release func()) {
 func TestIdleClientsAreClosedAndTheirStreamsGivenBack(t *testing.T) {
 	clk := clock.NewFake(time.Unix(0, 0))
 	const timeout = 340 * time.Second
-	e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{IdleTimeout: timeout, Clock: clk, QueueTimeout: 300 * time.Millisecond})
+	const queue = 300 * time.Millisecond
+	e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{IdleTimeout: timeout, Clock: clk, QueueTimeout: queue})
 	o := startOrigin(t, "a")
 	startConnector(t, e.connectorFile(t, "a", tokenWeb, "  - {name: web, to: "+o.addr+", capacity: 10}\n"))
 	addr := e.serve(t, "web")
@@ -189,7 +190,19 @@ func TestIdleClientsAreClosedAndTheirStreamsGivenBack(t *testing.T) {
 		return s.StreamsOpen == 10
 	})
 	client, url := newClient(), "http://"+addr+"/"
-	if _, err := get(client, url); err == nil {
+	// The request waits for a stream, QueueTimeout long on the edge's clock. The idle
+	// clients' own queue timers (armed at 0, due at QueueTimeout, stopped once their
+	// streams were acked) may still be armed: the request's is told apart by arming it
+	// later, and theirs are fired before it is counted.
+	clk.Advance(queue / 3)
+	refused := make(chan error, 1)
+	go func() { _, err := get(client, url); refused <- err }()
+	clk.Advance(queue - queue/3)                          // fires whatever is left of the idle clients' timers
+	if err := clk.BlockUntilContext(ctx, 2); err != nil { // the idle ticker, the request's queue timer
+		t.Fatal("the request did not wait for a stream")
+	}
+	clk.Advance(queue) // past the request's deadline, armed at queue/3 or at queue
+	if err := <-refused; err == nil {
 		t.Fatal("a request went through a connector whose capacity idle clients hold")
 	}
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/quic-go/quic-go"
 )
 
@@ -344,7 +345,9 @@ func TestLimits(t *testing.T) {
 	})
 
 	t.Run("streams per tunnel", func(t *testing.T) {
-		e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{MaxStreamsPerTunnel: 2, QueueTimeout: 300 * time.Millisecond})
+		clk := clock.NewFake(time.Unix(0, 0))
+		const queue = 30 * time.Second
+		e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{MaxStreamsPerTunnel: 2, QueueTimeout: queue, Clock: clk})
 		o := startOrigin(t, "a")
 		startConnector(t, e.connectorFile(t, "a", tokenWeb,
 			"  - {name: web, to: "+o.addr+", capacity: 10}\n"))
@@ -359,8 +362,25 @@ func TestLimits(t *testing.T) {
 		for range 2 {
 			<-o.held
 		}
-		// The third connection waits for a free stream, QueueTimeout long, then is closed.
-		if _, err := get(client, url); err == nil {
+		// The third connection waits for a free stream, QueueTimeout long on the edge's
+		// clock, then is closed. The held requests' own queue timers (armed at 0, due
+		// at queue, stopped once their streams were acked) may still be armed: the
+		// third's is told apart by arming it later, and theirs are fired before it is
+		// counted.
+		clk.Advance(queue / 3)
+		third := make(chan error, 1)
+		go func() { _, err := get(client, url); third <- err }()
+		clk.Advance(queue - queue/3)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := clk.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatal("the third request did not wait for a stream on the edge's clock")
+		}
+		if c := e.Counters(); c.ClientsRefused != 0 {
+			t.Fatalf("edge counters %+v: a client refused before its queue timeout", c)
+		}
+		clk.Advance(queue) // past its deadline, armed at queue/3 or at queue
+		if err := <-third; err == nil {
 			t.Error("a third concurrent request went through a tunnel limited to 2 streams")
 		}
 		if c := e.Counters(); c.ClientsRefused != 1 {

@@ -1,4 +1,4 @@
-package node
+package steer
 
 import (
 	"math"
@@ -9,10 +9,13 @@ import (
 
 // The RTT a node publishes is an average over its successful health checks, one sample
 // per check however often the record is built; failed checks and kind none add
-// nothing; each service's backend has its own.
-func TestRTTSmoother(t *testing.T) {
+// nothing; each service's backend has its own; a backend gone forgets its average.
+func TestRTTs(t *testing.T) {
 	b := func(checks uint64, ms float64, lastError string) wire.BackendStatus {
 		return wire.BackendStatus{Address: "10.1.0.11", Health: wire.BackendHealth{Check: "tcp://10.1.0.11:80", Checks: checks, LatencySeconds: ms / 1000, LastError: lastError}}
+	}
+	web := func(bs ...wire.BackendStatus) []wire.ServiceStatus {
+		return []wire.ServiceStatus{{Name: "web", Backends: bs}}
 	}
 	steps := []struct {
 		backend wire.BackendStatus
@@ -28,31 +31,38 @@ func TestRTTSmoother(t *testing.T) {
 		{b(7, 290, "refused"), 290},    //
 		{b(8, 290, ""), 290},           //
 	}
-	rtt := rttSmoother{}
+	var rtt RTTs
 	for i, s := range steps {
-		next := rttSmoother{}
-		if got := rtt.observe(next, "web", s.backend); math.Abs(got-s.want) > 1e-9 {
+		rtt.Observe(web(s.backend))
+		if got := rtt.Of("web", "10.1.0.11"); math.Abs(got-s.want) > 1e-9 {
 			t.Fatalf("step %d: %v ms, want %v", i, got, s.want)
 		}
-		rtt = next
 	}
 
 	// a step of the path's RTT shows in the average within ten checks (95 %)
 	for i := uint64(9); i < 19; i++ {
-		next := rttSmoother{}
-		rtt.observe(next, "web", b(i, 100, ""))
-		rtt = next
+		rtt.Observe(web(b(i, 100, "")))
 	}
-	if got := rtt[rttKey{"web", "10.1.0.11"}].ms; got > 100+0.06*190 {
+	if got := rtt.Of("web", "10.1.0.11"); got > 100+0.06*190 {
 		t.Errorf("after ten checks at 100 ms the average is %v ms", got)
 	}
 
-	none := wire.BackendStatus{Address: "10.1.0.11", Health: wire.BackendHealth{Check: "none", Up: true}}
-	if got := (rttSmoother{}).observe(rttSmoother{}, "web", none); got != 0 {
-		t.Errorf("a check of kind none measured %v ms", got)
-	}
 	// the same address in another service is another check: its own average
-	if got := rtt.observe(rttSmoother{}, "api", b(1, 7, "")); got != 7 {
+	rtt.Observe(append(web(b(19, 100, "")), wire.ServiceStatus{Name: "api", Backends: []wire.BackendStatus{b(1, 7, "")}}))
+	if got := rtt.Of("api", "10.1.0.11"); got != 7 {
 		t.Errorf("another service's backend at the same address: %v ms, want 7", got)
+	}
+
+	// a backend gone from the status takes its average with it
+	rtt.Observe(web())
+	rtt.Observe(web(b(20, 10, "")))
+	if got := rtt.Of("web", "10.1.0.11"); got != 10 {
+		t.Errorf("a backend back after it was gone: %v ms, want 10 (a fresh average)", got)
+	}
+
+	var none RTTs
+	none.Observe(web(wire.BackendStatus{Address: "10.1.0.11", Health: wire.BackendHealth{Check: "none", Up: true}}))
+	if got := none.Of("web", "10.1.0.11"); got != 0 {
+		t.Errorf("a check of kind none measured %v ms", got)
 	}
 }
