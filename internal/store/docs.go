@@ -23,22 +23,24 @@ type ServiceDoc struct {
 }
 
 // Compose builds a config document from a node config file's own sections (node, bgp;
-// not fleet, nor services) and the service documents, in the order given. The
-// result is parsed and validated by config.Parse as a whole.
-func Compose(file *Store, docs []ServiceDoc) ([]byte, *config.Config, error) {
+// not fleet, nor services) and the service documents, in the order given, parsed and
+// validated by config.Parse as a whole. It returns the document as a store held in
+// memory, edited by the same methods as a file's (PutService, Drain, …); its changes are
+// never written anywhere: the caller takes ServiceDocs from them.
+func Compose(file *Store, docs []ServiceDoc) (*Store, error) {
 	data, _ := file.current()
 	doc, err := parseTree(data)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	list := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
 	for _, d := range docs {
 		item, err := decode.YAML(d.YAML)
 		if err != nil {
-			return nil, nil, fmt.Errorf("service %s: %w", d.Name, err)
+			return nil, fmt.Errorf("service %s: %w", d.Name, err)
 		}
 		if item.Kind != yaml.DocumentNode || len(item.Content) != 1 || item.Content[0].Kind != yaml.MappingNode {
-			return nil, nil, fmt.Errorf("service %s: not one YAML mapping", d.Name)
+			return nil, fmt.Errorf("service %s: not one YAML mapping", d.Name)
 		}
 		expandAliases(item)
 		list.Content = append(list.Content, item.Content[0])
@@ -51,24 +53,13 @@ func Compose(file *Store, docs []ServiceDoc) ([]byte, *config.Config, error) {
 	set(doc.Content[0], "services", list)
 	out, err := render(doc)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	cfg, err := config.Parse(file.path, out)
 	if err != nil {
-		return nil, nil, err
-	}
-	return out, cfg, nil
-}
-
-// Memory is a store of a document held in memory (Compose's), edited by the same
-// methods as a file's (PutService, Drain, …). Its changes are never written anywhere:
-// the caller takes ServiceDocs from them.
-func Memory(name string, data []byte) (*Store, error) {
-	cfg, err := config.Parse(name, data)
-	if err != nil {
 		return nil, err
 	}
-	return &Store{path: name, data: data, cfg: cfg, memory: true}, nil
+	return &Store{path: file.path, data: out, cfg: cfg, memory: true}, nil
 }
 
 // ServiceDocs returns the services of a change as documents, in the order of its list.
