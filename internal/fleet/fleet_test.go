@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -726,5 +727,81 @@ func TestDialErrorsNameTheField(t *testing.T) {
 		if _, err := Dial(tc.cfg); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error about %s", tc.cfg, err, tc.want)
 		}
+	}
+}
+
+// Documents and records carry a format version, and a node one release older works
+// beside this one. A service document of version 1 is what every release before the
+// field wrote (no v); this node reads it and `v: 1`, and refuses a newer version for
+// that service alone. What this node writes through the API is version 1 without the
+// field, read by the previous release's reader (store.Compose, the whole-document parse
+// it ran on every revision). Node records carry v: 1; older readers ignore the field,
+// and the steering controller passes by a record of a newer version.
+func TestFormatVersions(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	a := startNode(t, cli, "a", nil)
+	for name, doc := range map[string]string{
+		"old":   "name: old\nvip: 198.51.100.20\nport: 80\nbackends: [{address: 10.0.1.1}]\n",
+		"v1":    "v: 1\nname: v1\nvip: 198.51.100.21\nport: 80\nbackends: [{address: 10.0.1.1}]\n",
+		"newer": "v: 2\nname: newer\nvip: 198.51.100.22\nport: 80\nbackends: [{address: 10.0.1.1}]\n",
+	} {
+		if _, err := cli.Put(context.Background(), prefix+"/services/"+name, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.sink.next(t, "the documents it reads", func(u reconcile.Update) bool {
+		return reflect.DeepEqual(names(u.Services), []string{"old", "v1"})
+	})
+	eventually(t, "the newer document refused, named", func() bool {
+		r := a.State().Refused
+		return len(r) == 1 && r[0].Service == "newer" && strings.Contains(r[0].Error, "format version 2 is newer than this node reads (1)")
+	})
+	if _, err := cli.Delete(context.Background(), prefix+"/services/newer"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Change(context.Background(), put("web", web)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Change(context.Background(), drain("old", "10.0.1.1")); err != nil {
+		t.Fatal(err)
+	}
+	docs, err := Export(context.Background(), cli, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var written []store.ServiceDoc
+	for _, d := range docs {
+		if d.Name != "v1" { // the one written past the API
+			written = append(written, d)
+		} else if !strings.HasPrefix(string(d.YAML), "v: 1\n") {
+			t.Fatalf("an edit of other services rewrote v1's document:\n%s", d.YAML)
+		}
+	}
+	mem, err := store.Compose(nodeFile(t, "previous"), written)
+	if err != nil || len(mem.Config().Services) != 2 {
+		t.Fatalf("the previous release's reader on this one's documents: %v", err)
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { a.Publish(ctx, func() wire.NodeRecord { return wire.NodeRecord{Site: "s1"} }) })
+	defer func() { stop(); wg.Wait() }()
+	var rec struct {
+		V    int    `json:"v"`
+		Name string `json:"name"`
+	}
+	eventually(t, "a's record", func() bool {
+		resp, err := cli.Get(context.Background(), prefix+"/nodes/a")
+		return err == nil && len(resp.Kvs) == 1 && json.Unmarshal(resp.Kvs[0].Value, &rec) == nil
+	})
+	if rec.V != wire.RecordVersion || rec.Name != "a" {
+		t.Fatalf("record: %+v", rec)
+	}
+	var previous, newer wire.NodeRecord
+	if err := json.Unmarshal([]byte(`{"name": "b", "site": "s1"}`), &previous); err != nil || !previous.Readable() {
+		t.Fatalf("a record of the previous release: %v %+v", err, previous)
+	}
+	if err := json.Unmarshal([]byte(`{"v": 2, "name": "c", "site": "s1"}`), &newer); err != nil || newer.Readable() {
+		t.Fatalf("a record of a newer format: %v %+v", err, newer)
 	}
 }

@@ -501,7 +501,7 @@ func (s *Source) diff(before map[string][]byte, after []store.ServiceDoc) []clie
 	kept := map[string]bool{}
 	for _, d := range after {
 		kept[d.Name] = true
-		if old, ok := before[d.Name]; !ok || !bytes.Equal(old, d.YAML) {
+		if old, ok := before[d.Name]; !ok || !store.SameService(old, d.YAML) {
 			ops = append(ops, clientv3.OpPut(s.keys.service(d.Name), string(d.YAML)))
 		}
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -26,7 +27,9 @@ type ServiceDoc struct {
 // not fleet, nor services) and the service documents, in the order given, parsed and
 // validated by config.Parse as a whole. It returns the document as a store held in
 // memory, edited by the same methods as a file's (PutService, Drain, …); its changes are
-// never written anywhere: the caller takes ServiceDocs from them.
+// never written anywhere: the caller takes ServiceDocs from them. A document's format
+// version (a top-level v, config.ServiceDocVersion, which the fleet's reader checked)
+// is no field of a service and stays out.
 func Compose(file *Store, docs []ServiceDoc) (*Store, error) {
 	data, _ := file.current()
 	doc, err := parseTree(data)
@@ -43,6 +46,7 @@ func Compose(file *Store, docs []ServiceDoc) (*Store, error) {
 			return nil, fmt.Errorf("service %s: not one YAML mapping", d.Name)
 		}
 		expandAliases(item)
+		dropVersion(item.Content[0])
 		list.Content = append(list.Content, item.Content[0])
 	}
 	// the composed document is the node's as it runs: its services are the fleet's, so
@@ -60,6 +64,33 @@ func Compose(file *Store, docs []ServiceDoc) (*Store, error) {
 		return nil, err
 	}
 	return &Store{path: file.path, data: out, cfg: cfg, memory: true}, nil
+}
+
+// dropVersion takes a service mapping's format version out.
+func dropVersion(m *yaml.Node) {
+	if holder, i := lookup(m, "v"); holder != nil {
+		holder.Content = append(holder.Content[:i-1], holder.Content[i+1:]...)
+	}
+}
+
+// SameService tells whether a service's document as the store has it (old) says what
+// its document after an edit (ServiceDocs') says: the same bytes, or the same but for
+// the format version, which an edit does not write (version 1 needs none).
+func SameService(old, after []byte) bool {
+	if bytes.Equal(old, after) {
+		return true
+	}
+	doc, err := decode.YAML(old)
+	if err != nil || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return false
+	}
+	if holder, _ := lookup(doc.Content[0], "v"); holder == nil {
+		return false
+	}
+	expandAliases(doc)
+	dropVersion(doc.Content[0])
+	out, err := render(doc)
+	return err == nil && bytes.Equal(out, after)
 }
 
 // ServiceDocs returns the services of a change as documents, in the order of its list.
