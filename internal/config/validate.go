@@ -429,9 +429,11 @@ func (p *parser) validateBGP(b *BGP) {
 
 func (p *parser) validateServices(c *Config) {
 	names := map[string]string{}
-	// the services of each VIP so far, for Clash: a VIP has few services, so each is
-	// compared with the few before it
-	byVIP := map[netip.Addr][]int{}
+	// the candidates for Clash: the service of each vip/port/protocol, and the first
+	// of each VIP (the services of a VIP agree on being tunnels or not), so that a
+	// thousand services on one VIP cost what one does
+	keys := map[ServiceKey]int{}
+	vips := map[netip.Addr]int{}
 	for i := range c.Services {
 		s := &c.Services[i]
 		sp := index("services", i)
@@ -452,19 +454,33 @@ func (p *parser) validateServices(c *Config) {
 		if !vipOK || !p.usable(f("forwarding")) || !p.usable(f("port")) || !p.usable(f("protocol")) {
 			continue
 		}
-		clashed := false
-		for _, j := range byVIP[s.VIP] {
-			if field, why := Clash(s, &c.Services[j], index("services", j)); why != "" {
-				p.errorAt(strings.TrimSuffix(sp+"."+field, "."), "%s", why)
-				clashed = true
-				break
-			}
+		field, why := "", ""
+		if j, ok := keys[s.Key()]; ok {
+			field, why = Clash(s, &c.Services[j], index("services", j))
 		}
-		if !clashed {
-			byVIP[s.VIP] = append(byVIP[s.VIP], i)
+		if j, ok := vips[s.VIP]; ok && why == "" {
+			field, why = Clash(s, &c.Services[j], index("services", j))
+		}
+		if why != "" {
+			p.errorAt(strings.TrimSuffix(sp+"."+field, "."), "%s", why)
+			continue
+		}
+		keys[s.Key()] = i
+		if _, ok := vips[s.VIP]; !ok {
+			vips[s.VIP] = i
 		}
 	}
 }
+
+// ServiceKey is what one service of a node alone may have: its vip, port and protocol.
+type ServiceKey struct {
+	VIP      netip.Addr
+	Port     uint16
+	Protocol Protocol
+}
+
+// Key is the service's ServiceKey.
+func (s *Service) Key() ServiceKey { return ServiceKey{s.VIP, s.Port, s.Protocol} }
 
 // validateService checks what one service can be checked for alone, within the node's
 // config c (its node addresses and tunnels section), and reports whether its VIP is

@@ -23,9 +23,11 @@ import (
 type desired struct {
 	services map[string]*config.Service // the last good state of each service
 	good     map[string][]byte          // the document of that state, for API edits
-	names    []string                   // the kept services' names, sorted: the order of the update
-	byVIP    map[netip.Addr][]string    // the kept services of each VIP, for Clash
-	refused  map[string]Refusal
+	flat     []config.Service           // the kept services sorted by name: the update, copied whole
+	// the kept services by key and by VIP: the candidates for config.Clash
+	byKey   map[config.ServiceKey]string
+	byVIP   map[netip.Addr]map[string]struct{}
+	refused map[string]Refusal
 	// pending is the services refused for a clash only: valid alone, taken once the
 	// services they clash with go or change
 	pending map[string]pendingService
@@ -48,7 +50,8 @@ type pendingService struct {
 
 func newDesired() *desired {
 	return &desired{
-		services: map[string]*config.Service{}, good: map[string][]byte{}, byVIP: map[netip.Addr][]string{},
+		services: map[string]*config.Service{}, good: map[string][]byte{},
+		byKey: map[config.ServiceKey]string{}, byVIP: map[netip.Addr]map[string]struct{}{},
 		refused: map[string]Refusal{}, pending: map[string]pendingService{},
 	}
 }
@@ -89,8 +92,11 @@ func (d *desired) take(docs []decoded) (changed bool, refused []Refusal) {
 			continue
 		}
 		if dd.err == nil {
-			if why := d.clash(dd.svc); why != "" {
+			if field, why := d.clash(dd.svc); why != "" {
 				d.pending[dd.name] = pendingService{svc: dd.svc, doc: dd.doc}
+				if field != "" {
+					why = field + ": " + why
+				}
 				dd.err = errors.New(why)
 			}
 		}
@@ -108,7 +114,7 @@ func (d *desired) take(docs []decoded) (changed bool, refused []Refusal) {
 	if changed {
 		// a service refused for a clash may fit now
 		for name, p := range d.pending {
-			if d.clash(p.svc) == "" {
+			if _, why := d.clash(p.svc); why == "" {
 				delete(d.pending, name)
 				delete(d.refused, name)
 				d.keep(p.svc, p.doc)
@@ -119,31 +125,36 @@ func (d *desired) take(docs []decoded) (changed bool, refused []Refusal) {
 }
 
 // clash returns why svc cannot run beside the kept services (but its own last state),
-// or "".
-func (d *desired) clash(svc *config.Service) string {
-	for _, name := range d.byVIP[svc.VIP] {
-		if name == svc.Name {
-			continue
-		}
-		if field, why := config.Clash(svc, d.services[name], "service "+name); why != "" {
-			if field != "" {
-				why = field + ": " + why
-			}
-			return why
+// and the field of svc it is about (config.Clash); why is "" when it can.
+func (d *desired) clash(svc *config.Service) (field, why string) {
+	if name, ok := d.byKey[svc.Key()]; ok && name != svc.Name {
+		if field, why = config.Clash(svc, d.services[name], "service "+name); why != "" {
+			return field, why
 		}
 	}
-	return ""
+	// the services of a VIP agree on being tunnels or not: one of them stands for all
+	for name := range d.byVIP[svc.VIP] {
+		if name != svc.Name {
+			return config.Clash(svc, d.services[name], "service "+name)
+		}
+	}
+	return "", ""
 }
 
 func (d *desired) keep(svc *config.Service, doc []byte) {
-	if old, ok := d.services[svc.Name]; ok {
-		d.unindex(old)
+	i, found := d.at(svc.Name)
+	if found {
+		d.unindex(d.services[svc.Name])
+		d.flat[i] = *svc
 	} else {
-		i, _ := slices.BinarySearch(d.names, svc.Name)
-		d.names = slices.Insert(d.names, i, svc.Name)
+		d.flat = slices.Insert(d.flat, i, *svc)
 	}
 	d.services[svc.Name], d.good[svc.Name] = svc, doc
-	d.byVIP[svc.VIP] = append(d.byVIP[svc.VIP], svc.Name)
+	d.byKey[svc.Key()] = svc.Name
+	if d.byVIP[svc.VIP] == nil {
+		d.byVIP[svc.VIP] = map[string]struct{}{}
+	}
+	d.byVIP[svc.VIP][svc.Name] = struct{}{}
 }
 
 func (d *desired) remove(name string) bool {
@@ -154,28 +165,30 @@ func (d *desired) remove(name string) bool {
 	d.unindex(old)
 	delete(d.services, name)
 	delete(d.good, name)
-	if i, found := slices.BinarySearch(d.names, name); found {
-		d.names = slices.Delete(d.names, i, i+1)
+	if i, found := d.at(name); found {
+		d.flat = slices.Delete(d.flat, i, i+1)
 	}
 	return true
 }
 
+// at finds service name in flat.
+func (d *desired) at(name string) (int, bool) {
+	return slices.BinarySearchFunc(d.flat, name, func(s config.Service, name string) int { return strings.Compare(s.Name, name) })
+}
+
 func (d *desired) unindex(svc *config.Service) {
-	list := slices.DeleteFunc(d.byVIP[svc.VIP], func(n string) bool { return n == svc.Name })
-	if len(list) == 0 {
+	if d.byKey[svc.Key()] == svc.Name {
+		delete(d.byKey, svc.Key())
+	}
+	delete(d.byVIP[svc.VIP], svc.Name)
+	if len(d.byVIP[svc.VIP]) == 0 {
 		delete(d.byVIP, svc.VIP)
-	} else {
-		d.byVIP[svc.VIP] = list
 	}
 }
 
-// list is the kept services, sorted by name (copies: the update is the reconciler's).
+// list is the kept services, sorted by name (a copy: the update is the reconciler's).
 func (d *desired) list() []config.Service {
-	out := make([]config.Service, len(d.names))
-	for i, name := range d.names {
-		out[i] = *d.services[name]
-	}
-	return out
+	return slices.Clone(d.flat)
 }
 
 // refusedList is the refused documents, sorted by service.

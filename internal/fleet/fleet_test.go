@@ -286,6 +286,17 @@ func TestBadInputChangesNothing(t *testing.T) {
 	}
 	storeError(t, a.Change(context.Background(), drain("nope", "10.0.1.1")), store.NotFound)
 	storeError(t, a.Change(context.Background(), put("other", web)), store.Conflict) // web's VIP:port
+	// the API's writes name their service: the fleet edits it alone and checks it
+	// against the services it keeps
+	se := storeError(t, a.Change(store.ForService(context.Background(), "other"), put("other", web)), store.Conflict)
+	if se.Problems[0].Message != "duplicate service: same vip/port/protocol as service web" {
+		t.Fatalf("problems %+v", se.Problems)
+	}
+	err = a.Change(store.ForService(context.Background(), "web"), put("web", `{"vip": "198.51.100.10", "port": 99999, "backends": [{"address": "10.0.1.1"}]}`))
+	if se := storeError(t, err, store.Invalid); se.Problems[0].Field != "port" {
+		t.Fatalf("problems %+v", se.Problems)
+	}
+	storeError(t, a.Change(store.ForService(context.Background(), "nope"), drain("nope", "10.0.1.1")), store.NotFound)
 	if after := storeRevision(t, cli); after != before {
 		t.Fatalf("refused edits wrote: revision %d → %d", before, after)
 	}
@@ -350,6 +361,10 @@ func TestBadDocumentRefusesThatServiceOnly(t *testing.T) {
 	if err := a.Change(context.Background(), put("dns", `{"vip": "198.51.100.53", "port": 53, "protocol": "udp", "backends": [{"address": "10.0.1.1"}]}`)); err != nil {
 		t.Fatalf("a change of another service after a bad document: %v", err)
 	}
+	// and as the API writes it, the service alone
+	if err := a.Change(store.ForService(context.Background(), "dns"), drain("dns", "10.0.1.1")); err != nil {
+		t.Fatalf("a change of another service after a bad document, named: %v", err)
+	}
 	u := a.sink.next(t, "dns applied", func(u reconcile.Update) bool { return slices.Contains(names(u.Services), "dns") })
 	if got := names(u.Services); !reflect.DeepEqual(got, []string{"dns", "web"}) {
 		t.Fatalf("services applied: %v", got)
@@ -357,7 +372,7 @@ func TestBadDocumentRefusesThatServiceOnly(t *testing.T) {
 	// a bad document of a service that has a good state: it keeps that state
 	directPut("web", "name: web\nvip: 198.51.100.10\nport: 80\nbackends: [{address: 10.0.1.1, weight: -1}]\n")
 	eventually(t, "web's bad document refused", refusedAs(map[string]string{"bad": "", "dup": "", "web": "backends[0].weight"}))
-	if err := a.Change(context.Background(), drain("web", "10.0.1.1")); err != nil {
+	if err := a.Change(store.ForService(context.Background(), "web"), drain("web", "10.0.1.1")); err != nil {
 		t.Fatalf("an API edit of the refused service's last good state: %v", err)
 	}
 	u = a.sink.next(t, "web drained", func(u reconcile.Update) bool { return len(u.Services) == 2 && u.Services[1].Backends[0].Weight == 0 })

@@ -425,8 +425,17 @@ func (s *Source) compose(good map[string][]byte) (*store.Store, error) {
 func (s *Source) Change(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error {
 	s.writes.Lock()
 	defer s.writes.Unlock()
+	// the services the edit runs on: the one it names (store.ForService, the API's
+	// writes), checked against the others below; else all of them
+	name, scoped := store.ServiceOf(ctx)
 	s.mu.Lock()
-	rev, good, reachable, staleSince := s.rev, maps.Clone(s.want.good), s.reachable, s.staleSince
+	rev, reachable, staleSince := s.rev, s.reachable, s.staleSince
+	good := map[string][]byte{}
+	if !scoped {
+		good = maps.Clone(s.want.good)
+	} else if doc, ok := s.want.good[name]; ok {
+		good[name] = doc
+	}
 	s.mu.Unlock()
 	switch {
 	case !reachable && staleSince.IsZero():
@@ -444,6 +453,11 @@ func (s *Source) Change(ctx context.Context, edit func(*store.Store) (*store.Cha
 	if err != nil {
 		return err
 	}
+	if scoped {
+		if err := s.fits(ch.Config.Services); err != nil {
+			return err
+		}
+	}
 	after, err := ch.ServiceDocs()
 	if err != nil {
 		return failed("cannot take the edited services apart: %v", err)
@@ -458,6 +472,20 @@ func (s *Source) Change(ctx context.Context, edit func(*store.Store) (*store.Cha
 	}
 	s.log.Info("fleet changed through the API", "change", ch.Summary, "revision", wrote)
 	return s.awaitApplied(ctx, wrote)
+}
+
+// fits checks an edit's services against the services the node keeps, as the file
+// store checks a service against the file's others: a conflict (409), in
+// config.Clash's words.
+func (s *Source) fits(services []config.Service) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range services {
+		if field, why := s.want.clash(&services[i]); why != "" {
+			return &store.Error{Kind: store.Conflict, Problems: []store.Problem{{Field: field, Message: why}}}
+		}
+	}
+	return nil
 }
 
 // commit writes ops and the guard (value, unique to this write) if the services did

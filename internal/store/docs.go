@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -134,6 +135,23 @@ func ExportSection(docs []ServiceDoc) ([]byte, error) {
 	root := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{strNode("services"), list}}
 	out, err := render(&yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}})
 	return out, err
+}
+
+type serviceKey struct{}
+
+// ForService says that the edit made with ctx is of service name alone (the API's
+// writes each name one). A store of many services kept apart (the fleet's) may then
+// compose that service alone, run the edit on it, and check the result against the
+// others itself (config.Clash), instead of composing and parsing them all; the file
+// store edits its whole file either way.
+func ForService(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, serviceKey{}, name)
+}
+
+// ServiceOf returns the service ForService named, if any.
+func ServiceOf(ctx context.Context) (string, bool) {
+	name, ok := ctx.Value(serviceKey{}).(string)
+	return name, ok
 }
 
 // Unavailable is the error of a write that could not reach the store (the fleet's
