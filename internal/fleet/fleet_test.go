@@ -104,7 +104,7 @@ func startNode(t *testing.T, cli *clientv3.Client, name string, refuse func(reco
 }
 
 // nodeFile is a node's config file in a fleet: its own sections, no services.
-func nodeFile(t *testing.T, name string) *store.Store {
+func nodeFile(t testing.TB, name string) *store.Store {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name+".yaml")
 	doc := fmt.Sprintf("node:\n  name: %s\n  interfaces: [eth0]\n  address: 10.0.0.11\n  address6: 2001:db8::11\n", name)

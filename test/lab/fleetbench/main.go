@@ -19,6 +19,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -40,10 +41,19 @@ import (
 	"github.com/manifoldlb/manifold/test/lab"
 )
 
-const prefix = "mffb"
+// prefix names the lab's namespaces; MANIFOLD_LAB_PREFIX gives a run names of its own,
+// beside another run's (as the lab tests do)
+var prefix = cmp.Or(os.Getenv("MANIFOLD_LAB_PREFIX"), "mffb")
+
+// pollEvery is how often each node's API is asked (-poll). A node answers GET
+// /api/v1/services/NAME from its whole status today, so with 10 000 services a poll
+// costs the node as much as the change measured: poll less often there.
+var pollEvery = 2 * time.Millisecond
+
+// keep is where the lab's directory goes at the end (-keep); "" removes it.
+var keep string
 
 const (
-	pollEvery = 2 * time.Millisecond
 	// the goal of issue 12 for the slowest 1 % of writes, with 2 services
 	propagationGoal = 100 * time.Millisecond
 	// the goal of issue 26 for the slowest 1 % of writes among 100 000 services
@@ -60,6 +70,8 @@ func main() {
 	sizes := flag.String("sizes", "2,1000,10000", "services in the store while the writes are timed, comma-separated")
 	starts := flag.Int("starts", 3, "node starts timed on each store size (0: none)")
 	label := flag.String("label", "", "a label for the figures' names, e.g. before (an older -manifold)")
+	flag.DurationVar(&pollEvery, "poll", pollEvery, "how often each node's API is asked whether it applied a write")
+	flag.StringVar(&keep, "keep", "", "move the lab's directory (the processes' logs) here at the end, for a look at where the time went")
 	flag.Parse()
 
 	var ns []int
@@ -106,7 +118,11 @@ func run(ctx context.Context, manifold, jsonPath, label string, writes int, size
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	if keep == "" {
+		defer os.RemoveAll(dir)
+	} else {
+		defer func() { _ = os.Rename(dir, keep) }()
+	}
 	began := time.Now()
 	// the backends are addresses only: no traffic is sent, health checks are off
 	l, err := lab.New(lab.Spec{Prefix: prefix, Dir: dir, Hosts: []lab.HostSpec{
@@ -149,7 +165,9 @@ func run(ctx context.Context, manifold, jsonPath, label string, writes int, size
 		if err != nil {
 			return err
 		}
-		figs = append(figs, propagationFigures(label, n, applied, answered)...)
+		sized := propagationFigures(label, n, applied, answered)
+		printFigures(sized)
+		figs = append(figs, sized...)
 	}
 	if starts > 0 {
 		few, many, err := b.loads(starts)
@@ -157,13 +175,7 @@ func run(ctx context.Context, manifold, jsonPath, label string, writes int, size
 			return err
 		}
 		figs = append(figs, loadFigures(label, few, many)...)
-	}
-	for _, f := range figs {
-		fmt.Printf("  %-52s median %8.1f %s, min %8.1f, max %8.1f", f.Name, f.Value.Median, f.Metric, f.Value.Min, f.Value.Max)
-		if f.Bound != nil {
-			fmt.Printf("   goal %s", f.BoundText())
-		}
-		fmt.Println()
+		printFigures(figs[len(figs)-2:])
 	}
 	fmt.Printf("(times err slow by up to one poll of %s; %s in all)\n", pollEvery, time.Since(began).Round(time.Second))
 	if jsonPath != "" {
@@ -178,7 +190,9 @@ func run(ctx context.Context, manifold, jsonPath, label string, writes int, size
 const method = "Fleet store in the lab (test/lab): three manifold nodes, each beside an etcd 3.4 member " +
 	"(Debian's etcd-server) in its network namespace, the members reached through the lab's router. " +
 	"Propagation: a backend's weight changed through one node's API (each node in turn), from " +
-	"sending the request to every node's API showing the new weight, polled every 2 ms per node. " +
+	"sending the request to every node's API showing the new weight (polled every -poll per node), " +
+	"with 2 services in the store, and with each of -sizes seeded while the nodes run (beyond 1 000, " +
+	"the default table size). " +
 	"Load: a node started on a store of 1 000 services (table_size 1021 each) or of 2, from starting " +
 	"the process to its API serving the last service, the other nodes stopped."
 
@@ -398,6 +412,19 @@ func (b *bench) timeStart(h *lab.Host, services int) (time.Duration, error) {
 		return 0, fmt.Errorf("%s serves %d services, the store holds %d", h.Role, len(st.Services), services)
 	}
 	return seen.Sub(t0), nil
+}
+
+func printFigures(figs []results.Figure) {
+	for _, f := range figs {
+		fmt.Printf("  %-52s median %8.1f %s, min %8.1f, max %8.1f", f.Name, f.Value.Median, f.Metric, f.Value.Min, f.Value.Max)
+		if f.Note != "" {
+			fmt.Printf("  (%s)", f.Note)
+		}
+		if f.Bound != nil {
+			fmt.Printf("   goal %s", f.BoundText())
+		}
+		fmt.Println()
+	}
 }
 
 // propagationFigures are the figures of the writes timed with n services in the store.
