@@ -289,7 +289,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	// the API's writes name their service: the fleet edits it alone and checks it
 	// against the services it keeps
 	se := storeError(t, a.Change(store.ForService(context.Background(), "other"), put("other", web)), store.Conflict)
-	if se.Problems[0].Message != "duplicate service: same vip/port/protocol as service web" {
+	if se.Problems[0].Field != "vip" || se.Problems[0].Message != `198.51.100.10 port 80/tcp is served by service "web" already` {
 		t.Fatalf("problems %+v", se.Problems)
 	}
 	err = a.Change(store.ForService(context.Background(), "web"), put("web", `{"vip": "198.51.100.10", "port": 99999, "backends": [{"address": "10.0.1.1"}]}`))

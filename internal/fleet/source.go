@@ -475,14 +475,18 @@ func (s *Source) Change(ctx context.Context, edit func(*store.Store) (*store.Cha
 }
 
 // fits checks an edit's services against the services the node keeps, as the file
-// store checks a service against the file's others: a conflict (409), in
-// config.Clash's words.
+// store checks a service against the file's others, with the same answers: a conflict
+// (409) on another service's vip/port/protocol, else config.Clash's problem (400).
 func (s *Source) fits(services []config.Service) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range services {
-		if field, why := s.want.clash(&services[i]); why != "" {
-			return &store.Error{Kind: store.Conflict, Problems: []store.Problem{{Field: field, Message: why}}}
+		svc := &services[i]
+		if other, ok := s.want.byKey[svc.Key()]; ok && other != svc.Name {
+			return store.ServedAlready(svc, other)
+		}
+		if field, why := s.want.clash(svc); why != "" {
+			return &store.Error{Kind: store.Invalid, Problems: []store.Problem{{Field: field, Message: why}}}
 		}
 	}
 	return nil
