@@ -67,7 +67,7 @@ func main() {
 	manifold := flag.String("manifold", "bin/manifold", "the manifold binary (make build)")
 	jsonPath := flag.String("json", "", "also write the results to this file as JSON")
 	writes := flag.Int("writes", 200, "weight changes timed at each store size")
-	sizes := flag.String("sizes", "2,1000,10000", "services in the store while the writes are timed, comma-separated")
+	sizes := flag.String("sizes", "2,1000", "services in the store while the writes are timed, comma-separated (10000 and more: with -poll 20ms or slower, see docs/performance.md)")
 	starts := flag.Int("starts", 3, "node starts timed on each store size (0: none)")
 	label := flag.String("label", "", "a label for the figures' names, e.g. before (an older -manifold)")
 	flag.DurationVar(&pollEvery, "poll", pollEvery, "how often each node's API is asked whether it applied a write")
