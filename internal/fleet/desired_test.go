@@ -63,7 +63,7 @@ func BenchmarkOneChangeAmong(b *testing.B) {
 // fleet's part of "API write → applied", without the reconciler, the kernel or the
 // node's status. etcd runs with the store's default limits but for the import.
 func BenchmarkWriteApplied(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
+	for _, n := range []int{1000, 10000, 100000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			c := startEtcd(b, 1)
 			cli := c.client()

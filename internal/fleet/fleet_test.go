@@ -820,3 +820,34 @@ func TestFormatVersions(t *testing.T) {
 		t.Fatalf("a record of a newer format: %v %+v", err, newer)
 	}
 }
+
+// A named write commits unless an API write came since or its own service's document
+// changed: a document of another service put past the API meanwhile does not refuse it
+// (each node checks that document on its own), one of the same service does.
+func TestNamedWriteComparesItsOwnService(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	a := startNode(t, cli, "a", nil)
+	if err := a.Change(context.Background(), put("web", web)); err != nil {
+		t.Fatal(err)
+	}
+	meanwhile := func(name, doc string, edit func(*store.Store) (*store.Change, error)) func(*store.Store) (*store.Change, error) {
+		return func(st *store.Store) (*store.Change, error) {
+			if _, err := cli.Put(context.Background(), prefix+"/services/"+name, doc); err != nil {
+				t.Fatal(err)
+			}
+			return edit(st)
+		}
+	}
+	ctx := store.ForService(context.Background(), "web")
+	other := "name: dns\nvip: 198.51.100.53\nport: 53\nprotocol: udp\nbackends: [{address: 10.0.1.1}]\n"
+	if err := a.Change(ctx, meanwhile("dns", other, drain("web", "10.0.1.1"))); err != nil {
+		t.Fatalf("a named write while another service was put: %v", err)
+	}
+	same := "name: web\nvip: 198.51.100.10\nport: 80\nbackends: [{address: 10.0.1.1}]\n"
+	storeError(t, a.Change(ctx, meanwhile("web", same, drain("web", "10.0.1.2"))), store.Conflict)
+	eventually(t, "both put documents taken", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.want.services["dns"] != nil && len(a.want.services["web"].Backends) == 1
+	})
+}

@@ -466,7 +466,11 @@ func (s *Source) Change(ctx context.Context, edit func(*store.Store) (*store.Cha
 	if len(ops) == 0 {
 		return nil
 	}
-	wrote, err := s.commit(ctx, rev, ops, generationValue(s.name, ch.Summary))
+	unchanged := unchangedSince(s.keys, rev)
+	if scoped {
+		unchanged = serviceUnchangedSince(s.keys, name, rev)
+	}
+	wrote, err := s.commit(ctx, rev, unchanged, ops, generationValue(s.name, ch.Summary))
 	if err != nil {
 		return err
 	}
@@ -492,17 +496,18 @@ func (s *Source) fits(services []config.Service) error {
 	return nil
 }
 
-// commit writes ops and the guard (value, unique to this write) if the services did
-// not change after revision since, and returns the write's revision. An attempt that
+// commit writes ops and the guard (value, unique to this write) if the compares
+// unchanged hold (the services, or the one written, did not change after revision
+// since), and returns the write's revision. An attempt that
 // gets no answer is made again: a write in flight when etcd's leader dies is lost,
 // or committed by the next leader; the guard's value tells which (a second attempt
 // finding its own first one committed is no conflict).
-func (s *Source) commit(ctx context.Context, since int64, ops []clientv3.Op, value string) (int64, error) {
+func (s *Source) commit(ctx context.Context, since int64, unchanged []clientv3.Cmp, ops []clientv3.Op, value string) (int64, error) {
 	ops = append(ops, clientv3.OpPut(s.keys.generation(), value))
 	deadline := time.Now().Add(writeTimeout)
 	for {
 		actx, cancel := context.WithTimeout(ctx, min(attemptTimeout, time.Until(deadline)))
-		resp, err := s.cli.Txn(actx).If(unchangedSince(s.keys, since)...).Then(ops...).
+		resp, err := s.cli.Txn(actx).If(unchanged...).Then(ops...).
 			Else(clientv3.OpGet(s.keys.generation())).Commit()
 		cancel()
 		switch {
