@@ -245,7 +245,23 @@ func fleetLine(f *wire.FleetState) string {
 	if f.ApplyError != "" {
 		line += "; could not apply a later revision: " + f.ApplyError
 	}
+	if r := refusedNote(f.Refused); r != "" {
+		line += "; " + r
+	}
 	return line
+}
+
+// refusedNote names the service documents a node refused (each service keeps its last
+// good state), "" when none.
+func refusedNote(refused []wire.FleetRefusal) string {
+	if len(refused) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, r := range refused {
+		parts = append(parts, fmt.Sprintf("%s (revision %d: %s)", r.Service, r.Revision, r.Error))
+	}
+	return fmt.Sprintf("refused %d service documents, each service keeps its last good state: %s", len(refused), strings.Join(parts, "; "))
 }
 
 func printFleet(w io.Writer, f *wire.FleetStatus) {
@@ -270,6 +286,13 @@ func printFleet(w io.Writer, f *wire.FleetStatus) {
 			}
 		}
 		note := n.ApplyError
+		if len(n.Refused) > 0 {
+			names := make([]string, len(n.Refused))
+			for i, r := range n.Refused {
+				names[i] = r.Service
+			}
+			note = strings.TrimSpace(note + " refused: " + strings.Join(names, ", "))
+		}
 		if n.StaleSince != "" {
 			note = strings.TrimSpace("store unreachable since " + n.StaleSince + " " + note)
 		}

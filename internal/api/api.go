@@ -197,9 +197,17 @@ func (s *Server) Handler() http.Handler {
 		read("GET /metrics", s.Metrics.ServeHTTP)
 	}
 
-	// change is how a write reaches the node: Change for the services, ChangeOwn for
-	// the node's own bgp section.
-	type change func(context.Context, func(*store.Store) (*store.Change, error)) error
+	// change is how a write of the object key reaches the node: Change for the
+	// services, ChangeOwn for the node's own bgp section.
+	type change func(ctx context.Context, key string, edit func(*store.Store) (*store.Change, error)) error
+	// a service write edits that service alone: the fleet edits it beside the services
+	// it keeps instead of composing them all (store.ForService)
+	services := func(ctx context.Context, name string, edit func(*store.Store) (*store.Change, error)) error {
+		return s.Node.Change(store.ForService(ctx, name), edit)
+	}
+	own := func(ctx context.Context, _ string, edit func(*store.Store) (*store.Change, error)) error {
+		return s.Node.ChangeOwn(ctx, edit)
+	}
 	// put answers a PUT: 201 with respond's body when the edit created the object, else 200.
 	put := func(pattern string, via change, edit func(st *store.Store, key string, body []byte) (*store.Change, error),
 		respond func(w http.ResponseWriter, code int, key string)) {
@@ -210,7 +218,7 @@ func (s *Server) Handler() http.Handler {
 				return
 			}
 			var created bool
-			err := via(r.Context(), func(st *store.Store) (*store.Change, error) {
+			err := via(r.Context(), key, func(st *store.Store) (*store.Change, error) {
 				ch, err := edit(st, key, body)
 				created = err == nil && ch.Created
 				return ch, err
@@ -228,18 +236,18 @@ func (s *Server) Handler() http.Handler {
 	del := func(pattern string, via change, edit func(st *store.Store, key string) (*store.Change, error)) {
 		write(pattern, func(w http.ResponseWriter, r *http.Request) {
 			key := r.PathValue("key")
-			err := via(r.Context(), func(st *store.Store) (*store.Change, error) { return edit(st, key) })
+			err := via(r.Context(), key, func(st *store.Store) (*store.Change, error) { return edit(st, key) })
 			if !s.fail(w, r, err) {
 				w.WriteHeader(http.StatusNoContent)
 			}
 		})
 	}
-	put("PUT /api/v1/services/{key}", s.Node.Change, (*store.Store).PutService, s.writeService)
-	del("DELETE /api/v1/services/{key}", s.Node.Change, (*store.Store).DeleteService)
-	put("PUT /api/v1/bgp/peers/{key}", s.Node.ChangeOwn, (*store.Store).PutPeer, func(w http.ResponseWriter, code int, _ string) {
+	put("PUT /api/v1/services/{key}", services, (*store.Store).PutService, s.writeService)
+	del("DELETE /api/v1/services/{key}", services, (*store.Store).DeleteService)
+	put("PUT /api/v1/bgp/peers/{key}", own, (*store.Store).PutPeer, func(w http.ResponseWriter, code int, _ string) {
 		writeJSON(w, code, s.Node.Status().BGP)
 	})
-	del("DELETE /api/v1/bgp/peers/{key}", s.Node.ChangeOwn, (*store.Store).DeletePeer)
+	del("DELETE /api/v1/bgp/peers/{key}", own, (*store.Store).DeletePeer)
 	backendAction := func(action string, edit func(st *store.Store, service, backend string, body []byte) (*store.Change, error)) {
 		write("POST /api/v1/services/{name}/backends/{address}/"+action, func(w http.ResponseWriter, r *http.Request) {
 			name, addr := r.PathValue("name"), r.PathValue("address")
@@ -247,7 +255,7 @@ func (s *Server) Handler() http.Handler {
 			if !ok {
 				return
 			}
-			err := s.Node.Change(r.Context(), func(st *store.Store) (*store.Change, error) { return edit(st, name, addr, body) })
+			err := services(r.Context(), name, func(st *store.Store) (*store.Change, error) { return edit(st, name, addr, body) })
 			if !s.fail(w, r, err) {
 				s.writeService(w, http.StatusOK, name)
 			}

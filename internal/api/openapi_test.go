@@ -26,7 +26,8 @@ var documented = map[string]reflect.Type{
 	"BGPStatus": reflect.TypeFor[wire.BGPStatus](), "PeerStatus": reflect.TypeFor[wire.PeerStatus](),
 	"ServiceStatus": reflect.TypeFor[wire.ServiceStatus](), "BackendStatus": reflect.TypeFor[wire.BackendStatus](),
 	"BackendHealth": reflect.TypeFor[wire.BackendHealth](), "KubernetesState": reflect.TypeFor[wire.KubernetesState](),
-	"FleetState": reflect.TypeFor[wire.FleetState](),
+	"FleetState":   reflect.TypeFor[wire.FleetState](),
+	"FleetRefusal": reflect.TypeFor[wire.FleetRefusal](),
 
 	"ServiceSpecEffective": reflect.TypeFor[wire.ServiceSpec](), "BackendSpecEffective": reflect.TypeFor[wire.BackendSpec](),
 	"HealthSpecEffective": reflect.TypeFor[wire.HealthSpec](), "OriginSpec": reflect.TypeFor[wire.OriginSpec](),

@@ -180,60 +180,64 @@ func applyDefaults(c *Config, present func(path string) bool) {
 		}
 	}
 	for i := range c.Services {
-		s := &c.Services[i]
-		sp := index("services", i)
-		def := func(field string) bool { return !present(sp + "." + field) }
-		if def("port") {
-			s.Port = DefaultPort
+		applyServiceDefaults(&c.Services[i], index("services", i), present)
+	}
+}
+
+// applyServiceDefaults fills the fields of service s (at path sp) absent from its
+// document.
+func applyServiceDefaults(s *Service, sp string, present func(path string) bool) {
+	def := func(field string) bool { return !present(sp + "." + field) }
+	if def("port") {
+		s.Port = DefaultPort
+	}
+	if def("protocol") {
+		s.Protocol = DefaultProtocol
+	}
+	if def("forwarding") {
+		s.Forwarding = DefaultForwarding
+	}
+	if def("gue_port") {
+		s.GUEPort = DefaultGUEPort
+	}
+	if def("scheduler") {
+		s.Scheduler = DefaultScheduler
+	}
+	if def("table_size") {
+		s.TableSize = DefaultTableSize(len(s.Backends))
+	}
+	for j := range s.Backends {
+		if def(fmt.Sprintf("backends[%d].weight", j)) {
+			s.Backends[j].Weight = DefaultWeight
 		}
-		if def("protocol") {
-			s.Protocol = DefaultProtocol
+	}
+	h := &s.Health
+	if def("health.kind") {
+		h.Kind = DefaultHealthKind
+	}
+	if def("health.port") {
+		h.Port = s.Port
+		if s.BackendPort != 0 {
+			h.Port = s.BackendPort // what NAT sends to is what answers
 		}
-		if def("forwarding") {
-			s.Forwarding = DefaultForwarding
+	}
+	if def("health.path") && h.Kind == HealthHTTP {
+		h.Path = DefaultHealthPath
+	}
+	if def("health.interval") {
+		h.Interval = DefaultHealthInterval
+	}
+	if def("health.timeout") {
+		h.Timeout = DefaultHealthTimeout
+		if h.Interval > 0 && h.Interval < h.Timeout {
+			h.Timeout = h.Interval
 		}
-		if def("gue_port") {
-			s.GUEPort = DefaultGUEPort
-		}
-		if def("scheduler") {
-			s.Scheduler = DefaultScheduler
-		}
-		if def("table_size") {
-			s.TableSize = DefaultTableSize(len(s.Backends))
-		}
-		for j := range s.Backends {
-			if def(fmt.Sprintf("backends[%d].weight", j)) {
-				s.Backends[j].Weight = DefaultWeight
-			}
-		}
-		h := &s.Health
-		if def("health.kind") {
-			h.Kind = DefaultHealthKind
-		}
-		if def("health.port") {
-			h.Port = s.Port
-			if s.BackendPort != 0 {
-				h.Port = s.BackendPort // what NAT sends to is what answers
-			}
-		}
-		if def("health.path") && h.Kind == HealthHTTP {
-			h.Path = DefaultHealthPath
-		}
-		if def("health.interval") {
-			h.Interval = DefaultHealthInterval
-		}
-		if def("health.timeout") {
-			h.Timeout = DefaultHealthTimeout
-			if h.Interval > 0 && h.Interval < h.Timeout {
-				h.Timeout = h.Interval
-			}
-		}
-		if def("health.rise") {
-			h.Rise = DefaultHealthRise
-		}
-		if def("health.fall") {
-			h.Fall = DefaultHealthFall
-		}
+	}
+	if def("health.rise") {
+		h.Rise = DefaultHealthRise
+	}
+	if def("health.fall") {
+		h.Fall = DefaultHealthFall
 	}
 }
 

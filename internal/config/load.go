@@ -43,6 +43,64 @@ func Parse(file string, data []byte) (*Config, error) {
 	return c, nil
 }
 
+// ServiceDocVersion is the format of a service document in the fleet store. A
+// document says its version with a top-level `v:` or not at all (version 1, the
+// format of every release before the field); a node refuses a document of a version it
+// does not read, that service alone.
+const ServiceDocVersion = 1
+
+// ParseService parses, defaults and validates one service document: the mapping a
+// config file's services list holds (the fleet store keeps each service as one), with
+// the same walkers, defaults and checks as Parse. node is the config of the node that
+// runs it (its addresses and tunnels section matter to a service; its services do not:
+// what holds between services is Clash's). file names the document in errors, whose
+// fields are the service's own (backends[0].address).
+func ParseService(file string, data []byte, node *Config) (*Service, error) {
+	p := newParser(file)
+	root := p.document(data, strings.Join(keysOf(NodeSchema, "services[]"), ", "))
+	if root == nil {
+		return nil, p.errs.sorted()
+	}
+	if !p.docVersion(root) {
+		return nil, p.errs.sorted()
+	}
+	const sp = "services[0]"
+	c := &Config{Node: node.Node, BGP: node.BGP, Tunnels: node.Tunnels, Kubernetes: node.Kubernetes, Services: make([]Service, 1)}
+	p.lines["services"], p.lines[sp] = root.Line, root.Line
+	p.service(root, sp, &c.Services[0])
+	applyServiceDefaults(&c.Services[0], sp, p.present)
+	p.validateService(c, &c.Services[0], sp)
+	if err := p.errs.sorted(); err != nil {
+		errs := err.(Errors)
+		for _, e := range errs {
+			e.Field = strings.TrimPrefix(strings.TrimPrefix(e.Field, sp), ".")
+		}
+		return nil, errs
+	}
+	return &c.Services[0], nil
+}
+
+// docVersion takes a service document's `v:` out of its mapping and reports whether
+// this release reads that version.
+func (p *parser) docVersion(root *yaml.Node) bool {
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value != "v" {
+			continue
+		}
+		v := root.Content[i+1]
+		if n, err := strconv.Atoi(v.Value); err != nil || v.Kind != yaml.ScalarNode || n < 1 {
+			p.add(v.Line, "v", "the document's format version must be a positive integer, not %s", quote(v.Value))
+			return false
+		} else if n > ServiceDocVersion {
+			p.add(v.Line, "v", "format version %d is newer than this node reads (%d): upgrade the node; it keeps this service's last good state meanwhile", n, ServiceDocVersion)
+			return false
+		}
+		root.Content = append(root.Content[:i:i], root.Content[i+2:]...)
+		return true
+	}
+	return true
+}
+
 // LoadSteer reads and parses the config file of `manifold steer --config`.
 func LoadSteer(path string) (*Steer, error) {
 	return load(path, ParseSteer)

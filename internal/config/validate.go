@@ -428,19 +428,12 @@ func (p *parser) validateBGP(b *BGP) {
 }
 
 func (p *parser) validateServices(c *Config) {
-	type key struct {
-		vip   netip.Addr
-		port  uint16
-		proto Protocol
-	}
 	names := map[string]string{}
-	keys := map[key]string{}
-	// the XDP program passes a tunnel VIP's packets to the stack only when no service
-	// of its own has the VIP
-	vipTunnel := map[netip.Addr]struct {
-		tunnel bool
-		path   string
-	}{}
+	// the candidates for Clash: the service of each vip/port/protocol, and the first
+	// of each VIP (the services of a VIP agree on being tunnels or not), so that a
+	// thousand services on one VIP cost what one does
+	keys := map[ServiceKey]int{}
+	vips := map[netip.Addr]int{}
 	for i := range c.Services {
 		s := &c.Services[i]
 		sp := index("services", i)
@@ -449,84 +442,121 @@ func (p *parser) validateServices(c *Config) {
 		}
 		f := func(field string) string { return sp + "." + field }
 
-		if p.require(f("name")) && p.usable(f("name")) {
-			if !serviceName.MatchString(s.Name) {
-				p.errorAt(f("name"), "%s is not a valid name (1..63 of a-z A-Z 0-9 . _ -)", quote(s.Name))
-			} else if other, dup := names[s.Name]; dup {
+		vipOK := p.validateService(c, s, sp)
+		if p.given(f("name")) && serviceName.MatchString(s.Name) {
+			if other, dup := names[s.Name]; dup {
 				p.errorAt(f("name"), "duplicate service name: same as %s", other)
 			} else {
 				names[s.Name] = sp
 			}
 		}
 
-		vipOK := p.require(f("vip")) && p.usable(f("vip")) && p.checkUnicast(f("vip"), s.VIP, true)
-		if vipOK && p.given("node.address") && p.usable("node.address6") && !c.Node.SourceFor(s.VIP.Is6()).IsValid() {
-			fam := family(s.VIP)
-			p.errorAt(f("vip"), "%s VIP needs an %s node address (node.address6)", fam, fam)
+		if !vipOK || !p.usable(f("forwarding")) || !p.usable(f("port")) || !p.usable(f("protocol")) {
+			continue
 		}
+		field, why := "", ""
+		if j, ok := keys[s.Key()]; ok {
+			field, why = Clash(s, &c.Services[j], index("services", j))
+		}
+		if j, ok := vips[s.VIP]; ok && why == "" {
+			field, why = Clash(s, &c.Services[j], index("services", j))
+		}
+		if why != "" {
+			p.errorAt(strings.TrimSuffix(sp+"."+field, "."), "%s", why)
+			continue
+		}
+		keys[s.Key()] = i
+		if _, ok := vips[s.VIP]; !ok {
+			vips[s.VIP] = i
+		}
+	}
+}
 
-		if p.usable(f("table_size")) {
-			if !maglev.IsPrime(uint64(s.TableSize)) {
-				p.errorAt(f("table_size"), "%d is not prime (try %d)", s.TableSize, nextPrime(uint64(s.TableSize)))
-			} else if p.usable(f("backends")) && uint64(s.TableSize) <= uint64(len(s.Backends)) {
-				if try := nextPrime(uint64(max(len(s.Backends)+1, MinTableSize))); try <= MaxTableSize {
-					p.errorAt(f("table_size"), "%d is too small for %d backends (must be greater than the number of backends; try %d)",
-						s.TableSize, len(s.Backends), try)
-				} else {
-					p.errorAt(f("backends"), "too many backends: %d (at most %d)", len(s.Backends), MaxTableSize-1)
-				}
-			}
-		}
+// ServiceKey is what one service of a node alone may have: its vip, port and protocol.
+type ServiceKey struct {
+	VIP      netip.Addr
+	Port     uint16
+	Protocol Protocol
+}
 
-		if p.usable(f("backends")) {
-			first := map[netip.Addr]string{}
-			for j, b := range s.Backends {
-				bp := index(f("backends"), j)
-				ap := bp + ".address"
-				if !p.usable(bp) || !p.require(ap) || !p.usable(ap) || !p.checkUnicast(ap, b.Address, false) {
-					continue
-				}
-				if vipOK && b.Address.Is6() != s.VIP.Is6() {
-					p.errorAt(ap, "%s is %s but the vip is %s (backends must be of the vip's family)",
-						b.Address, family(b.Address), family(s.VIP))
-				} else if other, dup := first[b.Address]; dup {
-					p.errorAt(ap, "duplicate backend: same address as %s", other)
-				} else {
-					first[b.Address] = bp
-				}
-			}
-		}
+// Key is the service's ServiceKey.
+func (s *Service) Key() ServiceKey { return ServiceKey{s.VIP, s.Port, s.Protocol} }
 
-		if p.given(f("backend_port")) && p.usable(f("forwarding")) && s.Forwarding != NAT {
-			p.errorAt(f("backend_port"), "only with forwarding: nat (encapsulated packets keep the client's port)")
-		}
+// validateService checks what one service can be checked for alone, within the node's
+// config c (its node addresses and tunnels section), and reports whether its VIP is
+// usable for the checks between services (Clash).
+func (p *parser) validateService(c *Config, s *Service, sp string) (vipOK bool) {
+	f := func(field string) string { return sp + "." + field }
+	if p.require(f("name")) && p.usable(f("name")) && !serviceName.MatchString(s.Name) {
+		p.errorAt(f("name"), "%s is not a valid name (1..63 of a-z A-Z 0-9 . _ -)", quote(s.Name))
+	}
+	vipOK = p.require(f("vip")) && p.usable(f("vip")) && p.checkUnicast(f("vip"), s.VIP, true)
+	// node.address is required: valid here when the node's file gave it
+	if vipOK && c.Node.Address.IsValid() && p.usable("node.address6") && !c.Node.SourceFor(s.VIP.Is6()).IsValid() {
+		fam := family(s.VIP)
+		p.errorAt(f("vip"), "%s VIP needs an %s node address (node.address6)", fam, fam)
+	}
 
-		if s.Forwarding == Tunnel {
-			p.validateTunnelService(c, s, sp)
-		}
-		p.validateOrigins(s, sp)
-		p.validateHealth(s, sp)
-
-		if vipOK && p.usable(f("forwarding")) {
-			tunnel := s.Forwarding == Tunnel
-			if other, seen := vipTunnel[s.VIP]; seen && other.tunnel != tunnel {
-				p.errorAt(f("forwarding"), "vip %s is also the vip of %s, and a tunnel service's vip is the edge's alone: tunnel and other services do not share a vip", s.VIP, other.path)
-			} else if !seen {
-				vipTunnel[s.VIP] = struct {
-					tunnel bool
-					path   string
-				}{tunnel, sp}
-			}
-		}
-		if vipOK && p.usable(f("port")) && p.usable(f("protocol")) {
-			k := key{s.VIP, s.Port, s.Protocol}
-			if other, dup := keys[k]; dup {
-				p.errorAt(sp, "duplicate service: same vip/port/protocol as %s", other)
+	if p.usable(f("table_size")) {
+		if !maglev.IsPrime(uint64(s.TableSize)) {
+			p.errorAt(f("table_size"), "%d is not prime (try %d)", s.TableSize, nextPrime(uint64(s.TableSize)))
+		} else if p.usable(f("backends")) && uint64(s.TableSize) <= uint64(len(s.Backends)) {
+			if try := nextPrime(uint64(max(len(s.Backends)+1, MinTableSize))); try <= MaxTableSize {
+				p.errorAt(f("table_size"), "%d is too small for %d backends (must be greater than the number of backends; try %d)",
+					s.TableSize, len(s.Backends), try)
 			} else {
-				keys[k] = sp
+				p.errorAt(f("backends"), "too many backends: %d (at most %d)", len(s.Backends), MaxTableSize-1)
 			}
 		}
 	}
+
+	if p.usable(f("backends")) {
+		first := map[netip.Addr]string{}
+		for j, b := range s.Backends {
+			bp := index(f("backends"), j)
+			ap := bp + ".address"
+			if !p.usable(bp) || !p.require(ap) || !p.usable(ap) || !p.checkUnicast(ap, b.Address, false) {
+				continue
+			}
+			if vipOK && b.Address.Is6() != s.VIP.Is6() {
+				p.errorAt(ap, "%s is %s but the vip is %s (backends must be of the vip's family)",
+					b.Address, family(b.Address), family(s.VIP))
+			} else if other, dup := first[b.Address]; dup {
+				p.errorAt(ap, "duplicate backend: same address as %s", other)
+			} else {
+				first[b.Address] = bp
+			}
+		}
+	}
+
+	if p.given(f("backend_port")) && p.usable(f("forwarding")) && s.Forwarding != NAT {
+		p.errorAt(f("backend_port"), "only with forwarding: nat (encapsulated packets keep the client's port)")
+	}
+
+	if s.Forwarding == Tunnel {
+		p.validateTunnelService(c, s, sp)
+	}
+	p.validateOrigins(s, sp)
+	p.validateHealth(s, sp)
+	return vipOK
+}
+
+// Clash says why services s and other (named so in the message) cannot run on one
+// node, and which field of s the problem is about ("" for the service as a whole);
+// why is "" when they can. Both are valid services. The config file checks its
+// services with it, and the fleet each changed service against those it keeps.
+func Clash(s, other *Service, name string) (field, why string) {
+	switch {
+	case s.VIP != other.VIP:
+		return "", ""
+	case (s.Forwarding == Tunnel) != (other.Forwarding == Tunnel):
+		// the XDP program passes a tunnel VIP's packets to the stack only when no
+		// service of its own has the VIP
+		return "forwarding", fmt.Sprintf("vip %s is also the vip of %s, and a tunnel service's vip is the edge's alone: tunnel and other services do not share a vip", s.VIP, name)
+	case s.Port == other.Port && s.Protocol == other.Protocol:
+		return "", "duplicate service: same vip/port/protocol as " + name
+	}
+	return "", ""
 }
 
 // validateOrigins checks that the origins have unique names and that, when there are

@@ -31,10 +31,17 @@ func NewNeighbours(log *slog.Logger) *Neighbours {
 	return &Neighbours{log: log, created: map[neighKey]bool{}}
 }
 
-// Ensure resolves the next hops towards every address in backends.
+// Ensure resolves the next hops towards every address in backends. Each address is
+// looked up once: backends has one entry per service's backend, and 10 000 services on
+// the same few backends made 20 000 route lookups (3–4 s) of every apply.
 func (n *Neighbours) Ensure(backends []netip.Addr) {
 	seen := map[neighKey]bool{}
+	asked := make(map[netip.Addr]bool, len(backends))
 	for _, b := range backends {
+		if asked[b] {
+			continue
+		}
+		asked[b] = true
 		hop, err := nextHop(b)
 		if err != nil {
 			n.log.Warn("no route to backend", "backend", b, "err", err)

@@ -159,7 +159,8 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 	var records []wire.NodeRecord
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		var r wire.NodeRecord
-		if decode.JSONInto(kv.Value, decode.MaxFileSize, &r) == nil && alive[r.Name] {
+		// a record of a newer format than this release reads is passed by, not misread
+		if decode.JSONInto(kv.Value, decode.MaxFileSize, &r) == nil && alive[r.Name] && r.Readable() {
 			records = append(records, r)
 		}
 	}

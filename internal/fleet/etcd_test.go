@@ -32,12 +32,12 @@ type member struct {
 }
 
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	members []*member
 }
 
 // startEtcd starts a cluster of n members and waits until it answers.
-func startEtcd(t *testing.T, n int) *cluster {
+func startEtcd(t testing.TB, n int) *cluster {
 	t.Helper()
 	if _, err := hostprog.Etcd.Path(); err != nil {
 		testenv.Missingf(t, "needs etcd: %v", err)
@@ -159,7 +159,7 @@ func (c *cluster) waitAnswers(endpoints []string) {
 }
 
 // freePort is a loopback address whose port was free a moment ago.
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -103,7 +104,7 @@ func startNode(t *testing.T, cli *clientv3.Client, name string, refuse func(reco
 }
 
 // nodeFile is a node's config file in a fleet: its own sections, no services.
-func nodeFile(t *testing.T, name string) *store.Store {
+func nodeFile(t testing.TB, name string) *store.Store {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name+".yaml")
 	doc := fmt.Sprintf("node:\n  name: %s\n  interfaces: [eth0]\n  address: 10.0.0.11\n  address6: 2001:db8::11\n", name)
@@ -285,50 +286,122 @@ func TestBadInputChangesNothing(t *testing.T) {
 	}
 	storeError(t, a.Change(context.Background(), drain("nope", "10.0.1.1")), store.NotFound)
 	storeError(t, a.Change(context.Background(), put("other", web)), store.Conflict) // web's VIP:port
+	// the API's writes name their service: the fleet edits it alone and checks it
+	// against the services it keeps
+	se := storeError(t, a.Change(store.ForService(context.Background(), "other"), put("other", web)), store.Conflict)
+	if se.Problems[0].Field != "vip" || se.Problems[0].Message != `198.51.100.10 port 80/tcp is served by service "web" already` {
+		t.Fatalf("problems %+v", se.Problems)
+	}
+	err = a.Change(store.ForService(context.Background(), "web"), put("web", `{"vip": "198.51.100.10", "port": 99999, "backends": [{"address": "10.0.1.1"}]}`))
+	if se := storeError(t, err, store.Invalid); se.Problems[0].Field != "port" {
+		t.Fatalf("problems %+v", se.Problems)
+	}
+	storeError(t, a.Change(store.ForService(context.Background(), "nope"), drain("nope", "10.0.1.1")), store.NotFound)
 	if after := storeRevision(t, cli); after != before {
 		t.Fatalf("refused edits wrote: revision %d → %d", before, after)
 	}
 }
 
-// A revision that does not validate as a whole is not applied: the node keeps what it
-// serves and says why; the next good revision is applied.
-func TestInvalidRevisionIsNotApplied(t *testing.T) {
+// A bad document refuses that service only: it keeps its last good state (or stays
+// absent), the refusal is named in the state, the log (once) and a counter, and every
+// other change applies, through the API too. On de322de the whole revision was refused
+// and every later one with it: "the fleet's services at revision N do not validate, no
+// edit can be made against them", and the change of another service never reached the
+// node.
+func TestBadDocumentRefusesThatServiceOnly(t *testing.T) {
 	cli := startEtcd(t, 1).client()
-	a := startNode(t, cli, "a", nil)
+	k := &sink{updates: make(chan reconcile.Update, 1000)}
+	var logged syncBuffer
+	a := &node{Source: NewSource(cli, prefix, nodeFile(t, "a"), k, slog.New(slog.NewTextHandler(&logged, nil))), sink: k}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = a.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	a.sink.next(t, "a reads the store", func(reconcile.Update) bool { return true })
 	if err := a.Change(context.Background(), put("web", web)); err != nil {
 		t.Fatal(err)
 	}
 	a.sink.next(t, "web applied", func(reconcile.Update) bool { return true })
-	good := a.State().AppliedRevision
-	// the same VIP:port as web, written past the API
-	if _, err := cli.Put(context.Background(), prefix+"/services/dup", "name: dup\nvip: 198.51.100.10\nport: 80\nbackends: [{address: 10.0.1.9}]\n"); err != nil {
-		t.Fatal(err)
+
+	// written past the API: a malformed document, and one on web's VIP:port
+	directPut := func(name, doc string) int64 {
+		t.Helper()
+		resp, err := cli.Put(context.Background(), prefix+"/services/"+name, doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
 	}
-	eventually(t, "the bad revision is refused", func() bool { return a.State().ApplyError != "" })
+	badRev := directPut("bad", "name: bad\nvip: [198.51.100.20\n")
+	dupRev := directPut("dup", "name: dup\nvip: 198.51.100.10\nport: 80\nbackends: [{address: 10.0.1.9}]\n")
+	refusedAs := func(want map[string]string) func() bool {
+		return func() bool {
+			got := map[string]string{}
+			for _, r := range a.State().Refused {
+				got[r.Service] = r.Error
+			}
+			for name, msg := range want {
+				if !strings.Contains(got[name], msg) {
+					return false
+				}
+			}
+			return len(got) == len(want)
+		}
+	}
+	eventually(t, "both refused", refusedAs(map[string]string{
+		"bad": prefix + "/services/bad:2: ",
+		"dup": "duplicate service: same vip/port/protocol as service web",
+	}))
 	st := a.State()
-	if st.AppliedRevision != good || !strings.Contains(st.ApplyError, "service web: duplicate service: same vip/port/protocol as service dup") || st.WatchLag <= 0 {
-		t.Fatalf("state after a bad revision: %+v", st)
+	if st.Refused[0].Revision != badRev || st.Refused[1].Revision != dupRev || st.DocumentsRefused != 2 || st.ApplyError != "" {
+		t.Fatalf("state after two bad documents: %+v", st)
 	}
-	a.sink.none(t)
-	// an API write against a store that does not validate is refused
-	storeError(t, a.Change(context.Background(), drain("web", "10.0.1.1")), store.Failed)
-	if _, err := cli.Delete(context.Background(), prefix+"/services/dup"); err != nil {
+
+	// another service changes through the API: applied, beside web, without the refused
+	if err := a.Change(context.Background(), put("dns", `{"vip": "198.51.100.53", "port": 53, "protocol": "udp", "backends": [{"address": "10.0.1.1"}]}`)); err != nil {
+		t.Fatalf("a change of another service after a bad document: %v", err)
+	}
+	// and as the API writes it, the service alone
+	if err := a.Change(store.ForService(context.Background(), "dns"), drain("dns", "10.0.1.1")); err != nil {
+		t.Fatalf("a change of another service after a bad document, named: %v", err)
+	}
+	u := a.sink.next(t, "dns applied", func(u reconcile.Update) bool { return slices.Contains(names(u.Services), "dns") })
+	if got := names(u.Services); !reflect.DeepEqual(got, []string{"dns", "web"}) {
+		t.Fatalf("services applied: %v", got)
+	}
+	// a bad document of a service that has a good state: it keeps that state
+	directPut("web", "name: web\nvip: 198.51.100.10\nport: 80\nbackends: [{address: 10.0.1.1, weight: -1}]\n")
+	eventually(t, "web's bad document refused", refusedAs(map[string]string{"bad": "", "dup": "", "web": "backends[0].weight"}))
+	if err := a.Change(store.ForService(context.Background(), "web"), drain("web", "10.0.1.1")); err != nil {
+		t.Fatalf("an API edit of the refused service's last good state: %v", err)
+	}
+	u = a.sink.next(t, "web drained", func(u reconcile.Update) bool { return len(u.Services) == 2 && u.Services[1].Backends[0].Weight == 0 })
+	if len(u.Services[1].Backends) != 2 {
+		t.Fatalf("web after the drain: %+v", u.Services[1])
+	}
+	// the drain wrote web's good document again: no longer refused; then web goes, and
+	// dup, valid alone, is taken
+	eventually(t, "web taken", refusedAs(map[string]string{"bad": "", "dup": ""}))
+	if _, err := cli.Delete(context.Background(), prefix+"/services/web"); err != nil {
 		t.Fatal(err)
 	}
-	u := a.sink.next(t, "the fixed revision is applied", func(reconcile.Update) bool { return true })
-	a.settles(t, u)
-	if st := a.State(); st.ApplyError != "" || len(u.Services) != 1 {
-		t.Fatalf("after the fix: %+v, services %v", st, names(u.Services))
+	u = a.sink.next(t, "dup taken once web went", func(u reconcile.Update) bool { return slices.Contains(names(u.Services), "dup") })
+	if got := names(u.Services); !reflect.DeepEqual(got, []string{"dns", "dup"}) {
+		t.Fatalf("services after web went: %v", got)
 	}
+	eventually(t, "only bad refused", refusedAs(map[string]string{"bad": ""}))
 	// a key that names another service than its document
-	if _, err := cli.Put(context.Background(), prefix+"/services/other", "name: dns\nvip: 198.51.100.53\nport: 53\nbackends: [{address: 10.0.1.9}]\n"); err != nil {
-		t.Fatal(err)
+	directPut("other", "name: x\nvip: 198.51.100.54\nport: 53\nbackends: [{address: 10.0.1.9}]\n")
+	eventually(t, "a misnamed service is refused", refusedAs(map[string]string{"bad": "", "other": "a service's key must be its name"}))
+	// each refused document is logged once
+	if n := strings.Count(logged.String(), "service=bad revision="+strconv.FormatInt(badRev, 10)); n != 1 {
+		t.Fatalf("the bad document logged %d times:\n%s", n, logged.String())
 	}
-	eventually(t, "a misnamed service is refused", func() bool { return strings.Contains(a.State().ApplyError, "key must be its name") })
-	a.sink.none(t)
+	if st := a.State(); st.DocumentsRefused != 4 || st.ApplyError != "" || st.WatchLag != 0 {
+		t.Fatalf("final state: %+v", st)
+	}
 }
 
-// A revision the kernel of one node refuses: the writer through that node hears the
 // fleet has it but it could not apply it; the other node applies it.
 func TestKernelRefusalOnOneNode(t *testing.T) {
 	cli := startEtcd(t, 1).client()
@@ -454,9 +527,14 @@ func TestInitialThenFollow(t *testing.T) {
 	if _, err := cli.Put(context.Background(), prefix+"/services/bad", "name: bad\nvip: 198.51.100.10\nport: 99999\nbackends: [{address: 10.0.1.1}]\n"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = NewSource(cli, prefix, nodeFile(t, "b"), k, slog.New(slog.NewTextHandler(io.Discard, nil))).Initial(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "service bad: port") {
-		t.Fatalf("initial on a store that does not validate: %v", err)
+	// a node that starts beside a bad document starts with the others
+	b := NewSource(cli, prefix, nodeFile(t, "b"), k, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	u, err = b.Initial(context.Background())
+	if err != nil || !reflect.DeepEqual(names(u.Services), []string{"dns", "web"}) {
+		t.Fatalf("initial beside a bad document: %v %v", err, names(u.Services))
+	}
+	if r := b.State().Refused; len(r) != 1 || r[0].Service != "bad" || !strings.Contains(r[0].Error, "port: ") {
+		t.Fatalf("refused: %+v", r)
 	}
 }
 
@@ -665,4 +743,111 @@ func TestDialErrorsNameTheField(t *testing.T) {
 			t.Errorf("%+v: %v, want an error about %s", tc.cfg, err, tc.want)
 		}
 	}
+}
+
+// Documents and records carry a format version, and a node one release older works
+// beside this one. A service document of version 1 is what every release before the
+// field wrote (no v); this node reads it and `v: 1`, and refuses a newer version for
+// that service alone. What this node writes through the API is version 1 without the
+// field, read by the previous release's reader (store.Compose, the whole-document parse
+// it ran on every revision). Node records carry v: 1; older readers ignore the field,
+// and the steering controller passes by a record of a newer version.
+func TestFormatVersions(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	a := startNode(t, cli, "a", nil)
+	for name, doc := range map[string]string{
+		"old":   "name: old\nvip: 198.51.100.20\nport: 80\nbackends: [{address: 10.0.1.1}]\n",
+		"v1":    "v: 1\nname: v1\nvip: 198.51.100.21\nport: 80\nbackends: [{address: 10.0.1.1}]\n",
+		"newer": "v: 2\nname: newer\nvip: 198.51.100.22\nport: 80\nbackends: [{address: 10.0.1.1}]\n",
+	} {
+		if _, err := cli.Put(context.Background(), prefix+"/services/"+name, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.sink.next(t, "the documents it reads", func(u reconcile.Update) bool {
+		return reflect.DeepEqual(names(u.Services), []string{"old", "v1"})
+	})
+	eventually(t, "the newer document refused, named", func() bool {
+		r := a.State().Refused
+		return len(r) == 1 && r[0].Service == "newer" && strings.Contains(r[0].Error, "format version 2 is newer than this node reads (1)")
+	})
+	if _, err := cli.Delete(context.Background(), prefix+"/services/newer"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Change(context.Background(), put("web", web)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Change(context.Background(), drain("old", "10.0.1.1")); err != nil {
+		t.Fatal(err)
+	}
+	docs, err := Export(context.Background(), cli, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var written []store.ServiceDoc
+	for _, d := range docs {
+		if d.Name != "v1" { // the one written past the API
+			written = append(written, d)
+		} else if !strings.HasPrefix(string(d.YAML), "v: 1\n") {
+			t.Fatalf("an edit of other services rewrote v1's document:\n%s", d.YAML)
+		}
+	}
+	mem, err := store.Compose(nodeFile(t, "previous"), written)
+	if err != nil || len(mem.Config().Services) != 2 {
+		t.Fatalf("the previous release's reader on this one's documents: %v", err)
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { a.Publish(ctx, func() wire.NodeRecord { return wire.NodeRecord{Site: "s1"} }) })
+	defer func() { stop(); wg.Wait() }()
+	var rec struct {
+		V    int    `json:"v"`
+		Name string `json:"name"`
+	}
+	eventually(t, "a's record", func() bool {
+		resp, err := cli.Get(context.Background(), prefix+"/nodes/a")
+		return err == nil && len(resp.Kvs) == 1 && json.Unmarshal(resp.Kvs[0].Value, &rec) == nil
+	})
+	if rec.V != wire.RecordVersion || rec.Name != "a" {
+		t.Fatalf("record: %+v", rec)
+	}
+	var previous, newer wire.NodeRecord
+	if err := json.Unmarshal([]byte(`{"name": "b", "site": "s1"}`), &previous); err != nil || !previous.Readable() {
+		t.Fatalf("a record of the previous release: %v %+v", err, previous)
+	}
+	if err := json.Unmarshal([]byte(`{"v": 2, "name": "c", "site": "s1"}`), &newer); err != nil || newer.Readable() {
+		t.Fatalf("a record of a newer format: %v %+v", err, newer)
+	}
+}
+
+// A named write commits unless an API write came since or its own service's document
+// changed: a document of another service put past the API meanwhile does not refuse it
+// (each node checks that document on its own), one of the same service does.
+func TestNamedWriteComparesItsOwnService(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	a := startNode(t, cli, "a", nil)
+	if err := a.Change(context.Background(), put("web", web)); err != nil {
+		t.Fatal(err)
+	}
+	meanwhile := func(name, doc string, edit func(*store.Store) (*store.Change, error)) func(*store.Store) (*store.Change, error) {
+		return func(st *store.Store) (*store.Change, error) {
+			if _, err := cli.Put(context.Background(), prefix+"/services/"+name, doc); err != nil {
+				t.Fatal(err)
+			}
+			return edit(st)
+		}
+	}
+	ctx := store.ForService(context.Background(), "web")
+	other := "name: dns\nvip: 198.51.100.53\nport: 53\nprotocol: udp\nbackends: [{address: 10.0.1.1}]\n"
+	if err := a.Change(ctx, meanwhile("dns", other, drain("web", "10.0.1.1"))); err != nil {
+		t.Fatalf("a named write while another service was put: %v", err)
+	}
+	same := "name: web\nvip: 198.51.100.10\nport: 80\nbackends: [{address: 10.0.1.1}]\n"
+	storeError(t, a.Change(ctx, meanwhile("web", same, drain("web", "10.0.1.2"))), store.Conflict)
+	eventually(t, "both put documents taken", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.want.services["dns"] != nil && len(a.want.services["web"].Backends) == 1
+	})
 }

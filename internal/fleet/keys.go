@@ -94,6 +94,19 @@ func unchangedSince(k keys, rev int64) []clientv3.Cmp {
 	}
 }
 
+// serviceUnchangedSince holds while no write through this package was made after
+// revision rev and service name was not changed since at all. A write of one service
+// needs no more: a service put past the API on another key meanwhile is checked by
+// each node against the services it keeps, and refused alone if it clashes. It spares
+// etcd the range compare over every service, which costs each write in proportion to
+// the fleet.
+func serviceUnchangedSince(k keys, name string, rev int64) []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(k.generation()), "<", rev+1),
+		clientv3.Compare(clientv3.ModRevision(k.service(name)), "<", rev+1),
+	}
+}
+
 // Export returns the fleet's services, sorted by name.
 func Export(ctx context.Context, cli *clientv3.Client, prefix string) ([]store.ServiceDoc, error) {
 	k := newKeys(prefix)

@@ -85,7 +85,11 @@ func (s *Source) publish(ctx context.Context, lease *clientv3.LeaseID, rec wire.
 func (s *Source) fill(rec wire.NodeRecord) wire.NodeRecord {
 	st := s.State()
 	rec.Name = s.name
+	rec.V = wire.RecordVersion
 	rec.AppliedRevision, rec.AppliedAt, rec.ApplyError = st.AppliedRevision, rfc3339(st.AppliedAt), st.ApplyError
+	if len(st.Refused) > 0 {
+		rec.Refused = WireRefused(st.Refused)
+	}
 	rec.StaleSince = rfc3339(st.StaleSince)
 	rec.UpdatedAt = rfc3339(time.Now())
 	return rec

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,14 +24,17 @@ import (
 
 // The fleet store as a source of desired state:
 //
-//	Initial: read P/services/ at one revision ─► Compose with the node's file ─► the node applies it
-//	Run:     watch P/services/ ─► each revision: Compose (validates the whole) ─► Sink.Submit
+//	Initial: read P/services/ at one revision ─► decode each document (desired) ─► the node applies them
+//	Run:     watch P/services/ ─► each revision: decode the documents it changes ─► Sink.Submit
 //	         probe etcd every second; unreachable: keep serving, stale since T; back: read again
-//	Change:  edit the last read services in memory (the file's code) ─► one Txn, if nothing
+//	         (only the documents that differ from those last read are decoded)
+//	Change:  edit the kept services in memory (the file's code) ─► one Txn, if nothing
 //	         changed since ─► wait until Run applied that revision
 //
-// A revision that does not validate, or that the kernel refuses, is not applied: the
-// node keeps the state it has and says why (State.ApplyError, its node record).
+// A document that does not parse or validate refuses that service alone: it keeps its
+// last good state and the refusal is named (State.Refused, the node record, the log,
+// a counter); every other change applies. A revision the kernel refuses is not
+// applied: the node keeps the state it has and says why (State.ApplyError).
 
 // SourceName is the name the fleet's updates carry.
 const SourceName = "fleet"
@@ -60,9 +63,10 @@ const (
 type Source struct {
 	cli  *clientv3.Client
 	keys keys
-	file *store.Store // the node's own sections; its services are not used
-	name string       // the node's name: its record and alive keys
-	site string       // the node's site: whose steering shares it applies
+	file *store.Store   // the node's own sections; its services are not used
+	node *config.Config // the node's config, which a service is checked within
+	name string         // the node's name: its record and alive keys
+	site string         // the node's site: whose steering shares it applies
 	sink reconcile.Sink
 	log  *slog.Logger
 
@@ -70,10 +74,12 @@ type Source struct {
 	// transaction's compare does.
 	writes sync.Mutex
 
-	mu         sync.Mutex // guards everything below
-	seen       snapshot   // the services as last read from the store, applied or not
-	watchFrom  int64      // where Run's first watch starts after Initial; 0: Run reads first
-	processed  int64      // the last revision applied or refused
+	mu         sync.Mutex        // guards everything below
+	docs       map[string][]byte // the services' documents as last read from the store
+	rev        int64             // the services' revision as last read
+	want       *desired          // the services the node runs: the last good state of each
+	watchFrom  int64             // where Run's first watch starts after Initial; 0: Run reads first
+	processed  int64             // the last revision applied or refused
 	applied    int64
 	appliedAt  time.Time // zero: nothing applied yet
 	applyErr   string
@@ -92,14 +98,15 @@ type Source struct {
 type snapshot struct {
 	rev  int64             // the revision of their last change; 0: the store never had any
 	docs map[string][]byte // YAML documents by service name
+	revs map[string]int64  // the revision of each document
 }
 
 // NewSource makes the fleet source of a node. file is the node's config file: its
 // node and bgp sections go with the fleet's services into the config the node runs.
 func NewSource(cli *clientv3.Client, prefix string, file *store.Store, sink reconcile.Sink, log *slog.Logger) *Source {
 	return &Source{
-		cli: cli, keys: newKeys(prefix), file: file, name: file.Config().Node.Name, site: file.Config().Node.Site, sink: sink, log: log,
-		seen: snapshot{docs: map[string][]byte{}}, progress: make(chan struct{}), steering: map[string]wire.Steering{},
+		cli: cli, keys: newKeys(prefix), file: file, node: file.Config(), name: file.Config().Node.Name, site: file.Config().Node.Site, sink: sink, log: log,
+		docs: map[string][]byte{}, want: newDesired(), progress: make(chan struct{}), steering: map[string]wire.Steering{},
 	}
 }
 
@@ -114,18 +121,16 @@ func (s *Source) Initial(ctx context.Context) (reconcile.Update, error) {
 	if err != nil {
 		return reconcile.Update{}, fmt.Errorf("read the fleet store: %w", err)
 	}
-	_, cfg, err := s.compose(snap.docs)
-	if err != nil {
-		return reconcile.Update{}, fmt.Errorf("the fleet's services at revision %d: %w", snap.rev, err)
-	}
+	s.load(snap)
 	s.mu.Lock()
-	s.seen, s.watchFrom, s.storeRev, s.steering = snap, header+1, max(s.storeRev, snap.rev), steering
+	s.rev, s.watchFrom, s.storeRev, s.steering = snap.rev, header+1, max(s.storeRev, snap.rev), steering
+	services := s.want.list()
 	s.mu.Unlock()
 	s.reached()
 	return reconcile.Update{
-		Source: SourceName, Services: steered(cfg.Services, s.site, steering), Revision: strconv.FormatInt(snap.rev, 10),
-		Commit: func() error { s.settled(snap, nil); return nil },
-		Revert: func() error { s.settled(snap, errors.New("the kernel refused it")); return nil },
+		Source: SourceName, Services: steered(services, s.site, steering), Revision: strconv.FormatInt(snap.rev, 10),
+		Commit: func() error { s.settled(snap.rev, nil); return nil },
+		Revert: func() error { s.settled(snap.rev, errors.New("the kernel refused it")); return nil },
 	}, nil
 }
 
@@ -170,7 +175,8 @@ func (s *Source) follow(ctx context.Context) error {
 		moved := !sameShares(s.steering, steering, s.site)
 		s.steering = steering
 		s.mu.Unlock()
-		s.process(ctx, snap, moved)
+		changed := s.load(snap)
+		s.process(ctx, snap.rev, changed, moved)
 		from = header + 1
 	}
 	// without a leader the member's watch would wait silently: end it and read again
@@ -201,9 +207,9 @@ func (s *Source) follow(ctx context.Context) error {
 			}
 			if s.steeringChanged(resp.Events) {
 				s.mu.Lock()
-				snap := s.seen
+				rev := s.rev
 				s.mu.Unlock()
-				s.process(ctx, snap, true)
+				s.process(ctx, rev, false, true)
 			}
 		case <-probe.C:
 			// a failed probe or two (an election) is no outage; a longer one is, and
@@ -219,64 +225,113 @@ func (s *Source) follow(ctx context.Context) error {
 }
 
 // follows applies a watch response's events, once per revision (one transaction's
-// changes together).
+// changes together): only the documents a revision changes are decoded.
 func (s *Source) follows(ctx context.Context, events []*clientv3.Event) {
-	s.mu.Lock()
-	docs := maps.Clone(s.seen.docs)
-	s.mu.Unlock()
+	var docs []decoded
 	for i, ev := range events {
-		name := s.keys.serviceName(ev.Kv.Key)
+		name, rev := s.keys.serviceName(ev.Kv.Key), ev.Kv.ModRevision
 		if ev.Type == clientv3.EventTypeDelete {
-			delete(docs, name)
+			docs = append(docs, decoded{name: name, rev: rev})
 		} else {
-			docs[name] = ev.Kv.Value
+			docs = append(docs, decodeService(s.node, string(ev.Kv.Key), name, ev.Kv.Value, rev))
 		}
-		rev := ev.Kv.ModRevision
 		if i+1 == len(events) || events[i+1].Kv.ModRevision != rev {
-			s.process(ctx, snapshot{rev: rev, docs: docs}, false)
-			docs = maps.Clone(docs)
+			s.process(ctx, rev, s.take(docs), false)
+			docs = nil
 		}
 	}
 }
 
-// process applies a revision of the services, unless it is the one applied already and
-// the shares of the node's site did not move.
-func (s *Source) process(ctx context.Context, snap snapshot, moved bool) {
+// load takes a whole read of the store: the documents that differ from those last
+// read are decoded, those gone deleted. It reports whether the kept services changed.
+func (s *Source) load(snap snapshot) bool {
+	s.mu.Lock()
+	var gone []string
+	for name := range s.docs {
+		if _, ok := snap.docs[name]; !ok {
+			gone = append(gone, name)
+		}
+	}
+	var names []string
+	for name, doc := range snap.docs {
+		if old, ok := s.docs[name]; !ok || !bytes.Equal(old, doc) {
+			names = append(names, name)
+		}
+	}
+	s.mu.Unlock()
+	// in name order: of two new services that clash, the first is taken the same on
+	// every node
+	slices.Sort(names)
+	docs := make([]decoded, 0, len(gone)+len(names))
+	for _, name := range gone {
+		docs = append(docs, decoded{name: name, rev: snap.rev})
+	}
+	for _, name := range names {
+		docs = append(docs, decodeService(s.node, s.keys.service(name), name, snap.docs[name], snap.revs[name]))
+	}
+	return s.take(docs)
+}
+
+// take records decoded documents (deletes: no document) as the store's, and keeps the
+// services they make; it logs each refused document once, and reports whether the
+// kept services changed.
+func (s *Source) take(docs []decoded) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range docs {
+		if d.doc == nil {
+			delete(s.docs, d.name)
+		} else {
+			s.docs[d.name] = d.doc
+		}
+	}
+	changed, refused := s.want.take(docs)
+	for _, r := range refused {
+		s.log.Error("fleet service document refused: the service keeps its last good state, every other change applies",
+			"service", r.Service, "revision", r.Revision, "err", r.Error)
+	}
+	return changed
+}
+
+// process applies the services kept at revision rev, unless they are the ones applied
+// already (changed: they are not) and the shares of the node's site did not move.
+func (s *Source) process(ctx context.Context, rev int64, changed, moved bool) {
 	s.mu.Lock()
 	// an API write is made against what the store has, applied here or not
-	s.seen = snap
-	s.storeRev = max(s.storeRev, snap.rev)
-	same := !moved && !s.appliedAt.IsZero() && snap.rev == s.applied
+	s.rev = rev
+	s.storeRev = max(s.storeRev, rev)
+	same := !changed && !moved && !s.appliedAt.IsZero() && s.applyErr == ""
+	var services []config.Service
+	if !same {
+		services = s.want.list()
+	}
 	steering := s.steering
 	s.mu.Unlock()
 	if same {
-		s.settled(snap, nil)
+		s.settled(rev, nil)
 		return
 	}
-	_, cfg, err := s.compose(snap.docs)
-	if err == nil {
-		err = s.sink.Submit(ctx, reconcile.Update{Source: SourceName, Services: steered(cfg.Services, s.site, steering), Revision: strconv.FormatInt(snap.rev, 10)})
-	}
+	err := s.sink.Submit(ctx, reconcile.Update{Source: SourceName, Services: steered(services, s.site, steering), Revision: strconv.FormatInt(rev, 10)})
 	if ctx.Err() != nil {
 		return // the node is stopping: nothing was refused
 	}
 	if err != nil {
-		s.log.Error("fleet revision not applied, the node keeps its previous state", "revision", snap.rev, "err", oneLine(err))
+		s.log.Error("fleet revision not applied, the node keeps its previous state", "revision", rev, "err", oneLine(err))
 	} else {
-		s.log.Info("fleet revision applied", "revision", snap.rev, "services", len(cfg.Services))
+		s.log.Info("fleet revision applied", "revision", rev, "services", len(services))
 	}
-	s.settled(snap, err)
+	s.settled(rev, err)
 }
 
 // settled records the outcome of a revision and wakes the writes waiting for it.
-func (s *Source) settled(snap snapshot, err error) {
+func (s *Source) settled(rev int64, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.processed = snap.rev
+	s.processed = rev
 	if err != nil {
-		s.applyErr = fmt.Sprintf("revision %d: %s", snap.rev, oneLine(err))
+		s.applyErr = fmt.Sprintf("revision %d: %s", rev, oneLine(err))
 	} else {
-		s.applied, s.appliedAt, s.applyErr = snap.rev, time.Now(), ""
+		s.applied, s.appliedAt, s.applyErr = rev, time.Now(), ""
 	}
 	close(s.progress)
 	s.progress = make(chan struct{})
@@ -294,9 +349,10 @@ func (s *Source) read(ctx context.Context) (snap snapshot, steering map[string]w
 	if err != nil {
 		return snapshot{}, nil, 0, err
 	}
-	snap.docs = map[string][]byte{}
+	snap.docs, snap.revs = map[string][]byte{}, map[string]int64{}
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		snap.docs[s.keys.serviceName(kv.Key)] = kv.Value
+		name := s.keys.serviceName(kv.Key)
+		snap.docs[name], snap.revs[name] = kv.Value, kv.ModRevision
 		snap.rev = max(snap.rev, kv.ModRevision)
 	}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
@@ -348,65 +404,38 @@ func (s *Source) failed(err error, asked time.Time) bool {
 	return !s.reachable
 }
 
-// compose makes the config the node runs from its file and the services, sorted by
-// name. Its errors name the services, not their places in the composed document.
-func (s *Source) compose(docs map[string][]byte) ([]byte, *config.Config, error) {
-	list := make([]store.ServiceDoc, 0, len(docs))
-	for name, yaml := range docs {
+// compose makes a store in memory of the node's file and the kept services (their
+// documents, sorted by name), for an API edit.
+func (s *Source) compose(good map[string][]byte) (*store.Store, error) {
+	list := make([]store.ServiceDoc, 0, len(good))
+	for name, yaml := range good {
 		list = append(list, store.ServiceDoc{Name: name, YAML: yaml})
 	}
 	sortDocs(list)
-	data, cfg, err := store.Compose(s.file, list)
-	if err != nil {
-		return nil, nil, errors.New(explain(err, list))
-	}
-	// an API write finds a service by its key: a key that names another service
-	// would make the write delete one and create the other
-	for i, d := range list {
-		if got := cfg.Services[i].Name; got != d.Name {
-			return nil, nil, fmt.Errorf("service %s: the key %s holds service %q: a service's key must be its name", d.Name, s.keys.service(d.Name), got)
-		}
-	}
-	return data, cfg, nil
+	return store.Compose(s.file, list)
 }
 
-var servicesIndex = regexp.MustCompile(`services\[(\d+)\]`)
-
-// explain words config.Parse's errors about a composed document by service name.
-func explain(err error, docs []store.ServiceDoc) string {
-	var errs config.Errors
-	if !errors.As(err, &errs) {
-		return oneLine(err)
-	}
-	byName := func(s string) string {
-		return servicesIndex.ReplaceAllStringFunc(s, func(m string) string {
-			i, _ := strconv.Atoi(servicesIndex.FindStringSubmatch(m)[1])
-			if i < len(docs) {
-				return "service " + docs[i].Name
-			}
-			return m
-		})
-	}
-	out := make([]string, len(errs))
-	for i, e := range errs {
-		out[i] = byName(e.Msg)
-		if e.Field != "" {
-			out[i] = strings.Replace(byName(e.Field), ".", ": ", 1) + ": " + out[i]
-		}
-	}
-	return strings.Join(out, "; ")
-}
-
-// Change makes an API write: edit runs on the services as last read, with the file
-// store's own code (the same validation and errors); the result is written in one
-// transaction that commits only if the services did not change since. It returns once
+// Change makes an API write: edit runs on the services the node keeps (a refused
+// document's service as its last good state, or absent), with the file store's own
+// code (the same validation and errors); what the edit changed is written in one
+// transaction that commits only if the services did not change since: a refused
+// document the edit does not touch stays as it is. It returns once
 // this node applied the write. On any error but the last (the fleet has it, this node
 // could not apply it), nothing changed.
 func (s *Source) Change(ctx context.Context, edit func(*store.Store) (*store.Change, error)) error {
 	s.writes.Lock()
 	defer s.writes.Unlock()
+	// the services the edit runs on: the one it names (store.ForService, the API's
+	// writes), checked against the others below; else all of them
+	name, scoped := store.ServiceOf(ctx)
 	s.mu.Lock()
-	snap, reachable, staleSince := s.seen, s.reachable, s.staleSince
+	rev, reachable, staleSince := s.rev, s.reachable, s.staleSince
+	good := map[string][]byte{}
+	if !scoped {
+		good = maps.Clone(s.want.good)
+	} else if doc, ok := s.want.good[name]; ok {
+		good[name] = doc
+	}
 	s.mu.Unlock()
 	switch {
 	case !reachable && staleSince.IsZero():
@@ -414,45 +443,71 @@ func (s *Source) Change(ctx context.Context, edit func(*store.Store) (*store.Cha
 	case !reachable:
 		return store.Unavailable("the fleet store (etcd) is unreachable since %s: nothing was changed", staleSince.UTC().Format(time.RFC3339))
 	}
-	data, _, err := s.compose(snap.docs)
+	mem, err := s.compose(good)
 	if err != nil {
-		return failed("the fleet's services at revision %d do not validate, no edit can be made against them (fix the store): %v", snap.rev, err)
-	}
-	mem, err := store.Memory("fleet", data)
-	if err != nil {
-		return failed("the fleet's services at revision %d: %s", snap.rev, oneLine(err))
+		// the node's file and the kept services validate apart, so not together only
+		// when the node's file changed under it
+		return failed("the fleet's services at revision %d with this node's file: %s", rev, oneLine(err))
 	}
 	ch, err := edit(mem)
 	if err != nil {
 		return err
 	}
+	if scoped {
+		if err := s.fits(ch.Config.Services); err != nil {
+			return err
+		}
+	}
 	after, err := ch.ServiceDocs()
 	if err != nil {
 		return failed("cannot take the edited services apart: %v", err)
 	}
-	ops := s.diff(snap.docs, after)
+	ops := s.diff(good, after)
 	if len(ops) == 0 {
 		return nil
 	}
-	rev, err := s.commit(ctx, snap.rev, ops, generationValue(s.name, ch.Summary))
+	unchanged := unchangedSince(s.keys, rev)
+	if scoped {
+		unchanged = serviceUnchangedSince(s.keys, name, rev)
+	}
+	wrote, err := s.commit(ctx, rev, unchanged, ops, generationValue(s.name, ch.Summary))
 	if err != nil {
 		return err
 	}
-	s.log.Info("fleet changed through the API", "change", ch.Summary, "revision", rev)
-	return s.awaitApplied(ctx, rev)
+	s.log.Info("fleet changed through the API", "change", ch.Summary, "revision", wrote)
+	return s.awaitApplied(ctx, wrote)
 }
 
-// commit writes ops and the guard (value, unique to this write) if the services did
-// not change after revision since, and returns the write's revision. An attempt that
+// fits checks an edit's services against the services the node keeps, as the file
+// store checks a service against the file's others, with the same answers: a conflict
+// (409) on another service's vip/port/protocol, else config.Clash's problem (400).
+func (s *Source) fits(services []config.Service) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range services {
+		svc := &services[i]
+		if other, ok := s.want.byKey[svc.Key()]; ok && other != svc.Name {
+			return store.ServedAlready(svc, other)
+		}
+		if field, why := s.want.clash(svc); why != "" {
+			return &store.Error{Kind: store.Invalid, Problems: []store.Problem{{Field: field, Message: why}}}
+		}
+	}
+	return nil
+}
+
+// commit writes ops and the guard (value, unique to this write) if the compares
+// unchanged hold (the services, or the one written, did not change after revision
+// since), and returns the write's revision. An attempt that
 // gets no answer is made again: a write in flight when etcd's leader dies is lost,
 // or committed by the next leader; the guard's value tells which (a second attempt
 // finding its own first one committed is no conflict).
-func (s *Source) commit(ctx context.Context, since int64, ops []clientv3.Op, value string) (int64, error) {
+func (s *Source) commit(ctx context.Context, since int64, unchanged []clientv3.Cmp, ops []clientv3.Op, value string) (int64, error) {
 	ops = append(ops, clientv3.OpPut(s.keys.generation(), value))
 	deadline := time.Now().Add(writeTimeout)
 	for {
 		actx, cancel := context.WithTimeout(ctx, min(attemptTimeout, time.Until(deadline)))
-		resp, err := s.cli.Txn(actx).If(unchangedSince(s.keys, since)...).Then(ops...).
+		resp, err := s.cli.Txn(actx).If(unchanged...).Then(ops...).
 			Else(clientv3.OpGet(s.keys.generation())).Commit()
 		cancel()
 		switch {
@@ -483,7 +538,7 @@ func (s *Source) diff(before map[string][]byte, after []store.ServiceDoc) []clie
 	kept := map[string]bool{}
 	for _, d := range after {
 		kept[d.Name] = true
-		if old, ok := before[d.Name]; !ok || !bytes.Equal(old, d.YAML) {
+		if old, ok := before[d.Name]; !ok || !store.SameService(old, d.YAML) {
 			ops = append(ops, clientv3.OpPut(s.keys.service(d.Name), string(d.YAML)))
 		}
 	}
@@ -539,6 +594,10 @@ type State struct {
 	StaleSince time.Time
 	// WriteConflicts counts API writes refused because another write came first.
 	WriteConflicts uint64
+	// Refused is the services whose latest document the node did not take, sorted by
+	// name; DocumentsRefused counts the documents refused since the node started.
+	Refused          []Refusal
+	DocumentsRefused uint64
 }
 
 // State is safe from any goroutine.
@@ -549,7 +608,17 @@ func (s *Source) State() State {
 		AppliedRevision: s.applied, AppliedAt: s.appliedAt, ApplyError: s.applyErr,
 		StoreRevision: s.storeRev, WatchLag: s.storeRev - s.applied,
 		Reachable: s.reachable, StaleSince: s.staleSince, WriteConflicts: s.conflicts,
+		Refused: s.want.refusedList(), DocumentsRefused: s.want.refusals,
 	}
+}
+
+// WireRefused is the refusals as the API and the node records show them.
+func WireRefused(refused []Refusal) []wire.FleetRefusal {
+	out := make([]wire.FleetRefusal, len(refused))
+	for i, r := range refused {
+		out[i] = wire.FleetRefusal{Service: r.Service, Revision: r.Revision, Error: r.Error}
+	}
+	return out
 }
 
 // oneLine folds a multi-line error (every problem of a config) for one line.

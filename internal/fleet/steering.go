@@ -29,9 +29,11 @@ const weightScale = 10000
 // part of the origin's own weights, so that the origin takes its share of the site's
 // new flows (while its backends are up). A backend of weight 0 stays 0 (draining), and
 // so does one whose origin has no share; one with a share gets at least 1. A service
-// without origins, or without shares for site, keeps its weights.
+// without origins, or without shares for site, keeps its weights. services is the
+// caller's own copy (desired.list): it is changed in place, the backends of a service
+// are copied before their weights change.
 func steered(services []config.Service, site string, steering map[string]wire.Steering) []config.Service {
-	out := slices.Clone(services)
+	out := services
 	for i := range out {
 		s := &out[i]
 		shares := steering[s.Name].Shares[site]

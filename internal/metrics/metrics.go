@@ -107,6 +107,10 @@ var (
 		"Revisions of the services the node is behind the fleet store, as last seen.")
 	fleetConflictsDesc = desc("manifold_fleet_write_conflicts_total",
 		"API writes refused because another write reached the fleet store first.")
+	fleetRefusedDesc = desc("manifold_fleet_documents_refused_total",
+		"Service documents of the fleet store this node refused (each service keeps its last good state; the status names them).")
+	fleetRefusedNowDesc = desc("manifold_fleet_services_refused",
+		"Services whose latest document in the fleet store this node refuses now.")
 
 	kubeSyncedDesc = desc("manifold_kubernetes_synced",
 		"1 once the node's Kubernetes caches have been filled (its services are the cluster's), else 0.")
@@ -164,7 +168,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{xdpDesc, packetsDesc, bytesDesc, newFlowsDesc, dropsDesc, eventsDesc, upDesc, weightDesc, announcedDesc,
 		flowsDesc, flowSizeDesc, checksDesc, checkFailuresDesc, checkUpDesc, checkLatencyDesc, peerUpDesc,
 		updatesSentDesc, updatesReceivedDesc, reloadsDesc, reloadFailuresDesc, apiDesc,
-		fleetRevisionDesc, fleetReachableDesc, fleetStaleDesc, fleetLagDesc, fleetConflictsDesc, steeringShareDesc, steeringTargetDesc,
+		fleetRevisionDesc, fleetReachableDesc, fleetStaleDesc, fleetLagDesc, fleetConflictsDesc, fleetRefusedDesc, fleetRefusedNowDesc, steeringShareDesc, steeringTargetDesc,
 		kubeSyncedDesc, kubeReachableDesc, kubeServicesDesc, kubeSkippedDesc, kubeOutOfPoolDesc, kubeUpdatesDesc,
 		tunnelConnectorsDesc, tunnelCapacityDesc, tunnelServiceOpenDesc, tunnelOpenDesc, tunnelStreamsDesc, tunnelBytesDesc, tunnelRTTDesc,
 		tunnelsAttachedDesc, tunnelsGoneDesc, tunnelsRefusedDesc, tunnelRetriesDesc, tunnelClientsRefusedDesc,
@@ -226,6 +230,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(fleetStaleDesc, since)
 		gauge(fleetLagDesc, float64(max(0, f.StoreRevision-f.AppliedRevision)))
 		counter(fleetConflictsDesc, f.WriteConflicts)
+		counter(fleetRefusedDesc, f.DocumentsRefused)
+		gauge(fleetRefusedNowDesc, float64(len(f.Refused)))
 	}
 	if k := st.Kubernetes; k != nil {
 		gauge(kubeSyncedDesc, bit(k.Synced))

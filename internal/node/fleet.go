@@ -51,7 +51,10 @@ func (n *Node) fleetState() *wire.FleetState {
 	}
 	s := n.fleet.State()
 	out := &wire.FleetState{Prefix: n.cfg.Fleet.Prefix, AppliedRevision: s.AppliedRevision, StoreRevision: s.StoreRevision,
-		Reachable: s.Reachable, ApplyError: s.ApplyError, WriteConflicts: s.WriteConflicts}
+		Reachable: s.Reachable, ApplyError: s.ApplyError, WriteConflicts: s.WriteConflicts, DocumentsRefused: s.DocumentsRefused}
+	if len(s.Refused) > 0 {
+		out.Refused = fleet.WireRefused(s.Refused)
+	}
 	if !s.StaleSince.IsZero() {
 		out.StaleSince = s.StaleSince.UTC().Format(time.RFC3339)
 	}

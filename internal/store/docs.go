@@ -1,6 +1,8 @@
 package store
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -23,24 +25,29 @@ type ServiceDoc struct {
 }
 
 // Compose builds a config document from a node config file's own sections (node, bgp;
-// not fleet, nor services) and the service documents, in the order given. The
-// result is parsed and validated by config.Parse as a whole.
-func Compose(file *Store, docs []ServiceDoc) ([]byte, *config.Config, error) {
+// not fleet, nor services) and the service documents, in the order given, parsed and
+// validated by config.Parse as a whole. It returns the document as a store held in
+// memory, edited by the same methods as a file's (PutService, Drain, …); its changes are
+// never written anywhere: the caller takes ServiceDocs from them. A document's format
+// version (a top-level v, config.ServiceDocVersion, which the fleet's reader checked)
+// is no field of a service and stays out.
+func Compose(file *Store, docs []ServiceDoc) (*Store, error) {
 	data, _ := file.current()
 	doc, err := parseTree(data)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	list := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
 	for _, d := range docs {
 		item, err := decode.YAML(d.YAML)
 		if err != nil {
-			return nil, nil, fmt.Errorf("service %s: %w", d.Name, err)
+			return nil, fmt.Errorf("service %s: %w", d.Name, err)
 		}
 		if item.Kind != yaml.DocumentNode || len(item.Content) != 1 || item.Content[0].Kind != yaml.MappingNode {
-			return nil, nil, fmt.Errorf("service %s: not one YAML mapping", d.Name)
+			return nil, fmt.Errorf("service %s: not one YAML mapping", d.Name)
 		}
 		expandAliases(item)
+		dropVersion(item.Content[0])
 		list.Content = append(list.Content, item.Content[0])
 	}
 	// the composed document is the node's as it runs: its services are the fleet's, so
@@ -51,24 +58,40 @@ func Compose(file *Store, docs []ServiceDoc) ([]byte, *config.Config, error) {
 	set(doc.Content[0], "services", list)
 	out, err := render(doc)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	cfg, err := config.Parse(file.path, out)
 	if err != nil {
-		return nil, nil, err
-	}
-	return out, cfg, nil
-}
-
-// Memory is a store of a document held in memory (Compose's), edited by the same
-// methods as a file's (PutService, Drain, …). Its changes are never written anywhere:
-// the caller takes ServiceDocs from them.
-func Memory(name string, data []byte) (*Store, error) {
-	cfg, err := config.Parse(name, data)
-	if err != nil {
 		return nil, err
 	}
-	return &Store{path: name, data: data, cfg: cfg, memory: true}, nil
+	return &Store{path: file.path, data: out, cfg: cfg, memory: true}, nil
+}
+
+// dropVersion takes a service mapping's format version out.
+func dropVersion(m *yaml.Node) {
+	if holder, i := lookup(m, "v"); holder != nil {
+		holder.Content = append(holder.Content[:i-1], holder.Content[i+1:]...)
+	}
+}
+
+// SameService tells whether a service's document as the store has it (old) says what
+// its document after an edit (ServiceDocs') says: the same bytes, or the same but for
+// the format version, which an edit does not write (version 1 needs none).
+func SameService(old, after []byte) bool {
+	if bytes.Equal(old, after) {
+		return true
+	}
+	doc, err := decode.YAML(old)
+	if err != nil || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return false
+	}
+	if holder, _ := lookup(doc.Content[0], "v"); holder == nil {
+		return false
+	}
+	expandAliases(doc)
+	dropVersion(doc.Content[0])
+	out, err := render(doc)
+	return err == nil && bytes.Equal(out, after)
 }
 
 // ServiceDocs returns the services of a change as documents, in the order of its list.
@@ -112,6 +135,23 @@ func ExportSection(docs []ServiceDoc) ([]byte, error) {
 	root := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{strNode("services"), list}}
 	out, err := render(&yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}})
 	return out, err
+}
+
+type serviceKey struct{}
+
+// ForService says that the edit made with ctx is of service name alone (the API's
+// writes each name one). A store of many services kept apart (the fleet's) may then
+// compose that service alone, run the edit on it, and check the result against the
+// others itself (config.Clash), instead of composing and parsing them all; the file
+// store edits its whole file either way.
+func ForService(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, serviceKey{}, name)
+}
+
+// ServiceOf returns the service ForService named, if any.
+func ServiceOf(ctx context.Context) (string, bool) {
+	name, ok := ctx.Value(serviceKey{}).(string)
+	return name, ok
 }
 
 // Unavailable is the error of a write that could not reach the store (the fleet's

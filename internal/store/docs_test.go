@@ -19,16 +19,12 @@ func TestComposeMemoryAndServiceDocs(t *testing.T) {
 	if len(docs) != 2 || docs[0].Name != "web" || !strings.Contains(string(docs[0].YAML), "# rack 1") {
 		t.Fatalf("docs %+v", docs)
 	}
-	data, cfg, err := Compose(file, docs)
+	mem, err := Compose(file, docs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(cfg.Services, file.Config().Services) {
+	if !reflect.DeepEqual(mem.Config().Services, file.Config().Services) {
 		t.Fatalf("composed services differ from the file's")
-	}
-	mem, err := Memory("fleet", data)
-	if err != nil {
-		t.Fatal(err)
 	}
 	ch, err := mem.Drain("web", "10.0.1.1")
 	if err != nil {
@@ -48,7 +44,7 @@ func TestComposeMemoryAndServiceDocs(t *testing.T) {
 	}
 	// a composed document that is not valid as a whole is refused
 	bad := append(docs, ServiceDoc{Name: "dup", YAML: []byte(strings.Replace(string(docs[0].YAML), "name: web", "name: dup", 1))})
-	if _, _, err := Compose(file, bad); err == nil {
+	if _, err := Compose(file, bad); err == nil {
 		t.Fatal("two services on one VIP:port composed without an error")
 	}
 	// a fleet node's file: its fleet section stays out of the composed document
@@ -60,7 +56,7 @@ func TestComposeMemoryAndServiceDocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, cfg, err := Compose(fs, docs); err != nil || cfg.Fleet != nil || len(cfg.Services) != 2 {
+	if mem, err := Compose(fs, docs); err != nil || mem.Config().Fleet != nil || len(mem.Config().Services) != 2 {
 		t.Fatalf("composing a fleet node's file: %v", err)
 	}
 	out, err := ExportSection(after)

@@ -7,7 +7,10 @@ import (
 	"reflect"
 	"testing"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/decode"
 )
 
 // fuzzStore opens a copy of testdata/node.yaml for a fuzz target.
@@ -69,7 +72,8 @@ func FuzzBody(f *testing.F) {
 
 // FuzzServiceDoc: any service document read from the fleet's etcd composes into a
 // node's config or an error, never a panic; a composed service, taken apart and
-// composed again, gives the same config.
+// composed again, gives the same config; and config.ParseService, which the fleet
+// decodes each document with, takes the same documents into the same service.
 func FuzzServiceDoc(f *testing.F) {
 	s := fuzzStore(f)
 	for _, d := range []string{
@@ -80,17 +84,41 @@ func FuzzServiceDoc(f *testing.F) {
 		f.Add([]byte(d))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		out, cfg, err := Compose(s, []ServiceDoc{{Name: "x", YAML: data}})
+		mem, err := Compose(s, []ServiceDoc{{Name: "x", YAML: data}})
+		svc, perr := config.ParseService("x", data, s.Config())
 		if err != nil {
+			if perr == nil && !hasVersion(data) {
+				t.Fatalf("ParseService took a document Compose refuses (%v):\n%s", err, data)
+			}
 			return
+		}
+		out, cfg := mem.current()
+		if perr != nil || !reflect.DeepEqual(*svc, cfg.Services[0]) {
+			t.Fatalf("ParseService: %v\n%+v\n%+v", perr, svc, cfg.Services[0])
 		}
 		docs, err := (&Change{data: out, Config: cfg}).ServiceDocs()
 		if err != nil {
 			t.Fatalf("a composed document does not come apart: %v\n%s", err, out)
 		}
-		_, again, err := Compose(s, docs)
-		if err != nil || !reflect.DeepEqual(again, cfg) {
+		again, err := Compose(s, docs)
+		if err != nil || !reflect.DeepEqual(again.Config(), cfg) {
 			t.Fatalf("composed again: %v\n%s", err, out)
 		}
 	})
+}
+
+// hasVersion tells whether a service document has a top-level v (the format version,
+// which the fleet's documents may carry and a config file's services may not).
+func hasVersion(data []byte) bool {
+	n, err := decode.YAML(data)
+	if err != nil || len(n.Content) != 1 || n.Content[0].Kind != yaml.MappingNode {
+		return false
+	}
+	m := n.Content[0]
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == "v" {
+			return true
+		}
+	}
+	return false
 }

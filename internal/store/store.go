@@ -340,7 +340,7 @@ func (s *Store) PutService(name string, spec []byte) (*Change, error) {
 	}
 	for _, o := range e.cfg.Services {
 		if o.Name != name && o.VIP == svc.VIP && o.Port == svc.Port && o.Protocol == svc.Protocol {
-			return nil, fail(Conflict, "vip", "%s port %d/%s is served by service %q already", svc.VIP, svc.Port, svc.Protocol, o.Name)
+			return nil, ServedAlready(svc, o.Name)
 		}
 	}
 	list := services(e.doc)
@@ -364,6 +364,12 @@ func (s *Store) PutService(name string, spec []byte) (*Change, error) {
 		ch.Summary = fmt.Sprintf("service %s created", name)
 	}
 	return ch, nil
+}
+
+// ServedAlready is the answer to a write of service svc on the vip/port/protocol that
+// service other serves: a conflict, the same from a file node and a fleet node.
+func ServedAlready(svc *config.Service, other string) *Error {
+	return fail(Conflict, "vip", "%s port %d/%s is served by service %q already", svc.VIP, svc.Port, svc.Protocol, other)
 }
 
 // parseService validates a service node on its own, next to the file's node and bgp

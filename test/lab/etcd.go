@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -75,8 +76,9 @@ func (l *Lab) StartEtcd(hosts ...*Host) (*Etcd, error) {
 			// a cluster of this lab only, should a member of another lab be reachable
 			"--initial-cluster-token", l.Prefix,
 			// `manifold fleet import` writes every service in one transaction, and etcd
-			// takes 128 operations per transaction unless told otherwise
-			"--max-txn-ops", "4096",
+			// takes 128 operations and 1.5 MiB per request unless told otherwise: the
+			// fleet benchmark imports up to 100 000 services
+			"--max-txn-ops", "200000", "--max-request-bytes", strconv.Itoa(64 << 20),
 			"--logger", "zap", "--log-outputs", "stderr",
 		}
 		if err := e.Start(m); err != nil {

@@ -31,7 +31,13 @@ type FleetNode struct {
 }
 
 // NodeRecord is what a node publishes about itself.
+//
+// V is the record's format (RecordVersion). Records are JSON and change by added
+// fields, which a reader of an older release ignores: that keeps V at 1. A change that
+// older readers would misread raises V, and a reader passes by the records of a V
+// newer than it reads (NodeRecord.Readable).
 type NodeRecord struct {
+	V         int      `json:"v,omitempty"` // absent: 1, the format of the releases before the field
 	Name      string   `json:"name"`
 	Site      string   `json:"site"`
 	Addresses []string `json:"addresses"`
@@ -41,6 +47,8 @@ type NodeRecord struct {
 	AppliedRevision int64  `json:"applied_revision"`
 	AppliedAt       string `json:"applied_at"`
 	ApplyError      string `json:"apply_error,omitempty"`
+	// Refused is the services whose latest document the node refused (FleetState's).
+	Refused []FleetRefusal `json:"refused,omitempty"`
 	// StaleSince is set while the node cannot reach the store.
 	StaleSince string `json:"stale_since,omitempty"`
 	// UpdatedAt is when the node wrote this record (RFC 3339).
@@ -88,3 +96,10 @@ type BackendLoad struct {
 	// request), averaged. Absent while none succeeded, and for a check of kind none.
 	RTTMilliseconds float64 `json:"rtt_ms,omitempty"`
 }
+
+// RecordVersion is the format of the node records this release writes and reads.
+const RecordVersion = 1
+
+// Readable tells whether this release reads the record: one of its own format or an
+// older one.
+func (r *NodeRecord) Readable() bool { return r.V <= RecordVersion }

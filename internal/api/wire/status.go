@@ -47,6 +47,18 @@ type FleetState struct {
 	StaleSince     string `json:"stale_since,omitempty"`
 	ApplyError     string `json:"apply_error,omitempty"`
 	WriteConflicts uint64 `json:"write_conflicts"`
+	// Refused is the services whose latest document the node did not take: each keeps
+	// its last good state (or is absent), every other change applies.
+	Refused []FleetRefusal `json:"refused,omitempty"`
+	// DocumentsRefused counts the service documents refused since the node started.
+	DocumentsRefused uint64 `json:"documents_refused"`
+}
+
+// FleetRefusal is a service document of the fleet store that a node refused.
+type FleetRefusal struct {
+	Service  string `json:"service"`
+	Revision int64  `json:"revision"` // the etcd revision of the refused document
+	Error    string `json:"error"`
 }
 
 // BGPStatus is the speaker's state: its peers, as GoBGP reports them.
