@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/testenv"
 )
 
 // validateMarker, on the line before a ```yaml block of the manual (or before the
@@ -27,19 +28,9 @@ type docSnippet struct {
 // docSnippets reads the marked YAML blocks of README.md and docs/*.md.
 func docSnippets(t *testing.T) []docSnippet {
 	t.Helper()
-	root := filepath.Join("..", "..")
-	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []docSnippet
-	for _, page := range append([]string{filepath.Join(root, "README.md")}, pages...) {
-		data, err := os.ReadFile(page)
-		if err != nil {
-			t.Fatal(err)
-		}
-		name, _ := filepath.Rel(root, page)
-		lines := strings.Split(string(data), "\n")
+	for _, page := range testenv.Manual(t, filepath.Join("..", "..")) {
+		name, lines := page.Name, page.Lines
 		for i, l := range lines {
 			m := validateMarker.FindStringSubmatch(l)
 			if m == nil {

@@ -55,19 +55,9 @@ type quickStartBlock struct {
 // quickStartBlocks reads the marked blocks of README.md and docs/*.md, by quick start.
 func quickStartBlocks(t *testing.T) map[string][]quickStartBlock {
 	t.Helper()
-	root := filepath.Join("..", "..")
-	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string][]quickStartBlock{}
-	for _, page := range append([]string{filepath.Join(root, "README.md")}, pages...) {
-		data, err := os.ReadFile(page)
-		if err != nil {
-			t.Fatal(err)
-		}
-		name, _ := filepath.Rel(root, page)
-		lines := strings.Split(string(data), "\n")
+	for _, page := range testenv.Manual(t, filepath.Join("..", "..")) {
+		name, lines := page.Name, page.Lines
 		for i, l := range lines {
 			m := quickStartMarker.FindStringSubmatch(l)
 			if m == nil {
