@@ -58,3 +58,27 @@ func Sleep(c Clock, d time.Duration, done <-chan struct{}) bool {
 		return false
 	}
 }
+
+// WatchStalls reports the times the process did not run: it wakes every interval and
+// calls stalled with the time since its last wake-up whenever that exceeds after (a
+// SIGSTOP and SIGCONT, a VM paused, a machine starved of CPU). A goroutine that
+// stalls for itself is not one: only a gap in the whole process's time is. It returns
+// when stop is closed. stalled runs on the watch's goroutine.
+func WatchStalls(c Clock, every, after time.Duration, stop <-chan struct{}, stalled func(gap time.Duration)) {
+	t := c.NewTicker(every)
+	defer t.Stop()
+	last := c.Now()
+	for {
+		select {
+		case <-t.C():
+		case <-stop:
+			return
+		}
+		now := c.Now()
+		if gap := now.Sub(last); gap > after {
+			stalled(gap)
+			now = c.Now() // the time stalled took is not a stall
+		}
+		last = now
+	}
+}

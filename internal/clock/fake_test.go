@@ -158,3 +158,31 @@ func TestNextDeadline(t *testing.T) {
 		t.Fatalf("NextDeadline = %v after the timer stopped, want 6 s (the ticker re-armed)", at)
 	}
 }
+
+// TestWatchStalls: a jump of the clock between two wake-ups of the watch is a stall,
+// reported with its length; the watch stops when told.
+func TestWatchStalls(t *testing.T) {
+	f := NewFake(time.Unix(0, 0))
+	stop, done := make(chan struct{}), make(chan struct{})
+	gaps := make(chan time.Duration, 1)
+	go func() {
+		defer close(done)
+		WatchStalls(f, 100*time.Millisecond, time.Second, stop, func(gap time.Duration) { gaps <- gap })
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal("the watch armed no ticker")
+	}
+	f.Advance(5 * time.Second) // stopped for 5 s
+	select {
+	case gap := <-gaps:
+		if gap < 5*time.Second {
+			t.Fatalf("stall of %v reported, want at least 5s", gap)
+		}
+	case <-ctx.Done():
+		t.Fatal("a 5 s jump was not reported")
+	}
+	close(stop)
+	<-done
+}

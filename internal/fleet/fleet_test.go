@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -850,4 +851,38 @@ func TestNamedWriteComparesItsOwnService(t *testing.T) {
 		defer a.mu.Unlock()
 		return a.want.services["dns"] != nil && len(a.want.services["web"].Backends) == 1
 	})
+}
+
+// CatchUp returns only once the node applied what the store holds when it is called: a
+// node held from applying (its run loop busy, or it did not run) is not caught up, and
+// says so when its time is up; let go, it is.
+func TestCatchUpWaitsForTheStoreRevision(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	release := make(chan struct{})
+	var held atomic.Bool
+	a := startNode(t, cli, "a", func(reconcile.Update) error {
+		if held.Load() {
+			<-release
+		}
+		return nil
+	})
+	b := startNode(t, cli, "b", nil)
+	held.Store(true)
+	if err := b.Change(context.Background(), put("web", web)); err != nil {
+		t.Fatal(err)
+	}
+	want := storeRevision(t, cli)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := a.CatchUp(ctx); err == nil {
+		t.Fatalf("caught up while the change (revision %d) waits to be applied: applied %d", want, a.State().AppliedRevision)
+	}
+	held.Store(false)
+	close(release)
+	if err := a.CatchUp(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.State().AppliedRevision; got < want {
+		t.Fatalf("caught up at revision %d, the store had %d", got, want)
+	}
 }

@@ -57,6 +57,8 @@ const (
 	// applyWait bounds how long an API write waits for this node to apply it, so that
 	// its answer shows the change.
 	applyWait = 5 * time.Second
+	// catchUpWait bounds how long CatchUp tries to read the store.
+	catchUpWait = 10 * time.Second
 )
 
 // Source is the fleet store as a source of desired state (reconcile.Source).
@@ -548,6 +550,35 @@ func (s *Source) diff(before map[string][]byte, after []store.ServiceDoc) []clie
 		}
 	}
 	return ops
+}
+
+// CatchUp waits until the node has processed the fleet's services as the store has
+// them now: a linearizable read of the guard, then the watch's progress up to its
+// revision. A node that did not run for a while calls it before it takes traffic
+// again: the fleet may have changed meanwhile, and the watch delivers the changes only
+// once the node runs. Its etcd member may have gone meanwhile: the read is tried again
+// for up to catchUpWait while the client finds another. It fails when etcd does not
+// answer by then or the revision is not applied within applyWait.
+func (s *Source) CatchUp(ctx context.Context) error {
+	deadline := time.Now().Add(catchUpWait)
+	for {
+		err := s.probe(ctx)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(probeTimeout / 4):
+		}
+	}
+	s.mu.Lock()
+	rev := s.storeRev
+	s.mu.Unlock()
+	return s.awaitApplied(ctx, rev)
 }
 
 // awaitApplied waits until Run has processed revision rev.

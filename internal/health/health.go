@@ -122,12 +122,14 @@ type Checker struct {
 
 // prober is the state of one target. Its fields after done are guarded by Checker.mu.
 type prober struct {
-	target Target
-	ctx    context.Context // cancelled (under Checker.mu) when the target is removed
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the prober goroutine has returned; nil for kind none
+	target  Target
+	ctx     context.Context // cancelled (under Checker.mu) when the target is removed
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the prober goroutine has returned; nil for kind none
+	recheck chan struct{} // capacity 1: Recheck wakes the prober for a check now
 
-	state       RiseFall // known: the initial state has been reported
+	state       RiseFall  // known: the initial state has been reported
+	freshAfter  time.Time // Recheck: a check started before says nothing of now
 	lastCheck   time.Time
 	lastErr     error
 	lastLatency time.Duration
@@ -221,7 +223,7 @@ func (c *Checker) Set(targets []Target) {
 			continue
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		p := &prober{target: t, ctx: ctx, cancel: cancel, state: RiseFall{Rise: t.Check.Rise, Fall: t.Check.Fall}}
+		p := &prober{target: t, ctx: ctx, cancel: cancel, recheck: make(chan struct{}, 1), state: RiseFall{Rise: t.Check.Rise, Fall: t.Check.Fall}}
 		c.probers[t] = p
 		if !probed(t.Check.Kind) {
 			p.state.Assume(true)
@@ -274,6 +276,29 @@ func (c *Checker) Known(t Target) bool {
 	defer c.mu.Unlock()
 	p, ok := c.probers[t]
 	return ok && p.state.Known()
+}
+
+// Recheck makes every probed target's state stale and checks it again now: until
+// its next check the target is not Known, Up still answers its last state, and that
+// check decides it at once, without Rise or Fall (RiseFall.Forget), so that every
+// target gets an event. A check already under way when Recheck is called does not
+// count: it may have started long before. It is for a process that did not run for a
+// while (stopped, or starved of CPU): its states are as old as that.
+func (c *Checker) Recheck() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	for _, p := range c.probers {
+		if !probed(p.target.Check.Kind) {
+			continue
+		}
+		p.state.Forget()
+		p.freshAfter = now
+		select {
+		case p.recheck <- struct{}{}:
+		default: // a recheck is already due
+		}
+	}
 }
 
 // Status returns the state and counters of every target, sorted by address then
@@ -364,11 +389,18 @@ func (c *Checker) run(p *prober) {
 		err := probe(ctx, c.client, p.target)
 		cancel()
 		latency := c.clock.Now().Sub(start)
-		c.record(p, start, latency, err)
-
 		wait := interval - latency + jitter
 		jitter = 0 // only the first wait: it shifts the phase of the prober
-		if !clock.Sleep(c.clock, wait, p.ctx.Done()) {
+		if !c.record(p, start, latency, err) {
+			wait = 0 // a Recheck came during the check: check again at once
+		}
+		t := c.clock.NewTimer(wait)
+		select {
+		case <-t.C():
+		case <-p.recheck:
+			t.Stop()
+		case <-p.ctx.Done():
+			t.Stop()
 			return
 		}
 	}
@@ -386,12 +418,16 @@ func timing(h config.Health) (interval, timeout time.Duration) {
 }
 
 // record applies the result of one check to the state of p, emitting an event when the
-// state changes or becomes known.
-func (c *Checker) record(p *prober, start time.Time, latency time.Duration, err error) {
+// state changes or becomes known. It reports false for a check that started before a
+// Recheck: the result is not recorded.
+func (c *Checker) record(p *prober, start time.Time, latency time.Duration, err error) (fresh bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p.ctx.Err() != nil {
-		return // removed (or closed) during the check: the result is stale
+		return true // removed (or closed) during the check: the result is stale, and so is the prober
+	}
+	if start.Before(p.freshAfter) {
+		return false
 	}
 	p.checks++
 	p.lastCheck, p.lastErr, p.lastLatency = start, err, latency
@@ -399,13 +435,14 @@ func (c *Checker) record(p *prober, start time.Time, latency time.Duration, err 
 		p.failures++
 	}
 	if !p.state.Record(err == nil) {
-		return
+		return true
 	}
 	if err == nil {
 		c.transitionLocked(p, latency, plural(p.state.Successes(), "success", "successes"))
 	} else {
 		c.transitionLocked(p, latency, plural(p.state.Failures(), "failure", "failures")+": "+err.Error())
 	}
+	return true
 }
 
 func plural(n int, one, many string) string {

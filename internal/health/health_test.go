@@ -857,3 +857,34 @@ func closed(ch <-chan Event) bool {
 		}
 	}
 }
+
+// TestRecheck: after Recheck a target's next check runs at once (the fake clock does not
+// move) and decides its state without Fall: a backend that went away while the process
+// was stopped is down after one failure, not three intervals later; one that stayed up
+// gets an event too, so that the node knows every state is fresh again.
+func TestRecheck(t *testing.T) {
+	t.Parallel()
+	gone := listenTCP(t, "127.0.0.1:0")
+	stays := listenTCP(t, "127.0.0.1:0")
+	h := newHarness(t)
+	tgGone, tgStays := tcpTarget(loopback, gone.port(), 2, 3), tcpTarget(loopback, stays.port(), 2, 3)
+	h.Set([]Target{tgGone, tgStays})
+	h.tick(t)
+	h.expectEvent(t, tgGone, true, "2 consecutive successes")
+	h.expectEvent(t, tgStays, true, "2 consecutive successes")
+
+	gone.close()
+	h.blockUntil(t, 2) // both wait for their next check, an interval away
+	h.Recheck()
+	h.expectEvent(t, tgGone, false, "1 consecutive failure")
+	h.expectEvent(t, tgStays, true, "1 consecutive success")
+	if h.Up(tgGone) || !h.Known(tgGone) || !h.Up(tgStays) || !h.Known(tgStays) {
+		t.Fatalf("after the recheck: gone up %v known %v, stays up %v known %v", h.Up(tgGone), h.Known(tgGone), h.Up(tgStays), h.Known(tgStays))
+	}
+	// an ordinary check again: the target that stayed needs Fall failures to go down
+	stays.close()
+	h.tick(t)
+	if !h.Up(tgStays) {
+		t.Fatal("one failure after the recheck took the target down: Fall no longer applies")
+	}
+}

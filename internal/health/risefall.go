@@ -9,11 +9,22 @@ package health
 type RiseFall struct {
 	Rise, Fall int
 	up, known  bool
-	succ, fail int // the current run of successes or failures (one of them 0)
+	stale      bool // Forget: the next result decides, either way
+	succ, fail int  // the current run of successes or failures (one of them 0)
 }
 
 // Record takes one result; it reports whether the state changed or became known.
 func (r *RiseFall) Record(ok bool) (changed bool) {
+	if r.stale {
+		r.stale, r.known, r.up = false, true, ok
+		r.succ, r.fail = 0, 0
+		if ok {
+			r.succ = 1
+		} else {
+			r.fail = 1
+		}
+		return true
+	}
 	if ok {
 		r.succ++
 		r.fail = 0
@@ -36,7 +47,21 @@ func (r *RiseFall) Record(ok bool) (changed bool) {
 // whose state carries over from before.
 func (r *RiseFall) Assume(up bool) { r.up, r.known = up, true }
 
-// Up reports whether the target is up (false until known).
+// Forget makes a known state stale: unknown again, though Up still answers the state
+// it had (the best guess until a result comes), and the next result decides it either
+// way, without Rise or Fall. It is for a state that may be out of date because no
+// check ran for a while (the process was stopped): the hysteresis that guards a
+// fresh run of results does not apply to an old one. It does nothing to a state not
+// known yet.
+func (r *RiseFall) Forget() {
+	if r.known {
+		r.known, r.stale = false, true
+		r.succ, r.fail = 0, 0
+	}
+}
+
+// Up reports whether the target is up (false until known; the last known state while
+// stale).
 func (r *RiseFall) Up() bool { return r.up }
 
 // Known reports whether the state is known: Rise successes, a failure, or Assume.

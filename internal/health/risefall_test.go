@@ -39,3 +39,44 @@ func TestRiseFall(t *testing.T) {
 		t.Error("a failure of a target known down changed its state")
 	}
 }
+
+// Forget: a stale state keeps its guess until the next result, which decides it at once
+// either way (a Rise of 3 or a Fall of 3 would otherwise hold the old state for three
+// more checks); a state never known is left alone.
+func TestRiseFallForget(t *testing.T) {
+	up := RiseFall{Rise: 3, Fall: 3}
+	for range 3 {
+		up.Record(true)
+	}
+	up.Forget()
+	if up.Known() || !up.Up() {
+		t.Fatalf("forgotten up state: known %v up %v, want unknown, still up", up.Known(), up.Up())
+	}
+	if !up.Record(false) || up.Up() || !up.Known() || up.Failures() != 1 {
+		t.Fatalf("one failure after Forget: up %v known %v failures %d, want known down", up.Up(), up.Known(), up.Failures())
+	}
+	// the next result is an ordinary one again: Rise successes to come back
+	if up.Record(true) || up.Up() {
+		t.Fatal("a single success after the deciding failure brought the target up")
+	}
+
+	down := RiseFall{Rise: 3, Fall: 3}
+	down.Record(false)
+	down.Forget()
+	if !down.Record(true) || !down.Up() || !down.Known() {
+		t.Fatalf("one success after Forget of a down state: up %v known %v, want known up", down.Up(), down.Known())
+	}
+	confirmed := RiseFall{Rise: 3, Fall: 3}
+	confirmed.Assume(true)
+	confirmed.Forget()
+	if !confirmed.Record(true) || !confirmed.Up() || !confirmed.Known() {
+		t.Fatal("a success after Forget did not report the state known again")
+	}
+
+	var never RiseFall
+	never.Rise, never.Fall = 2, 2
+	never.Forget()
+	if never.Record(true) || never.Known() {
+		t.Fatal("Forget of a state never known let one success decide it")
+	}
+}

@@ -48,6 +48,17 @@ import (
 // neighbourRefresh is how often next hops of backends are re-checked (routes change).
 const neighbourRefresh = 5 * time.Second
 
+// The stall watch: a node that did not run for stallAfter (SIGSTOP then SIGCONT, a
+// paused VM, a starved machine) has health states and a fleet revision of before, while
+// its BGP and BFD sessions come back at once. It holds its VIPs back until it has
+// caught up (resumed). A second is longer than any pause of a running Go process and
+// than BFD's detection time (then the routers have moved the traffic away already);
+// stallWatch, the watch's wake-up, bounds how late a stall is seen.
+const (
+	stallAfter = time.Second
+	stallWatch = 100 * time.Millisecond
+)
+
 // bgpPort is where the node accepts sessions from its peers (it also connects to them).
 const bgpPort = 179
 
@@ -194,6 +205,10 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 			}
 		})
 	}
+	// owned by Run, as the sources: stopped by stopSources
+	wg.Go(func() {
+		clock.WatchStalls(clock.Real(), stallWatch, stallAfter, sources.Done(), func(gap time.Duration) { n.resumed(sources, gap) })
+	})
 	defer wg.Wait()
 	defer stopSources()
 
@@ -227,26 +242,64 @@ func (n *Node) loop(ctx context.Context) error {
 	}
 }
 
+// resumed catches up after the node did not run for gap (the stall watch's report, on
+// its goroutine). Whatever happened meanwhile happened without it: backends went down
+// or came back, the fleet's services changed; its rings are as they were. Its BGP and
+// BFD sessions come back at once, and with them traffic, which the other nodes' rings
+// placed: flows the router moves here would go to other backends and break (the chaos
+// soak's node-cont rounds). So the VIPs are withdrawn (Hold), every backend is
+// checked again (a stale state is decided by one fresh result), the fleet's revision
+// read again, and each service is announced again once its backends' health is known
+// (Release; the controller's policy for a service not announced). A store that does not
+// answer does not keep the node out: it serves what it applied, as it would without
+// the stall.
+func (n *Node) resumed(ctx context.Context, gap time.Duration) {
+	gap = gap.Round(time.Millisecond)
+	if !n.onLoop(ctx, func() {
+		n.log.Warn("the node did not run for a while (stopped, paused or starved of CPU): VIPs withdrawn until its backends are checked again and it has caught up with the fleet", "gap", gap)
+		n.checker.Recheck()
+		n.ctrl.Hold(fmt.Sprintf("catching up after %s without running", gap))
+	}) {
+		return
+	}
+	if n.fleet != nil {
+		if err := n.fleet.CatchUp(ctx); err != nil {
+			n.log.Warn("could not catch up with the fleet store after a stall: serving the revision applied", "err", err)
+		}
+	}
+	n.onLoop(ctx, n.ctrl.Release)
+}
+
+// onLoop runs fn on the run loop and waits for it; false when the node stops first.
+func (n *Node) onLoop(ctx context.Context, fn func()) bool {
+	done := make(chan struct{})
+	select {
+	case n.requests <- func() { defer close(done); fn() }:
+	case <-n.stopping:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+	<-done
+	return true
+}
+
 // errStopping is what an update gets once the node stops; the API answers 503.
 var errStopping = fmt.Errorf("the node is stopping: %w", context.Canceled)
 
 // Submit hands a source's update to the controller on the run loop (reconcile.Sink).
 func (n *Node) Submit(ctx context.Context, u reconcile.Update) error {
 	var err error
-	done := make(chan struct{})
-	select {
-	case n.requests <- func() {
-		defer close(done)
+	if !n.onLoop(ctx, func() {
 		if err = n.ctrl.Submit(u); err == nil {
 			n.syncTunnels()
 		}
-	}:
-	case <-n.stopping:
+	}) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		return errStopping
-	case <-ctx.Done():
-		return ctx.Err()
 	}
-	<-done
 	return err
 }
 

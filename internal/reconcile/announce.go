@@ -27,7 +27,8 @@ const (
 )
 
 // wantedAnnouncements is the announce policy, for every service served: a VIP is
-// announced while the node has BGP, is not stopping, has its data plane attached, and
+// announced while the node has BGP, is not stopping, has its data plane attached, holds
+// nothing back (Hold), and
 // the service has at least one healthy backend (a draining one counts: its flows still
 // need the node). A tunnel service has no backends: it is announced while a
 // connector of it is attached to an edge (TunnelsConnected).
@@ -43,10 +44,12 @@ func (c *Controller) wantedAnnouncements() map[string]Announcement {
 	for _, s := range c.served {
 		healthy, unknown := 0, 0
 		for j := range s.Backends {
-			if c.healthy(s, &s.Backends[j]) {
-				healthy++
-			} else if !c.checked(s, &s.Backends[j]) {
+			// a backend not checked is not counted healthy, even where its stale
+			// state says up (the health checker's Recheck)
+			if !c.checked(s, &s.Backends[j]) {
 				unknown++
+			} else if c.healthy(s, &s.Backends[j]) {
+				healthy++
 			}
 		}
 		switch {
@@ -56,6 +59,8 @@ func (c *Controller) wantedAnnouncements() map[string]Announcement {
 			out[s.Name] = Announcement{Reason: ReasonStopping}
 		case !c.attached:
 			out[s.Name] = Announcement{Reason: ReasonNotAttached}
+		case c.holds > 0:
+			out[s.Name] = Announcement{Reason: c.holdReason}
 		case isTunnel(s) && !c.connected[s.Name]:
 			out[s.Name] = Announcement{Reason: ReasonNoConnector}
 		case isTunnel(s):

@@ -84,7 +84,11 @@ type Controller struct {
 	served   []*config.Service           // the union, sorted by name
 	attached bool
 	stopping bool
-	announce map[string]Announcement // by service name
+	// holds counts the Hold calls not Released yet: while any, nothing is announced
+	// (holdReason says why).
+	holds      int
+	holdReason string
+	announce   map[string]Announcement // by service name
 	// connected holds the tunnel services that have a connector attached to an edge
 	// (this node's, or with a fleet any node's): the only tunnel services announced.
 	connected map[string]bool
@@ -239,6 +243,23 @@ func (c *Controller) TunnelsConnected(services map[string]bool) {
 		return
 	}
 	c.connected = maps.Clone(services)
+	c.settle()
+}
+
+// Hold withdraws every VIP until as many Release calls as Hold calls came: the node
+// doubts its own state (it did not run for a while and catches up, see internal/node).
+// The services come back one by one afterwards, each once the health of all its
+// backends is known again: a VIP withdrawn waits for that (wantedAnnouncements).
+// reason is what the status shows for every service meanwhile.
+func (c *Controller) Hold(reason string) {
+	c.holds++
+	c.holdReason = reason
+	c.settle()
+}
+
+// Release ends one Hold.
+func (c *Controller) Release() {
+	c.holds = max(c.holds-1, 0)
 	c.settle()
 }
 

@@ -216,6 +216,41 @@ func TestAnnounceWaitsUntilEveryBackendIsChecked(t *testing.T) {
 	}
 }
 
+// TestHoldWithdrawsUntilReleasedAndChecked: a node that did not run for a while holds
+// its VIPs back (Hold) while it catches up, and after Release announces each service
+// only once every backend's health is fresh again — the chaos soak's node-cont rounds
+// broke connections when a resumed node took traffic with the rings of before its stop.
+// Two holds need two releases.
+func TestHoldWithdrawsUntilReleasedAndChecked(t *testing.T) {
+	r := newRig(t, true, 0)
+	b1 := netip.MustParseAddr("10.0.1.1")
+	r.submit(withCheck(svc("web", vip1, 80, "10.0.1.1", "10.0.1.2")))
+	r.c.Attached()
+	if !r.speaker.is(vip1) {
+		t.Fatalf("announced %v, want %s", r.speaker.Announced(), vip1)
+	}
+	const why = "resumed after 5s without running"
+	r.c.Hold(why)
+	r.c.Hold(why)
+	if a := r.announcement("web"); !r.speaker.is() || a.Announced || a.Reason != why {
+		t.Fatalf("held: announced %v, %+v", r.speaker.Announced(), a)
+	}
+	r.health.unknown = map[netip.Addr]bool{b1: true} // rechecking
+	r.c.Release()
+	if !r.speaker.is() {
+		t.Fatalf("one of two holds released: announced %v", r.speaker.Announced())
+	}
+	r.c.Release()
+	if a := r.announcement("web"); !r.speaker.is() || a.Reason != "1 of 2 backends healthy, 1 not checked yet" {
+		t.Fatalf("released, 10.0.1.1 not checked again yet: announced %v, %+v", r.speaker.Announced(), a)
+	}
+	delete(r.health.unknown, b1)
+	r.c.HealthChanged()
+	if !r.speaker.is(vip1) {
+		t.Fatalf("released and every backend checked: announced %v, want %s", r.speaker.Announced(), vip1)
+	}
+}
+
 func TestDrainingBackendKeepsTheVIPAnnounced(t *testing.T) {
 	r := newRig(t, true, 0)
 	web := withCheck(svc("web", vip1, 80, "10.0.1.1"))

@@ -12,6 +12,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,7 +28,9 @@ import (
 	"github.com/manifoldlb/manifold/test/lab"
 )
 
-const prefix = "mfsk"
+// prefix names the soak's namespaces; MANIFOLD_LAB_PREFIX gives a run its own, as it
+// does the lab tests', so that two runs on one machine do not tear down each other's.
+var prefix = cmp.Or(os.Getenv("MANIFOLD_LAB_PREFIX"), "mfsk")
 
 func main() {
 	manifold := flag.String("manifold", "bin/manifold", "the manifold binary (make build)")
