@@ -91,6 +91,7 @@ func (n *Node) record(rtt *steer.RTTs) wire.NodeRecord {
 				NewFlowsPerSecond: b.NewFlowsPerSecond, PacketsPerSecond: b.PacketsPerSecond, BytesPerSecond: b.BytesPerSecond,
 				RTTMilliseconds: rtt.Of(s.Name, b.Address)})
 		}
+		l.Origins = n.tunnelOrigins(s.Name)
 		r.Services = append(r.Services, l)
 	}
 	r.Tunnels = n.tunnelRecord()
