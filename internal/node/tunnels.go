@@ -161,20 +161,18 @@ func (n *Node) tunnelCounters() map[rateKey]datapath.Counters {
 	return out
 }
 
-// tunnelOrigins is what the node's fleet record says of the origins of a tunnel
-// service (nil: none), for steering: as the backends of a routed service, each
+// tunnelOrigins is what the node's fleet record says of the origins of its tunnel
+// services, by service, for steering: as of a routed service's backends, each
 // origin's health (a connector attached), new streams/s and RTT on its tunnels.
-func (n *Node) tunnelOrigins(service string) []wire.OriginLoad {
+func (n *Node) tunnelOrigins() map[string][]wire.OriginLoad {
 	if n.edge == nil {
 		return nil
 	}
-	var out []wire.OriginLoad
+	out := map[string][]wire.OriginLoad{}
 	for _, o := range n.edge.Origins() {
-		if o.Service == service {
-			out = append(out, wire.OriginLoad{Name: o.Origin, Healthy: o.Connectors > 0,
-				NewFlowsPerSecond: n.rates.get(rateKey{tunnel: service, origin: o.Origin}).newFlows,
-				RTTMilliseconds:   float64(o.RTT) / float64(time.Millisecond)})
-		}
+		out[o.Service] = append(out[o.Service], wire.OriginLoad{Name: o.Origin, Healthy: o.Connectors > 0,
+			NewFlowsPerSecond: n.rates.get(rateKey{tunnel: o.Service, origin: o.Origin}).newFlows,
+			RTTMilliseconds:   float64(o.RTT) / float64(time.Millisecond)})
 	}
 	return out
 }
