@@ -76,29 +76,7 @@ func TestTunnelSteering(t *testing.T) {
 
 	// every edge's record: both origins healthy, with their tunnels' RTT
 	api := tl.api[lb1.Role]
-	err = Eventually(20*time.Second, 100*time.Millisecond, func() error {
-		var fl wire.FleetStatus
-		if err := api.Get("/api/v1/fleet", &fl); err != nil {
-			return err
-		}
-		for _, n := range fl.Nodes {
-			origins := map[string]wire.OriginLoad{}
-			for _, s := range n.Services {
-				if s.Name == "web" {
-					for _, o := range s.Origins {
-						origins[o.Name] = o
-					}
-				}
-			}
-			for _, name := range []string{"home", "office"} {
-				if o := origins[name]; !o.Healthy || o.RTTMilliseconds <= 0 {
-					return fmt.Errorf("%s's record of web's origins: %+v, want %s healthy with an RTT", n.Name, origins, name)
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := waitOriginRecords(api, map[string]bool{"home": true, "office": true}); err != nil {
 		t.Fatal(err)
 	}
 	// the controller puts the site on home: office takes 1/s of the 20/s at most
@@ -141,6 +119,9 @@ func TestTunnelSteering(t *testing.T) {
 	// ones go to office meanwhile
 	_, failedMoved := load.Counts()
 	t.Logf("%d requests of the offered load failed while home's share moved", failedMoved-failedBefore)
+	if err := waitOriginRecords(api, map[string]bool{"home": false, "office": true}); err != nil {
+		t.Error(err)
+	}
 	if o := st.Decision.Origins[0]; o.Origin != "home" || o.Healthy || !strings.Contains(o.Reason, "unhealthy") {
 		t.Errorf("the decision's home: %+v, want unhealthy", o)
 	}
@@ -156,4 +137,31 @@ func TestTunnelSteering(t *testing.T) {
 	if _, failed := load.Counts(); failed != failedMoved {
 		t.Errorf("%d requests of the offered load failed once home's share had moved", failed-failedMoved)
 	}
+}
+
+// waitOriginRecords waits until every edge's fleet record gives web's origins the
+// health of healthy, each healthy one with an RTT and each other without.
+func waitOriginRecords(api *NodeAPI, healthy map[string]bool) error {
+	return Eventually(20*time.Second, 100*time.Millisecond, func() error {
+		var fl wire.FleetStatus
+		if err := api.Get("/api/v1/fleet", &fl); err != nil {
+			return err
+		}
+		for _, n := range fl.Nodes {
+			origins := map[string]wire.OriginLoad{}
+			for _, s := range n.Services {
+				if s.Name == "web" {
+					for _, o := range s.Origins {
+						origins[o.Name] = o
+					}
+				}
+			}
+			for name, want := range healthy {
+				if o, ok := origins[name]; !ok || o.Healthy != want || (o.RTTMilliseconds > 0) != want {
+					return fmt.Errorf("%s's record of web's origins: %+v, want %s healthy %v, with an RTT if so", n.Name, origins, name, want)
+				}
+			}
+		}
+		return nil
+	})
 }
