@@ -314,7 +314,7 @@ func printSteering(w io.Writer, st *wire.SteeringStatus) {
 	}
 	tw.Flush()
 	if len(st.Services) == 0 {
-		fmt.Fprintln(w, "No shares yet: no steering controller has decided (backends keep their own weights).")
+		fmt.Fprintln(w, "No shares yet: no steering controller has decided (backends keep their own weights, tunnel services' streams go to every connector).")
 		return
 	}
 	fmt.Fprintln(w)

@@ -229,16 +229,21 @@ func decodeSpec(data []byte, spec *wire.ServiceSpec) error {
 }
 
 // Observe is what the alive nodes' records say of a service with origins: each
-// origin's capacity, load (the new flows/s the nodes sent its backends) and health (a
-// backend of it healthy on some node), and each site's demand (the new flows/s of its
-// nodes) and RTT to each origin (see siteRTT). ok is false when no alive node carries
-// the service.
+// origin's capacity, load (the new flows/s the nodes sent its backends, or the new
+// streams/s their tunnel edges opened to its connectors) and health (a backend of it
+// healthy, or a connector of it attached, on some node), and each site's demand (the
+// new flows/s of its nodes) and RTT to each origin (see siteRTT). ok is false when no
+// alive node carries the service.
 func Observe(spec wire.ServiceSpec, records []wire.NodeRecord) (obs steer.Observation, ok bool) {
 	originOf := map[netip.Addr]string{}
 	for _, b := range spec.Backends {
 		if a, err := netip.ParseAddr(b.Address); err == nil {
 			originOf[a] = b.Origin
 		}
+	}
+	named := map[string]bool{} // a node's tunnel edge names an origin by its name
+	for _, o := range spec.Origins {
+		named[o.Name] = true
 	}
 	load := map[string]float64{}
 	healthy := map[string]bool{}
@@ -252,16 +257,11 @@ func Observe(spec wire.ServiceSpec, records []wire.NodeRecord) (obs steer.Observ
 			ok = true
 			demand[r.Site] += sl.NewFlowsPerSecond
 			nodeRTT := map[string][]float64{}
-			for _, b := range sl.Backends {
-				a, err := netip.ParseAddr(b.Address)
-				o, known := originOf[a]
-				if err != nil || !known {
-					continue
-				}
-				load[o] += b.NewFlowsPerSecond
-				healthy[o] = healthy[o] || b.Healthy
-				if b.Healthy && b.RTTMilliseconds > 0 {
-					nodeRTT[o] = append(nodeRTT[o], b.RTTMilliseconds)
+			for _, v := range originViews(sl, originOf, named) {
+				load[v.origin] += v.load
+				healthy[v.origin] = healthy[v.origin] || v.healthy
+				if v.healthy && v.rttMs > 0 {
+					nodeRTT[v.origin] = append(nodeRTT[v.origin], v.rttMs)
 				}
 			}
 			if rtts[r.Site] == nil {
@@ -279,6 +279,35 @@ func Observe(spec wire.ServiceSpec, records []wire.NodeRecord) (obs steer.Observ
 		obs.Sites = append(obs.Sites, steer.Site{Name: site, Demand: demand[site], RTT: siteRTT(spec.Origins, rtts[site])})
 	}
 	return obs, ok
+}
+
+// originView is what a node sees of an origin through one of its backends (a routed
+// origin) or through its tunnel edge (a tunnelled origin): the same figures, so that
+// steering observes both alike.
+type originView struct {
+	origin  string
+	load    float64 // new flows (streams) per second
+	healthy bool
+	rttMs   float64 // 0: not measured
+}
+
+// originViews are a node's views of the service's origins: one per backend of an
+// origin, one per origin its tunnel edge reaches. A backend or an origin the service
+// does not have is left out.
+func originViews(sl wire.ServiceLoad, originOf map[netip.Addr]string, named map[string]bool) []originView {
+	out := make([]originView, 0, len(sl.Backends)+len(sl.Origins))
+	for _, b := range sl.Backends {
+		a, err := netip.ParseAddr(b.Address)
+		if o, known := originOf[a]; err == nil && known {
+			out = append(out, originView{o, b.NewFlowsPerSecond, b.Healthy, b.RTTMilliseconds})
+		}
+	}
+	for _, o := range sl.Origins {
+		if named[o.Name] {
+			out = append(out, originView{o.Name, o.NewFlowsPerSecond, o.Healthy, o.RTTMilliseconds})
+		}
+	}
+	return out
 }
 
 // siteRTT is a site's RTT to each origin: the mean over the site's nodes of each

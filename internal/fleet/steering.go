@@ -59,6 +59,20 @@ func steered(services []config.Service, site string, steering map[string]wire.St
 	return out
 }
 
+// SharesOf is the node's site's shares of a tunnel service with origins, by which its
+// tunnel edge picks the origin of each new stream (as steered gives a routed
+// service's backends the weights of them); nil when they give none of origins
+// anything: the service is not steered here.
+func (s *Source) SharesOf(service string, origins []config.Origin) map[string]float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	shares := s.steering[service].Shares[s.site]
+	if !coversAny(shares, origins) {
+		return nil
+	}
+	return maps.Clone(shares)
+}
+
 // coversAny tells whether shares give some flows to one of origins: shares naming
 // only origins the service no longer has would drain it whole.
 func coversAny(shares map[string]float64, origins []config.Origin) bool {

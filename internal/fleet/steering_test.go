@@ -265,3 +265,105 @@ func TestSourceAppliesShares(t *testing.T) {
 		t.Fatalf("weights %v after a change of another site's only, then of its own", w)
 	}
 }
+
+// tunnelRecord is a node's record of a tunnel service whose origins its tunnel edge
+// reaches through connectors.
+func tunnelRecord(name, site string, demand float64, origins ...wire.OriginLoad) wire.NodeRecord {
+	return wire.NodeRecord{Name: name, Site: site, Services: []wire.ServiceLoad{{Name: "web", NewFlowsPerSecond: demand, Backends: []wire.BackendLoad{}, Origins: origins}}}
+}
+
+var tunnelSpec = wire.ServiceSpec{Name: "web", Forwarding: "tunnel", Origins: []wire.OriginSpec{{Name: "home", Capacity: 100}, {Name: "office", Capacity: 100}}}
+
+// A tunnelled origin is observed as a routed one: its load the streams the edges
+// opened to it, healthy while a connector of it is attached to some edge, each site's
+// RTT the mean of its edges' round trips on its tunnels; an origin the service does
+// not have is left out. One of the origins losing its connectors everywhere moves its
+// share at once.
+func TestObserveTunnelledOrigins(t *testing.T) {
+	up := func(o string, load, ms float64) wire.OriginLoad {
+		return wire.OriginLoad{Name: o, Healthy: true, NewFlowsPerSecond: load, RTTMilliseconds: ms}
+	}
+	recs := []wire.NodeRecord{
+		tunnelRecord("n1", "ams", 40, up("home", 30, 4), up("office", 10, 40), up("attic", 5, 1)),
+		tunnelRecord("n2", "ams", 20, up("home", 20, 6), up("office", 0, 60)),
+		tunnelRecord("n3", "nyc", 30, up("home", 0, 50), up("office", 30, 8)),
+	}
+	obs, ok := Observe(tunnelSpec, recs)
+	want := steer.Observation{
+		Origins: []steer.Origin{{Name: "home", Capacity: 100, Load: 50, Healthy: true}, {Name: "office", Capacity: 100, Load: 40, Healthy: true}},
+		Sites: []steer.Site{
+			{Name: "ams", Demand: 60, RTT: map[string]time.Duration{"home": 5 * time.Millisecond, "office": 50 * time.Millisecond}},
+			{Name: "nyc", Demand: 30, RTT: map[string]time.Duration{"home": 50 * time.Millisecond, "office": 8 * time.Millisecond}},
+		},
+	}
+	if !ok || !reflect.DeepEqual(obs, want) {
+		t.Fatalf("got %+v %v\nwant %+v", obs, ok, want)
+	}
+	if sh := (steer.Manifold{}).Decide(time.Now(), obs, nil).Shares(); sh["ams"]["home"] != 1 || sh["nyc"]["office"] != 1 {
+		t.Errorf("each site not on its closest origin: %v", sh)
+	}
+
+	// office's connectors detached from every edge: its records say unhealthy, no RTT
+	gone := wire.OriginLoad{Name: "office"}
+	recs = []wire.NodeRecord{
+		tunnelRecord("n1", "ams", 40, up("home", 40, 4), gone),
+		tunnelRecord("n3", "nyc", 30, up("home", 0, 50), gone),
+	}
+	obs, _ = Observe(tunnelSpec, recs)
+	if obs.Origins[1].Healthy {
+		t.Fatalf("office without a connector observed healthy: %+v", obs.Origins)
+	}
+	if sh := (steer.Manifold{}).Decide(time.Now(), obs, steer.Shares{"ams": {"home": 1}, "nyc": {"office": 1}}).Shares(); sh["nyc"]["home"] != 1 || sh["nyc"]["office"] != 0 {
+		t.Errorf("nyc's share not moved off office, whose connectors are gone: %v", sh)
+	}
+}
+
+const tunnelledWeb = "name: web\nvip: 198.51.100.10\nport: 80\nforwarding: tunnel\norigins: [{name: home, capacity: 100}, {name: office, capacity: 100}]\n"
+
+// The live controller, on a real etcd, steers a tunnel service from the records the
+// edges publish: each site to the origin its edges are closest to; when the records
+// say an origin's connectors are gone, its share moves in the next round.
+func TestControllerSteersTunnelledOrigins(t *testing.T) {
+	c := startEtcd(t, 1)
+	cli := c.client()
+	if err := Import(context.Background(), cli, prefix, []store.ServiceDoc{{Name: "web", YAML: []byte(tunnelledWeb)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	up := func(o string, ms float64) wire.OriginLoad {
+		return wire.OriginLoad{Name: o, Healthy: true, NewFlowsPerSecond: 10, RTTMilliseconds: ms}
+	}
+	putRecord(t, cli, tunnelRecord("n1", "ams", 20, up("home", 4), up("office", 40)))
+	putRecord(t, cli, tunnelRecord("n2", "nyc", 20, up("home", 50), up("office", 8)))
+	watch := cli.Watch(context.Background(), newKeys(prefix).steeringOf("web"))
+	ctl := NewController(c.client(), prefix, "a", 50*time.Millisecond, 2*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() { _ = ctl.Run(ctx); close(done) }()
+
+	first := nextSteering(t, watch)
+	if first.Shares["ams"]["home"] != 1 || first.Shares["nyc"]["office"] != 1 {
+		t.Fatalf("first round: %+v", first.Shares)
+	}
+	var office *wire.SteeringOrigin
+	for i, o := range first.Decision.Origins {
+		if o.Origin == "office" {
+			office = &first.Decision.Origins[i]
+		}
+	}
+	if office == nil || !office.Healthy || office.Load != 20 || office.Capacity != 100 {
+		t.Fatalf("the decision's office: %+v", first.Decision.Origins)
+	}
+
+	putRecord(t, cli, tunnelRecord("n2", "nyc", 20, up("home", 50), wire.OriginLoad{Name: "office"}))
+	putRecord(t, cli, tunnelRecord("n1", "ams", 20, up("home", 4), wire.OriginLoad{Name: "office"}))
+	for {
+		st := nextSteering(t, watch)
+		if st.Shares["nyc"]["office"] == 0 && st.Shares["nyc"]["home"] == 1 {
+			break
+		}
+		if st.Round > first.Round+20 {
+			t.Fatalf("office's connectors gone 20 rounds ago, nyc's shares still %v", st.Shares["nyc"])
+		}
+	}
+}

@@ -83,6 +83,7 @@ func (n *Node) record(rtt *steer.RTTs) wire.NodeRecord {
 		}
 	}
 	rtt.Observe(st.Services)
+	origins := n.tunnelOrigins()
 	for _, s := range st.Services {
 		l := wire.ServiceLoad{Name: s.Name, Announced: s.Announced, NewFlowsPerSecond: s.NewFlowsPerSecond,
 			PacketsPerSecond: s.PacketsPerSecond, BytesPerSecond: s.BytesPerSecond, Backends: []wire.BackendLoad{}}
@@ -91,6 +92,7 @@ func (n *Node) record(rtt *steer.RTTs) wire.NodeRecord {
 				NewFlowsPerSecond: b.NewFlowsPerSecond, PacketsPerSecond: b.PacketsPerSecond, BytesPerSecond: b.BytesPerSecond,
 				RTTMilliseconds: rtt.Of(s.Name, b.Address)})
 		}
+		l.Origins = origins[s.Name]
 		r.Services = append(r.Services, l)
 	}
 	r.Tunnels = n.tunnelRecord()

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -14,10 +15,13 @@ import (
 // long enough to smooth single bursts.
 const rateInterval = time.Second
 
-// rateKey names a counter: a service's or a backend's, by data-plane id.
+// rateKey names a counter: a service's or a backend's, by data-plane id; or the
+// tunnel edge's of a tunnel service (its client connections, as new flows) or of one
+// of its origins (the streams opened to it), by name.
 type rateKey struct {
-	backend bool
-	id      uint32
+	backend        bool
+	id             uint32
+	tunnel, origin string
 }
 
 // rate is per second.
@@ -40,9 +44,9 @@ func newRateMeter() *rateMeter {
 	return &rateMeter{last: map[rateKey]sample{}, rates: map[rateKey]rate{}}
 }
 
-// run samples the counters of the services of view every rateInterval until stop is
-// closed.
-func (m *rateMeter) run(view func() reconcile.View, lb *datapath.LB, clk clock.Clock, stop <-chan struct{}) {
+// run samples the counters of the services of view, and those tunnels gives (nil:
+// none), every rateInterval until stop is closed.
+func (m *rateMeter) run(view func() reconcile.View, lb *datapath.LB, tunnels func() map[rateKey]datapath.Counters, clk clock.Clock, stop <-chan struct{}) {
 	t := clk.NewTicker(rateInterval)
 	defer t.Stop()
 	for {
@@ -61,6 +65,9 @@ func (m *rateMeter) run(view func() reconcile.View, lb *datapath.LB, clk clock.C
 						cur[rateKey{backend: true, id: bk.ID}] = c
 					}
 				}
+			}
+			if tunnels != nil {
+				maps.Copy(cur, tunnels())
 			}
 			m.record(cur, now)
 		}

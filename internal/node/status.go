@@ -41,12 +41,18 @@ func (n *Node) Status() wire.Status {
 		st.Services = append(st.Services, n.serviceStatus(s, view.Announce[s.Config.Name], checks))
 	}
 	// a tunnel service has no backends nor data-plane counters: its traffic is the
-	// tunnel edge's (GET /api/v1/tunnels)
+	// tunnel edge's (GET /api/v1/tunnels), and its new flows the edge's client
+	// connections
+	var clients map[string]uint64
+	if n.edge != nil && len(view.Tunnels) > 0 {
+		clients = n.edge.Clients()
+	}
 	for _, s := range view.Tunnels {
 		ann := view.Announce[s.Name]
 		st.Services = append(st.Services, wire.ServiceStatus{Name: s.Name, VIP: s.VIP.String(), Port: s.Port,
 			Protocol: string(s.Protocol), Forwarding: string(s.Forwarding), Scheduler: string(s.Scheduler),
-			Announced: ann.Announced, Reason: ann.Reason, Backends: []wire.BackendStatus{}, Spec: api.SpecOf(&s)})
+			Announced: ann.Announced, Reason: ann.Reason, Backends: []wire.BackendStatus{}, Spec: api.SpecOf(&s),
+			NewFlows: clients[s.Name], NewFlowsPerSecond: n.rates.get(rateKey{tunnel: s.Name}).newFlows})
 	}
 	slices.SortFunc(st.Services, func(a, b wire.ServiceStatus) int { return strings.Compare(a.Name, b.Name) })
 	st.FlowTableEntries, _ = n.lb.FlowCount()

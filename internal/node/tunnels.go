@@ -21,6 +21,7 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/datapath"
 	"github.com/manifoldlb/manifold/internal/tunnel"
 )
 
@@ -143,6 +144,39 @@ func (n *Node) tunnelRecord() *wire.TunnelEdgeRecord {
 	return r
 }
 
+// tunnelCounters are the tunnel edge's counters that the rate meter makes steering's
+// rates of: each tunnel service's client connections, and the streams opened to each
+// of its origins, as new flows.
+func (n *Node) tunnelCounters() map[rateKey]datapath.Counters {
+	if n.edge == nil {
+		return nil
+	}
+	out := map[rateKey]datapath.Counters{}
+	for service, c := range n.edge.Clients() {
+		out[rateKey{tunnel: service}] = datapath.Counters{NewFlows: c}
+	}
+	for _, o := range n.edge.Origins() {
+		out[rateKey{tunnel: o.Service, origin: o.Origin}] = datapath.Counters{NewFlows: o.Streams}
+	}
+	return out
+}
+
+// tunnelOrigins is what the node's fleet record says of the origins of its tunnel
+// services, by service, for steering: as of a routed service's backends, each
+// origin's health (a connector attached), new streams/s and RTT on its tunnels.
+func (n *Node) tunnelOrigins() map[string][]wire.OriginLoad {
+	if n.edge == nil {
+		return nil
+	}
+	out := map[string][]wire.OriginLoad{}
+	for _, o := range n.edge.Origins() {
+		out[o.Service] = append(out[o.Service], wire.OriginLoad{Name: o.Origin, Healthy: o.Connectors > 0,
+			NewFlowsPerSecond: n.rates.get(rateKey{tunnel: o.Service, origin: o.Origin}).newFlows,
+			RTTMilliseconds:   float64(o.RTT) / float64(time.Millisecond)})
+	}
+	return out
+}
+
 // watchTunnels tells the controller which tunnel services have a connector, at every
 // change of the edge's state.
 func (n *Node) watchTunnels(ctx context.Context) {
@@ -181,13 +215,20 @@ func (n *Node) syncTunnels() {
 	e := n.edge
 	want := map[string]netip.AddrPort{}
 	origins := map[string][]string{} // a connector of these must name one of them
+	shares := map[string]map[string]float64{}
 	for _, s := range services {
 		want[s.Name] = netip.AddrPortFrom(s.VIP, s.Port)
 		for _, o := range s.Origins {
 			origins[s.Name] = append(origins[s.Name], o.Name)
 		}
+		if n.fleet != nil {
+			if sh := n.fleet.SharesOf(s.Name, s.Origins); sh != nil {
+				shares[s.Name] = sh
+			}
+		}
 	}
 	e.SetServiceOrigins(origins)
+	e.SetOriginShares(shares)
 	for name, l := range e.listeners {
 		if at, ok := want[name]; !ok || at != l.at {
 			l.cancel()

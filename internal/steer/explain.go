@@ -47,7 +47,7 @@ func decide(obs Observation, t Target, next Shares, moving func(cur, next, targe
 
 func originReason(o Origin, t Target) string {
 	if !o.Healthy {
-		return "unhealthy (no healthy backend): gets no flows, at once"
+		return "unhealthy (no healthy backend, no connector attached): gets no flows, at once"
 	}
 	limit, load := t.Limit[o.Name], t.Load[o.Name]
 	var b strings.Builder

@@ -30,7 +30,8 @@ type Origin struct {
 	Capacity float64
 	// Load is the new flows per second the sites sent it over the last interval.
 	Load float64
-	// Healthy is false when the origin has no healthy backend.
+	// Healthy is false when the origin has no healthy backend (a tunnelled origin: no
+	// connector attached to an edge).
 	Healthy bool
 }
 

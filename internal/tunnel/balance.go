@@ -1,9 +1,10 @@
 package tunnel
 
 // Client connections: each is joined to a new stream over the tunnel of one of its
-// service's connectors, chosen by free capacity.
+// service's connectors: of an origin chosen by the site's steering shares (when the
+// service has some here), then by free capacity within it.
 //
-//	Serve ── accept ──▶ join: pick ──▶ openStream (header, wait for the ack) ──▶ proxy
+//	Serve ── accept ──▶ join: pick (origin, then tunnel) ──▶ openStream (header, wait for the ack) ──▶ proxy
 //	                           ▲              │ failed before any client byte was sent
 //	                           └── another ───┘ connector, the failed one excluded
 
@@ -69,6 +70,7 @@ func (e *Edge) join(ctx context.Context, service string, client net.Conn, idle *
 	// moving bytes either (QueueTimeout ends that wait far sooner anyway)
 	seen := idle.add(client)
 	defer idle.remove(seen)
+	e.countClient(service)
 	t, slot, s := e.connect(ctx, streamHeader{Service: service, Client: addrPortOf(client.RemoteAddr()), VIP: addrPortOf(client.LocalAddr())}, true)
 	if t == nil {
 		return
@@ -106,6 +108,9 @@ func (e *Edge) connect(ctx context.Context, h streamHeader, relays bool) (*edgeT
 		}
 		t.streams.Add(1)
 		e.streams.Add(1)
+		if slot.origin != "" && !t.relay {
+			e.countStream(service, slot.origin)
+		}
 		return t, slot, s
 	}
 }
@@ -132,28 +137,77 @@ func (e *Edge) pick(ctx context.Context, service string, tried map[*edgeTunnel]b
 	}
 }
 
-// pickLocked spreads new streams over the tunnels in proportion to their free
-// capacity (smooth weighted round robin, weights = free streams now): a connector
-// with twice the free capacity gets twice the new streams, a full, draining or gone
-// one none, and the choice is deterministic for a given history. Another edge's relay
-// is picked only when no connector's own tunnel has room: a hop costs a round trip.
+// pickLocked spreads new streams over the tunnels. When the site has shares for the
+// service (SetOriginShares), an origin is chosen first, by the shares (pickOrigin),
+// then a tunnel of that origin; otherwise any tunnel of the service. Among the
+// tunnels it goes by free capacity (smooth weighted round robin, weights = free
+// streams now): a connector with twice the free capacity gets twice the new streams,
+// a full, draining or gone one none, and the choice is deterministic for a given
+// history. Another edge's relay is picked only when no connector's own tunnel (of an
+// origin with a share) has room: a hop costs a round trip, and the other edge then
+// picks by its own site's shares.
 func (e *Edge) pickLocked(service string, tried map[*edgeTunnel]bool, relays bool) (*edgeTunnel, *serviceSlot) {
-	if t, slot := e.pickAmong(service, tried, false); t != nil || !relays {
-		return t, slot
+	origin, steered := e.pickOrigin(service, tried)
+	if !steered || origin != "" {
+		if t, slot := e.pickAmong(service, tried, false, origin); t != nil {
+			return t, slot
+		}
 	}
-	return e.pickAmong(service, tried, true)
+	if !relays {
+		return nil, nil
+	}
+	return e.pickAmong(service, tried, true, "")
 }
 
-func (e *Edge) pickAmong(service string, tried map[*edgeTunnel]bool, relays bool) (*edgeTunnel, *serviceSlot) {
+// pickOrigin chooses the origin of a new stream of service by the site's shares:
+// smooth weighted round robin over the origins that have a share and a tunnel with
+// room, weights = the shares, so that over many streams each origin takes its share
+// of them — and the share of an origin without room goes to the others in proportion
+// to theirs rather than waiting. steered is false when the service has no shares here
+// (any tunnel goes); origin is "" when steered and no origin with a share has room.
+// The caller holds e.mu.
+func (e *Edge) pickOrigin(service string, tried map[*edgeTunnel]bool) (origin string, steered bool) {
+	sh := e.shares[service]
+	if sh == nil {
+		return "", false
+	}
+	roomy := map[string]bool{}
+	for _, t := range e.byService[service] {
+		if e.room(t, service, tried, false) > 0 {
+			roomy[t.services[service].origin] = true
+		}
+	}
+	total, best := 0.0, -1
+	for i, o := range sh.origins {
+		if sh.share[i] <= 0 || !roomy[o] {
+			continue
+		}
+		sh.current[i] += sh.share[i]
+		total += sh.share[i]
+		if best < 0 || sh.current[i] > sh.current[best] {
+			best = i
+		}
+	}
+	if best < 0 {
+		return "", true
+	}
+	sh.current[best] -= total
+	return sh.origins[best], true
+}
+
+// pickAmong takes a stream of the tunnel of service (of origin, unless "") with the
+// most free capacity by smooth weighted round robin; relays: among relay tunnels only,
+// else among connectors' only. The caller holds e.mu.
+func (e *Edge) pickAmong(service string, tried map[*edgeTunnel]bool, relays bool, origin string) (*edgeTunnel, *serviceSlot) {
 	var best *edgeTunnel
 	var bestSlot *serviceSlot
 	total := 0
 	for _, t := range e.byService[service] {
-		if t.relay != relays || t.draining || t.gone || tried[t] {
+		slot := t.services[service]
+		if origin != "" && slot.origin != origin {
 			continue
 		}
-		slot := t.services[service]
-		free := min(slot.capacity-slot.open, e.cfg.MaxStreamsPerTunnel-t.open)
+		free := e.room(t, service, tried, relays)
 		if free <= 0 {
 			continue
 		}
@@ -169,6 +223,17 @@ func (e *Edge) pickAmong(service string, tried map[*edgeTunnel]bool, relays bool
 		best.open++
 	}
 	return best, bestSlot
+}
+
+// room is how many more streams of service t takes now: 0 when it is draining, gone,
+// tried already, full, or not of the kind wanted (a relay's or a connector's). The
+// caller holds e.mu.
+func (e *Edge) room(t *edgeTunnel, service string, tried map[*edgeTunnel]bool, relays bool) int {
+	if t.relay != relays || t.draining || t.gone || tried[t] {
+		return 0
+	}
+	slot := t.services[service]
+	return min(slot.capacity-slot.open, e.cfg.MaxStreamsPerTunnel-t.open)
 }
 
 // addrPortOf is a TCP connection's address as the stream header carries it (an IPv4

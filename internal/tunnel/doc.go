@@ -4,7 +4,8 @@
 // connectors.
 //
 //	client ──TCP──▶ Edge.Serve(service, listener)
-//	                   │ pick: weighted by free capacity, never draining or gone
+//	                   │ pick: an origin by the site's shares (steering.go), then a
+//	                   │       connector by free capacity, never draining or gone
 //	                   ▼
 //	                 QUIC stream ══ tunnel (one QUIC connection) ══▶ Connector ──TCP──▶ origin (to)
 //

@@ -124,6 +124,13 @@ type Edge struct {
 	// origins are the origins of the services that have some (SetServiceOrigins): a
 	// connector of one of them must name one of these
 	origins map[string][]string
+	// shares are the site's steering shares of the services that have some here
+	// (SetOriginShares), which pick the origin of each new stream (balance.go);
+	// clients and originStreams count the client connections per service and the
+	// streams per origin, steering's demand and load (steering.go)
+	shares        map[string]*originShares
+	clients       map[string]uint64
+	originStreams map[serviceOrigin]uint64
 
 	// the services' listeners (Serve), for their counters; those closed are added up
 	// in listenersGone
@@ -214,6 +221,9 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 		perToken:       map[string]int{},
 		listeners:      map[*listen.Listener]bool{},
 		refused:        map[string]*atomic.Uint64{},
+		shares:         map[string]*originShares{},
+		clients:        map[string]uint64{},
+		originStreams:  map[serviceOrigin]uint64{},
 	}
 	for _, r := range refusalReasons {
 		e.refused[r] = new(atomic.Uint64)

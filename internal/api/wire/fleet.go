@@ -73,7 +73,9 @@ type FleetPeer struct {
 }
 
 // ServiceLoad is a service as one node sees and carries it: whether it announces it,
-// its backends' health and the traffic it sends them, per second.
+// its backends' health and the traffic it sends them, per second. A tunnel service's
+// new flows are its client connections, and its origins (those the node's tunnel edge
+// reaches through connectors) are in Origins, as a routed service's are in Backends.
 type ServiceLoad struct {
 	Name              string        `json:"name"`
 	Announced         bool          `json:"announced"`
@@ -81,6 +83,20 @@ type ServiceLoad struct {
 	PacketsPerSecond  float64       `json:"packets_per_second"`
 	BytesPerSecond    float64       `json:"bytes_per_second"`
 	Backends          []BackendLoad `json:"backends"`
+	Origins           []OriginLoad  `json:"origins,omitempty"`
+}
+
+// OriginLoad is one origin of a tunnel service as the node's tunnel edge sees it.
+type OriginLoad struct {
+	Name string `json:"name"`
+	// Healthy: a connector of the origin is attached to the edge, answering its pings.
+	Healthy bool `json:"healthy"`
+	// NewFlowsPerSecond is the new streams per second the edge opened to the origin's
+	// connectors.
+	NewFlowsPerSecond float64 `json:"new_flows_per_second"`
+	// RTTMilliseconds is the edge's smoothed round-trip time on the origin's tunnels
+	// (QUIC's, the mean over its connectors). Absent without a connector.
+	RTTMilliseconds float64 `json:"rtt_ms,omitempty"`
 }
 
 // BackendLoad is one backend of a ServiceLoad.
