@@ -181,13 +181,18 @@ func (n *Node) syncTunnels() {
 	e := n.edge
 	want := map[string]netip.AddrPort{}
 	origins := map[string][]string{} // a connector of these must name one of them
+	proxyProtocols := map[string]config.ProxyProtocol{}
 	for _, s := range services {
 		want[s.Name] = netip.AddrPortFrom(s.VIP, s.Port)
 		for _, o := range s.Origins {
 			origins[s.Name] = append(origins[s.Name], o.Name)
 		}
+		if s.ProxyProtocol != "" {
+			proxyProtocols[s.Name] = s.ProxyProtocol
+		}
 	}
 	e.SetServiceOrigins(origins)
+	e.SetProxyProtocols(proxyProtocols)
 	for name, l := range e.listeners {
 		if at, ok := want[name]; !ok || at != l.at {
 			l.cancel()
