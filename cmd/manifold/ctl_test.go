@@ -119,7 +119,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					Since: time.Date(2026, 11, 23, 15, 1, 0, 0, time.UTC)}},
 			Counters: wire.TunnelCounters{Attached: 5, Gone: 1, Streams: 121, StreamRetries: 1, ClientsRefused: 0,
 				Refused: map[string]uint64{tunnel.RefusedUnknownToken: 2, tunnel.RefusedOutOfScope: 1, tunnel.RefusedTunnelLimit: 0, tunnel.RefusedTLS: 0, tunnel.RefusedProtocol: 0, tunnel.RefusedHelloLimit: 0,
-					tunnel.RefusedNoOrigin: 0, tunnel.RefusedUnknownOrigin: 0}}})
+					tunnel.RefusedNoOrigin: 0, tunnel.RefusedUnknownOrigin: 0, tunnel.RefusedNoProxyProtocol: 0}}})
 	case r.URL.Path == "/api/v1/config":
 		reply(200, wire.ConfigView{ConfigInfo: wire.ConfigInfo{File: f.st.Config.File, Revision: f.st.Config.Revision, InSync: f.inSync},
 			YAML: "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\n  api_token: <redacted>\nservices:\n  - name: web\n    vip: 198.51.100.10\n"})

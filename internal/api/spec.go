@@ -11,7 +11,7 @@ import (
 func SpecOf(s *config.Service) wire.ServiceSpec {
 	out := wire.ServiceSpec{
 		Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Protocol: string(s.Protocol),
-		Forwarding: string(s.Forwarding), GUEPort: s.GUEPort, BackendPort: s.BackendPort, Scheduler: string(s.Scheduler), TableSize: s.TableSize,
+		Forwarding: string(s.Forwarding), GUEPort: s.GUEPort, BackendPort: s.BackendPort, ProxyProtocol: string(s.ProxyProtocol), Scheduler: string(s.Scheduler), TableSize: s.TableSize,
 		Backends: make([]wire.BackendSpec, 0, len(s.Backends)),
 		Health: wire.HealthSpec{
 			Kind: string(s.Health.Kind), Port: s.Health.Port, Path: s.Health.Path,

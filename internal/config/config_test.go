@@ -176,8 +176,14 @@ func TestTunnels(t *testing.T) {
 	if !reflect.DeepEqual(got.Tunnels, want) {
 		t.Errorf("tunnels: got %+v, want %+v", got.Tunnels, want)
 	}
-	if s := got.Services[0]; s.Forwarding != Tunnel || s.Port != 80 || s.Protocol != TCP || len(s.Backends) != 0 {
-		t.Errorf("service: got %+v", s)
+	if s := got.Services[0]; s.Forwarding != Tunnel || s.Port != 80 || s.Protocol != TCP || len(s.Backends) != 0 || s.ProxyProtocol != "" {
+		t.Errorf("service: got %+v (no PROXY header by default)", s)
+	}
+	for _, v := range []ProxyProtocol{ProxyV1, ProxyV2} {
+		got, err = Parse("t.yaml", []byte(hdr+tunnelsSection+"services:\n  - {name: web, vip: 198.51.100.10, port: 80, forwarding: tunnel, proxy_protocol: "+string(v)+"}\n"))
+		if err != nil || got.Services[0].ProxyProtocol != v {
+			t.Errorf("proxy_protocol: %s: got %+v, %v", v, got, err)
+		}
 	}
 
 	// A tunnel service may have origins: its connectors name the one they serve it for.
@@ -213,8 +219,12 @@ func TestParseErrors(t *testing.T) {
 			[]string{"t.yaml:5: node.mtu: unknown field (accepted: name, interfaces, xdp_mode, site, address, address6, api, api_token, api_token_file, api_hosts, api_cert_file, api_key_file, api_insecure_remote, flow_table_size, max_services, max_backends, entropy_source, entropy_prefix4, entropy_prefix6, new_flow_rate, forward_transit)"}},
 		{"backend port without NAT", svc + "    forwarding: gue\n    backend_port: 8080\n",
 			[]string{"t.yaml:9: services[0].backend_port: only with forwarding: nat (encapsulated packets keep the client's port)"}},
+		{"PROXY header without a tunnel", svc + "    forwarding: gue\n    proxy_protocol: v1\n",
+			[]string{"t.yaml:9: services[0].proxy_protocol: only with forwarding: tunnel (the connector writes it; ipip and gue backends see the client's address on its packets)"}},
+		{"PROXY header of an unknown version", hdr + tunnelsSection + "services:\n  - {name: web, vip: 198.51.100.10, port: 80, forwarding: tunnel, proxy_protocol: v3}\n",
+			[]string{"t.yaml:10: services[0].proxy_protocol: \"v3\" is not valid (accepted: v1, v2)"}},
 		{"unknown service field", svc + "    weight: 1\n",
-			[]string{"t.yaml:8: services[0].weight: unknown field (accepted: name, vip, port, protocol, forwarding, gue_port, backend_port, scheduler, table_size, origins, backends, health, bgp)"}},
+			[]string{"t.yaml:8: services[0].weight: unknown field (accepted: name, vip, port, protocol, forwarding, gue_port, backend_port, proxy_protocol, scheduler, table_size, origins, backends, health, bgp)"}},
 		{"entropy prefix of the wrong length and family", hdr + "  entropy_source: true\n  entropy_prefix4: 172.16.0.0/12\n  entropy_prefix6: 10.1.0.0/16\n", []string{
 			"t.yaml:6: node.entropy_prefix4: 172.16.0.0/12: must be a /16 (the flow hash picks the other 16 bits)",
 			"t.yaml:7: node.entropy_prefix6: 10.1.0.0/16 is not an IPv6 prefix"}},

@@ -1045,6 +1045,9 @@ func (p *parser) service(n *yaml.Node, path string, out *Service) {
 		case "backend_port":
 			x, _ := p.integer(v, path)
 			out.BackendPort = uint16(x)
+		case "proxy_protocol":
+			s, _ := p.enum(v, path)
+			out.ProxyProtocol = ProxyProtocol(s)
 		case "scheduler":
 			s, _ := p.enum(v, path)
 			out.Scheduler = Scheduler(s)

@@ -222,6 +222,15 @@ const (
 	Tunnel Forwarding = "tunnel"
 )
 
+// ProxyProtocol is the version of the PROXY protocol header (HAProxy's) a tunnel
+// service's connector writes to the origin before the client's bytes; "" for none.
+type ProxyProtocol string
+
+const (
+	ProxyV1 ProxyProtocol = "v1" // text: "PROXY TCP4 client vip cport vport\r\n"
+	ProxyV2 ProxyProtocol = "v2" // binary
+)
+
 type Scheduler string
 
 const (
@@ -240,8 +249,11 @@ type Service struct {
 	// BackendPort is the port NAT sends to (forwarding: nat); 0: the service's port
 	// (for a service of every port, the client's destination port).
 	BackendPort uint16
-	Scheduler   Scheduler
-	TableSize   uint32 // Maglev table size, a prime
+	// ProxyProtocol (forwarding: tunnel) is the PROXY header the connector opens
+	// every connection to the origin with, carrying the client's address; "" none.
+	ProxyProtocol ProxyProtocol
+	Scheduler     Scheduler
+	TableSize     uint32 // Maglev table size, a prime
 	// Origins are the data centres holding the backends, for global steering; with
 	// none, the service's weights are its backends' own.
 	Origins  []Origin

@@ -97,6 +97,14 @@ func minimalFor(schema []Field, path string) map[string]string {
 	if path == "services[].backend_port" {
 		values["services[].forwarding"] = string(NAT) // refused with any other
 	}
+	if path == "services[].proxy_protocol" { // refused but on a tunnel service, which has no backends
+		values["services[].forwarding"] = string(Tunnel)
+		for p := range values {
+			if under(p, "services[].backends") {
+				delete(values, p)
+			}
+		}
+	}
 	if under(path, "kubernetes") {
 		// the section has no required key: its kubeconfig stands for it
 		values["kubernetes.kubeconfig"] = fields["kubernetes.kubeconfig"].Example

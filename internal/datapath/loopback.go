@@ -48,7 +48,12 @@ func (l *Loopback) Set(vips []netip.Addr) error {
 		if l.added[vip] {
 			continue
 		}
-		err := l.nl.AddrAdd(lo, hostAddr(vip))
+		addr := hostAddr(vip)
+		// usable at once: without it an IPv6 address stays tentative until the
+		// kernel's duplicate address detection work runs (lo skips the detection,
+		// but later), and the edge's listener, bound right after, fails to bind
+		addr.Flags = unix.IFA_F_NODAD
+		err := l.nl.AddrAdd(lo, addr)
 		if errors.Is(err, unix.EEXIST) {
 			continue // not ours: never removed
 		}

@@ -147,7 +147,7 @@ var (
 	tunnelsGoneDesc = desc("manifold_tunnels_gone_total",
 		"Tunnels dropped because their connector stopped answering pings.")
 	tunnelsRefusedDesc = desc("manifold_tunnels_refused_total",
-		"Connectors refused, by reason: unknown_token, out_of_scope, tunnel_limit, tls, protocol, hello_limit, no_origin, unknown_origin.", "reason")
+		"Connectors refused, by reason: unknown_token, out_of_scope, tunnel_limit, tls, protocol, hello_limit, no_origin, unknown_origin, no_proxy_protocol.", "reason")
 	tunnelRetriesDesc = desc("manifold_tunnel_stream_retries_total",
 		"Streams that failed before carrying a byte and were retried on another connector.")
 	tunnelClientsRefusedDesc = desc("manifold_tunnel_clients_refused_total",

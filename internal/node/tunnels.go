@@ -216,6 +216,7 @@ func (n *Node) syncTunnels() {
 	want := map[string]netip.AddrPort{}
 	origins := map[string][]string{} // a connector of these must name one of them
 	shares := map[string]map[string]float64{}
+	proxyProtocols := map[string]config.ProxyProtocol{}
 	for _, s := range services {
 		want[s.Name] = netip.AddrPortFrom(s.VIP, s.Port)
 		for _, o := range s.Origins {
@@ -226,9 +227,13 @@ func (n *Node) syncTunnels() {
 				shares[s.Name] = sh
 			}
 		}
+		if s.ProxyProtocol != "" {
+			proxyProtocols[s.Name] = s.ProxyProtocol
+		}
 	}
 	e.SetServiceOrigins(origins)
 	e.SetOriginShares(shares)
+	e.SetProxyProtocols(proxyProtocols)
 	for name, l := range e.listeners {
 		if at, ok := want[name]; !ok || at != l.at {
 			l.cancel()

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"runtime"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/datapath"
@@ -141,5 +143,37 @@ func TestTunnelVIPRefusedByLoLeavesLoAsItWas(t *testing.T) {
 	}
 	if v := r.c.View(); len(v.Tunnels) != 1 || v.Tunnels[0].Name != "a" {
 		t.Errorf("the view after the refused update: %+v, want tunnel service a alone", v.Tunnels)
+	}
+}
+
+// An IPv6 tunnel VIP put on lo is usable at once: the edge binds its listener to it
+// right after. Without IFA_F_NODAD the kernel holds the address tentative until its
+// duplicate address detection work runs (for lo: skipped, but from a work queue), and
+// a bind in between fails with "cannot assign requested address" — the service went
+// unserved until the next change.
+func TestIPv6TunnelVIPOnLoIsUsableAtOnce(t *testing.T) {
+	h, _ := loNS(t)
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		t.Fatal(err)
+	}
+	l := datapath.NewLoopback(h, slog.New(slog.DiscardHandler))
+	for i := range 20 {
+		vip := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: byte(i + 1)})
+		if err := l.Set([]netip.Addr{vip}); err != nil {
+			t.Fatal(err)
+		}
+		addrs, err := h.AddrList(lo, netlink.FAMILY_V6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range addrs {
+			if ip, _ := netip.AddrFromSlice(a.IP); ip == vip && a.Flags&unix.IFA_F_TENTATIVE != 0 {
+				t.Fatalf("%s on lo is tentative (flags %#x): a listener cannot bind it yet", vip, a.Flags)
+			}
+		}
 	}
 }

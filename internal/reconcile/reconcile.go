@@ -406,10 +406,10 @@ func sameDataplane(a, b *config.Service) bool {
 }
 
 // sameRest reports whether two configs of a service agree in what the data plane does
-// not read: origins, health check, BGP attributes.
+// not read: origins, health check, BGP attributes, a tunnel service's PROXY header.
 func sameRest(a, b *config.Service) bool {
 	x, y := a.BGP, b.BGP
-	return slices.Equal(a.Origins, b.Origins) && a.Health == b.Health &&
+	return slices.Equal(a.Origins, b.Origins) && a.Health == b.Health && a.ProxyProtocol == b.ProxyProtocol &&
 		slices.Equal(x.Communities, y.Communities) && slices.Equal(x.LargeCommunities, y.LargeCommunities) &&
 		(x.MED == nil) == (y.MED == nil) && (x.MED == nil || *x.MED == *y.MED) && x.Prepend == y.Prepend
 }

@@ -580,6 +580,8 @@ func TestUnchangedComparesEveryField(t *testing.T) {
 			*v = config.GUE
 		case *config.Scheduler:
 			*v = config.MaglevSource
+		case *config.ProxyProtocol:
+			*v = config.ProxyV1
 		case *[]config.Origin:
 			*v = append(*v, config.Origin{Name: "dc1"})
 		case *[]config.Backend:

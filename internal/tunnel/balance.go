@@ -71,7 +71,8 @@ func (e *Edge) join(ctx context.Context, service string, client net.Conn, idle *
 	seen := idle.add(client)
 	defer idle.remove(seen)
 	e.countClient(service)
-	t, slot, s := e.connect(ctx, streamHeader{Service: service, Client: addrPortOf(client.RemoteAddr()), VIP: addrPortOf(client.LocalAddr())}, true)
+	t, slot, s := e.connect(ctx, streamHeader{Service: service, Client: addrPortOf(client.RemoteAddr()), VIP: addrPortOf(client.LocalAddr()),
+		Proxy: e.proxyProtocolOf(service)}, true)
 	if t == nil {
 		return
 	}

@@ -97,14 +97,35 @@ func NewConnector(cfg *ConnectorConfig, log *slog.Logger) *Connector {
 	return c
 }
 
-// dialTo dials the origin of the stream's service, the connector's to.
+// dialTo dials the origin of the stream's service, the connector's to, and opens the
+// connection with the PROXY header when the edge asks for one: before the client's
+// first byte (serveStream writes those), in one write as the spec wants. Here, not in
+// serveStream: an edge relaying a stream (relay.go) passes the header on to the
+// connector that dials the origin.
 func (c *Connector) dialTo(h streamHeader) (net.Conn, error) {
 	svc, ok := c.services[h.Service]
 	if !ok {
 		return nil, errors.New("this connector does not serve " + h.Service)
 	}
+	var header []byte
+	if h.Proxy != "" {
+		var err error
+		if header, err = proxyHeader(h.Proxy, h.Client, h.VIP); err != nil {
+			return nil, err
+		}
+	}
 	dialer := net.Dialer{Timeout: originDialTimeout}
-	return dialer.Dial("tcp", svc.To)
+	conn, err := dialer.Dial("tcp", svc.To)
+	if err != nil || header == nil {
+		return conn, err
+	}
+	_ = conn.SetWriteDeadline(time.Now().Add(originDialTimeout))
+	if _, err := conn.Write(header); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("PROXY header to %s: %w", svc.To, err)
+	}
+	_ = conn.SetWriteDeadline(time.Time{})
+	return conn, nil
 }
 
 // announced is what the hello says this connector serves.

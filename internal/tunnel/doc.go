@@ -11,7 +11,7 @@
 //
 // # Transport: QUIC
 //
-// A tunnel is one QUIC connection (TLS 1.3, ALPN "manifold-tunnel/2" or "/1"), dialled
+// A tunnel is one QUIC connection (TLS 1.3, ALPN "manifold-tunnel/3", "/2" or "/1"), dialled
 // by the connector, and each client connection is one bidirectional QUIC stream opened by
 // the edge. QUIC rather than TLS over TCP with a multiplexer of our own because:
 //   - streams are independent: a lost packet stalls only the streams whose data it
@@ -30,12 +30,15 @@
 // # Protocol
 //
 // docs/tunnels.md, "Protocol", gives the wire format byte by byte; protocol.go is it.
-// The version is negotiated by ALPN: the edge offers manifold-tunnel/2 and /1 and takes
-// the first of those the connector offers, a connector offers both, /2 first; the
-// negotiated version is the tunnel's for its life. Version 2 adds the origin of each
-// announced service to the hello, and to the stream header the client's and the VIP's
-// address and port (binary) and a block of the client's first bytes (at most
-// maxInitialData). A version 1 connector keeps working for services without origins.
+// The version is negotiated by ALPN: the edge offers manifold-tunnel/3, /2 and /1 and
+// takes the first of those the connector offers, a connector offers all three, /3
+// first; the negotiated version is the tunnel's for its life. Version 2 adds the
+// origin of each announced service to the hello, and to the stream header the
+// client's and the VIP's address and port (binary) and a block of the client's first
+// bytes (at most maxInitialData). Version 3 adds to the stream header the PROXY
+// header the connector writes to the origin (proxyheader.go). A version 1 connector
+// keeps working for services without origins, a version 2 one for services without
+// proxy_protocol.
 //
 // The connector opens the first stream, the control stream, and keeps it for the life
 // of the tunnel. On it both sides send frames: a 4-byte big-endian length (at most
@@ -51,7 +54,7 @@
 //
 // Every other stream is opened by the edge, one per client connection: a header (the
 // service name; the client's address; version 2: the VIP's, and the client's first
-// bytes), then the connector answers one byte, ackOK once it has connected to the origin or ackFailed
+// bytes; version 3: the PROXY header's version), then the connector answers one byte, ackOK once it has connected to the origin or ackFailed
 // followed by a reason; after ackOK the stream carries the connection's bytes, each
 // direction closed on its own. Until the ack the edge has sent none of the client's
 // bytes (beyond the header's), so it can try another connector when a stream fails.

@@ -91,10 +91,14 @@ const (
 	RefusedNoOrigin = "no_origin"
 	// RefusedUnknownOrigin: the hello names an origin the service does not have here.
 	RefusedUnknownOrigin = "unknown_origin"
+	// RefusedNoProxyProtocol: the hello announces a service with proxy_protocol over a
+	// protocol version that cannot ask for the PROXY header (before 3); or the
+	// service got proxy_protocol while such a connector was attached.
+	RefusedNoProxyProtocol = "no_proxy_protocol"
 )
 
 var refusalReasons = []string{RefusedUnknownToken, RefusedOutOfScope, RefusedTunnelLimit, RefusedTLS, RefusedProtocol, RefusedHelloLimit,
-	RefusedNoOrigin, RefusedUnknownOrigin}
+	RefusedNoOrigin, RefusedUnknownOrigin, RefusedNoProxyProtocol}
 
 // maxLoggedString clips what a peer chose (an ALPN name, a message type, a service
 // name) in a log line.
@@ -131,6 +135,9 @@ type Edge struct {
 	shares        map[string]*originShares
 	clients       map[string]uint64
 	originStreams map[serviceOrigin]uint64
+	// proxyProtocols are the PROXY header versions of the services that have one
+	// (SetProxyProtocols), read at every client's connection without e.mu
+	proxyProtocols atomic.Pointer[map[string]config.ProxyProtocol]
 
 	// the services' listeners (Serve), for their counters; those closed are added up
 	// in listenersGone
@@ -412,6 +419,9 @@ func (e *Edge) register(conn *quic.Conn, control *controlStream, remote string, 
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if msg := e.cannotWriteProxyHeaders(version, hello.Services); msg != "" && !relay {
+		return nil, RefusedNoProxyProtocol, msg
+	}
 	services, reason, msg := slots(hello.Services, token, fp, relay, version, e.origins)
 	if services == nil {
 		return nil, reason, msg
@@ -473,6 +483,59 @@ func (e *Edge) SetServiceOrigins(origins map[string][]string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.origins = origins
+}
+
+// SetProxyProtocols tells the edge which services' connectors open the connection
+// to the origin with a PROXY header, of which version; the streams that follow carry
+// it. A connector whose protocol version cannot carry it (before 3) is refused such a
+// service: at its hello, and, when it is attached already, now (its tunnel closed
+// with the refusal; it dials again and is refused at its hello, saying why), rather
+// than serve clients whose address its origin would not learn. The edge keeps
+// protocols: the caller makes a new map for every call.
+func (e *Edge) SetProxyProtocols(protocols map[string]config.ProxyProtocol) {
+	e.mu.Lock() // a hello registered after this sees protocols; one before, below
+	e.proxyProtocols.Store(&protocols)
+	var refused []*edgeTunnel
+	var msgs []string
+	for _, t := range e.tunnels {
+		if t.relay || t.version >= 3 {
+			continue
+		}
+		var announced []announcedService
+		for name := range t.services {
+			announced = append(announced, announcedService{Name: name})
+		}
+		if msg := e.cannotWriteProxyHeaders(t.version, announced); msg != "" {
+			refused, msgs = append(refused, t), append(msgs, msg)
+		}
+	}
+	e.mu.Unlock()
+	for i, t := range refused {
+		e.refuse(t.conn, t.remote, RefusedNoProxyProtocol, msgs[i])
+	}
+}
+
+// proxyProtocolOf is service's PROXY header version, "" for none.
+func (e *Edge) proxyProtocolOf(service string) config.ProxyProtocol {
+	if p := e.proxyProtocols.Load(); p != nil {
+		return (*p)[service]
+	}
+	return ""
+}
+
+// cannotWriteProxyHeaders says why a connector of version cannot serve the first of
+// services that has proxy_protocol; "" when it can serve them all.
+func (e *Edge) cannotWriteProxyHeaders(version int, services []announcedService) string {
+	if version >= 3 {
+		return ""
+	}
+	for _, s := range services {
+		if p := e.proxyProtocolOf(s.Name); p != "" {
+			return fmt.Sprintf("service %q has proxy_protocol %s here: its connector must write the PROXY header, which needs protocol version 3 (this tunnel speaks %d; upgrade the connector)",
+				ratelog.Clip(s.Name, maxLoggedString), p, version)
+		}
+	}
+	return ""
 }
 
 // offer replaces the services a relay tunnel offers (another edge's connectors came

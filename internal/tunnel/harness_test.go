@@ -171,7 +171,13 @@ func startEdge(t *testing.T, p pki, tokens string, cfg EdgeConfig) *testEdge {
 // the port's address.
 func (e *testEdge) serve(t *testing.T, service string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return e.serveAt(t, service, "127.0.0.1:0")
+}
+
+// serveAt is serve on the address at ("[::1]:0": IPv6).
+func (e *testEdge) serveAt(t *testing.T, service, at string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", at)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,6 +385,13 @@ func get(c *http.Client, url string) (string, error) {
 // listenEcho runs a TCP server that reads to EOF, then writes it all back and closes.
 func listenEcho(t *testing.T) string {
 	t.Helper()
+	return listenReadAll(t, func(conn net.Conn, got []byte) { _, _ = conn.Write(got) })
+}
+
+// listenReadAll runs a TCP server that reads every connection to EOF, hands what it
+// read to then, and closes the connection.
+func listenReadAll(t *testing.T, then func(conn net.Conn, got []byte)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -393,7 +406,7 @@ func listenEcho(t *testing.T) string {
 			go func() {
 				defer conn.Close()
 				got, _ := io.ReadAll(conn)
-				_, _ = conn.Write(got)
+				then(conn, got)
 			}()
 		}
 	}()

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/decode"
 	"github.com/manifoldlb/manifold/internal/ratelog"
 )
@@ -21,8 +23,9 @@ import (
 const (
 	alpnV1 = "manifold-tunnel/1"
 	alpnV2 = "manifold-tunnel/2" // origins in the hello; addresses and first bytes in the stream header
+	alpnV3 = "manifold-tunnel/3" // the PROXY header the connector writes, in the stream header
 
-	protocolVersion = 2 // the newest, which this side speaks by default
+	protocolVersion = 3 // the newest, which this side speaks by default
 
 	// maxInitialData bounds the client's first bytes a v2 stream header carries: what
 	// an edge keeps to retry them on another connector.
@@ -57,7 +60,7 @@ const (
 )
 
 // alpns are the protocols a side offers, newest first.
-var alpns = []string{alpnV2, alpnV1}
+var alpns = []string{alpnV3, alpnV2, alpnV1}
 
 // versionOf is the protocol version of a negotiated ALPN name, 0 for none of ours.
 func versionOf(alpn string) int {
@@ -66,6 +69,8 @@ func versionOf(alpn string) int {
 		return 1
 	case alpnV2:
 		return 2
+	case alpnV3:
+		return 3
 	}
 	return 0
 }
@@ -161,19 +166,37 @@ type streamHeader struct {
 	// client's first bytes, sent with the header (at most maxInitialData).
 	VIP  netip.AddrPort
 	Data []byte
+	// Proxy (v3) is the PROXY protocol header the connector writes to the origin
+	// before the client's bytes, "" for none: the service's proxy_protocol.
+	Proxy config.ProxyProtocol
 }
+
+// proxyCodes are the PROXY header versions as a v3 stream header carries them, by
+// their byte (0: none).
+var proxyCodes = []config.ProxyProtocol{"", config.ProxyV1, config.ProxyV2}
 
 // encode writes the header as version speaks it:
 //
 //	v1: service (length byte, bytes), client as text "addr:port" (length byte, bytes)
 //	v2: service (length byte, bytes), client (address, port), vip (address, port),
 //	    initial data (4-byte big-endian length, at most maxInitialData, bytes)
+//	v3: v2's, with a byte before the initial data: the PROXY header's version
+//	    (0: none, 1, 2)
 //
 // an address being a family byte (0: none, 4, 6) and its 0, 4 or 16 bytes, a port
-// two bytes big-endian. v1 has no VIP and no data: a header that needs them fails.
+// two bytes big-endian. v1 has no VIP and no data, v1 and v2 no PROXY header: a
+// header that needs them fails (a connector that cannot write the PROXY header must
+// not serve the stream without it).
 func (h streamHeader) encode(version int) ([]byte, error) {
 	if len(h.Service) > 255 {
 		return nil, errors.New("stream header: service name longer than 255 bytes")
+	}
+	proxy := slices.Index(proxyCodes, h.Proxy)
+	switch {
+	case proxy < 0:
+		return nil, fmt.Errorf("stream header: PROXY protocol version %q", h.Proxy)
+	case proxy > 0 && version < 3:
+		return nil, fmt.Errorf("stream header: the service has proxy_protocol %s, which a connector of protocol version %d cannot write (version 3 can)", h.Proxy, version)
 	}
 	b := append(make([]byte, 0, 64+len(h.Data)), byte(len(h.Service)))
 	b = append(b, h.Service...)
@@ -193,6 +216,9 @@ func (h streamHeader) encode(version int) ([]byte, error) {
 	}
 	b = appendAddrPort(b, h.Client)
 	b = appendAddrPort(b, h.VIP)
+	if version >= 3 {
+		b = append(b, byte(proxy))
+	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(h.Data)))
 	return append(b, h.Data...), nil
 }
@@ -234,6 +260,16 @@ func readStreamHeader(r io.Reader, version int) (streamHeader, error) {
 	}
 	if h.VIP, err = readAddrPort(r); err != nil {
 		return h, err
+	}
+	if version >= 3 {
+		var proxy [1]byte
+		if _, err := io.ReadFull(r, proxy[:]); err != nil {
+			return h, err
+		}
+		if int(proxy[0]) >= len(proxyCodes) {
+			return h, fmt.Errorf("stream header: PROXY protocol version %d, not 0, 1 or 2", proxy[0])
+		}
+		h.Proxy = proxyCodes[proxy[0]]
 	}
 	var size [4]byte
 	if _, err := io.ReadFull(r, size[:]); err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -16,30 +17,50 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/manifoldlb/manifold/internal/config"
 )
 
 // streamHeaders are headers of every shape the edge sends: IPv4, IPv6, an IPv4
-// client as IPv6 sees it, no address at all, the client's first bytes up to the limit.
+// client as IPv6 sees it, no address at all, the client's first bytes up to the
+// limit, either PROXY header.
 func streamHeaders() []streamHeader {
 	return []streamHeader{
 		{Service: "web", Client: netip.MustParseAddrPort("192.0.2.1:40000"), VIP: netip.MustParseAddrPort("198.51.100.7:443")},
 		{Service: "api", Client: netip.MustParseAddrPort("[2001:db8::1]:1"), VIP: netip.MustParseAddrPort("[2001:db8::80]:65535"),
-			Data: []byte("GET / HTTP/1.1\r\n")},
+			Data: []byte("GET / HTTP/1.1\r\n"), Proxy: config.ProxyV1},
+		{Service: "api", Client: netip.MustParseAddrPort("192.0.2.1:40000"), VIP: netip.MustParseAddrPort("198.51.100.7:443"), Proxy: config.ProxyV2},
 		{Service: "web", Client: netip.MustParseAddrPort("[::ffff:192.0.2.1]:5"), VIP: netip.MustParseAddrPort("192.0.2.9:80")},
 		{Service: strings.Repeat("s", 255)},
 		{Service: "big", Client: netip.MustParseAddrPort("192.0.2.1:1"), Data: bytes.Repeat([]byte{7}, maxInitialData)},
 	}
 }
 
-// A version 2 header carries the client's address and port, the VIP's, and the
-// client's first bytes; version 1 the client's address only. Each reads back as sent.
+// A version 3 header carries the client's address and port, the VIP's, the PROXY
+// header the connector writes, and the client's first bytes; version 2 all but the
+// PROXY header (a header that asks for one does not encode as version 2); version 1
+// the client's address only. Each reads back as sent.
 func TestStreamHeadersRoundTrip(t *testing.T) {
 	for _, h := range streamHeaders() {
-		b, err := h.encode(2)
+		b, err := h.encode(3)
 		if err != nil {
 			t.Fatalf("%+v: %v", h.Service, err)
 		}
-		got, err := readStreamHeader(bytes.NewReader(b), 2)
+		got, err := readStreamHeader(bytes.NewReader(b), 3)
+		if err != nil || !reflect.DeepEqual(got, h) {
+			t.Errorf("version 3: %+v reads back as %+v (%v)", h, got, err)
+		}
+		if h.Proxy != "" {
+			if _, err := h.encode(2); err == nil || !strings.Contains(err.Error(), "proxy_protocol "+string(h.Proxy)) {
+				t.Errorf("version 2 encoded a header with a PROXY header (%v), which it cannot carry", err)
+			}
+			h.Proxy = ""
+		}
+		b, err = h.encode(2)
+		if err != nil {
+			t.Fatalf("%+v: %v", h.Service, err)
+		}
+		got, err = readStreamHeader(bytes.NewReader(b), 2)
 		if err != nil || !reflect.DeepEqual(got, h) {
 			t.Errorf("version 2: %+v reads back as %+v (%v)", h, got, err)
 		}
@@ -81,6 +102,7 @@ func TestBadStreamHeadersAreRefused(t *testing.T) {
 		{"initial data past the limit", 2, append(v2(append(noAddr, noAddr...)...), append(huge, bytes.Repeat([]byte{1}, 100)...)...),
 			"more than the limit of 65536"},
 		{"cut short", 2, v2(4, 192, 0), "EOF"},
+		{"PROXY header version 3", 3, v2(append(append(noAddr, noAddr...), 3, 0, 0, 0, 0)...), "PROXY protocol version 3, not 0, 1 or 2"},
 		{"version 1, client not an address", 1, append([]byte{3, 'w', 'e', 'b', 5}, "hello"...), `client "hello"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -112,7 +134,7 @@ func TestBadStreamHeadersAreRefused(t *testing.T) {
 }
 
 // A hello must be of the version the handshake negotiated: a connector that offered
-// version 2 and says hello as version 1 is refused.
+// the newest version and says hello as version 1 is refused.
 func TestAHelloOfAnotherVersionIsRefused(t *testing.T) {
 	e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{})
 	before := e.Counters().Refused[RefusedProtocol]
@@ -123,8 +145,8 @@ func TestAHelloOfAnotherVersionIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.CloseWithError(0, "")
-	if v := versionOf(conn.ConnectionState().TLS.NegotiatedProtocol); v != 2 {
-		t.Fatalf("negotiated version %d, want 2 (the newest both offer)", v)
+	if v := versionOf(conn.ConnectionState().TLS.NegotiatedProtocol); v != protocolVersion {
+		t.Fatalf("negotiated version %d, want %d (the newest both offer)", v, protocolVersion)
 	}
 	s, err := conn.OpenStream()
 	if err != nil {
@@ -137,7 +159,7 @@ func TestAHelloOfAnotherVersionIsRefused(t *testing.T) {
 	}
 	_, err = control.receive(time.Now().Add(10 * time.Second))
 	var ae *quic.ApplicationError
-	if !errors.As(err, &ae) || ae.ErrorCode != codeRefused || !strings.Contains(ae.ErrorMessage, "expected hello of version 2 (negotiated), got \"hello\" of version 1") {
+	if !errors.As(err, &ae) || ae.ErrorCode != codeRefused || !strings.Contains(ae.ErrorMessage, fmt.Sprintf("expected hello of version %d (negotiated), got \"hello\" of version 1", protocolVersion)) {
 		t.Fatalf("the edge answered %v, want a refusal of the hello's version", err)
 	}
 	if got := e.Counters().Refused[RefusedProtocol]; got != before+1 {
@@ -198,7 +220,7 @@ func TestAVersion1ConnectorKeepsWorking(t *testing.T) {
 	})
 }
 
-// A version 2 connector names the origin it serves a service for; the edge shows it,
+// A connector of version 2 or later names the origin it serves a service for; the edge shows it,
 // and the connector gets the client's address and the VIP's in the stream header.
 func TestAConnectorNamesItsOrigin(t *testing.T) {
 	e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{})
@@ -220,11 +242,11 @@ func TestAConnectorNamesItsOrigin(t *testing.T) {
 		return ok
 	})
 	s, _ := e.tunnelOf("new")
-	if s.Version != 2 || len(s.Services) != 1 || s.Services[0].Origin != "home" {
-		t.Fatalf("tunnel %+v: want version 2, api for origin home", s)
+	if s.Version != protocolVersion || len(s.Services) != 1 || s.Services[0].Origin != "home" {
+		t.Fatalf("tunnel %+v: want version %d, api for origin home", s, protocolVersion)
 	}
-	if w := WireTunnels([]TunnelStatus{s}); w[0].Version != 2 || w[0].Services[0].Origin != "home" {
-		t.Errorf("on the wire %+v: want version 2 and origin home", w[0])
+	if w := WireTunnels([]TunnelStatus{s}); w[0].Version != protocolVersion || w[0].Services[0].Origin != "home" {
+		t.Errorf("on the wire %+v: want version %d and origin home", w[0], protocolVersion)
 	}
 
 	at := e.serve(t, "api")

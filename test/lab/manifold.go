@@ -95,8 +95,10 @@ type Service struct {
 	Forwarding  string
 	BackendPort uint16
 	BGP         *ServiceBGP // nil: no bgp section
-	// Tunnel makes it a service of forwarding tunnel (no backends).
-	Tunnel bool
+	// Tunnel makes it a service of forwarding tunnel (no backends), with the
+	// proxy_protocol ProxyProtocol ("": none).
+	Tunnel        bool
+	ProxyProtocol string
 }
 
 // Health is a service's health check.
@@ -194,6 +196,9 @@ func (c NodeConfig) YAML() []byte {
 		}
 		if s.Tunnel {
 			b.WriteString("    forwarding: tunnel\n")
+			if s.ProxyProtocol != "" {
+				fmt.Fprintf(&b, "    proxy_protocol: %s\n", s.ProxyProtocol)
+			}
 			continue
 		}
 		b.WriteString("    backends:\n")

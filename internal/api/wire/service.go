@@ -15,13 +15,15 @@ type ServiceSpec struct {
 	Forwarding string `json:"forwarding" yaml:"forwarding"`
 	GUEPort    uint16 `json:"gue_port" yaml:"gue_port"`
 	// BackendPort is the NAT backends' port; absent: the service's port.
-	BackendPort uint16        `json:"backend_port,omitempty" yaml:"backend_port,omitempty"`
-	Scheduler   string        `json:"scheduler" yaml:"scheduler"`
-	TableSize   uint32        `json:"table_size" yaml:"table_size"`
-	Origins     []OriginSpec  `json:"origins,omitempty" yaml:"origins,omitempty"` // none: no steering
-	Backends    []BackendSpec `json:"backends" yaml:"backends"`
-	Health      HealthSpec    `json:"health" yaml:"health"`
-	BGP         BGPSpec       `json:"bgp" yaml:"bgp,omitempty"`
+	BackendPort uint16 `json:"backend_port,omitempty" yaml:"backend_port,omitempty"`
+	// ProxyProtocol is a tunnel service's PROXY header version, v1 or v2; absent: none.
+	ProxyProtocol string        `json:"proxy_protocol,omitempty" yaml:"proxy_protocol,omitempty"`
+	Scheduler     string        `json:"scheduler" yaml:"scheduler"`
+	TableSize     uint32        `json:"table_size" yaml:"table_size"`
+	Origins       []OriginSpec  `json:"origins,omitempty" yaml:"origins,omitempty"` // none: no steering
+	Backends      []BackendSpec `json:"backends" yaml:"backends"`
+	Health        HealthSpec    `json:"health" yaml:"health"`
+	BGP           BGPSpec       `json:"bgp" yaml:"bgp,omitempty"`
 }
 
 // BGPSpec is what a service adds to its VIP's announcement.
