@@ -7,7 +7,9 @@ import (
 	"github.com/manifoldlb/manifold/internal/config"
 )
 
-// SpecOf is the API's view of a service of the config.
+// SpecOf is the API's view of a service of the config. A tunnel service shows no
+// backends and no health: it has neither, and the parser refuses them of it, so that
+// GET then PUT of its spec is a round trip too.
 func SpecOf(s *config.Service) wire.ServiceSpec {
 	out := wire.ServiceSpec{
 		Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Protocol: string(s.Protocol),
@@ -25,6 +27,9 @@ func SpecOf(s *config.Service) wire.ServiceSpec {
 	}
 	for _, b := range s.Backends {
 		out.Backends = append(out.Backends, wire.BackendSpec{Address: b.Address.String(), Weight: b.Weight, Origin: b.Origin})
+	}
+	if s.Forwarding == config.Tunnel {
+		out.Backends, out.Health = nil, wire.HealthSpec{}
 	}
 	return out
 }

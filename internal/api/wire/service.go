@@ -21,8 +21,11 @@ type ServiceSpec struct {
 	Scheduler     string        `json:"scheduler" yaml:"scheduler"`
 	TableSize     uint32        `json:"table_size" yaml:"table_size"`
 	Origins       []OriginSpec  `json:"origins,omitempty" yaml:"origins,omitempty"` // none: no steering
-	Backends      []BackendSpec `json:"backends" yaml:"backends"`
-	Health        HealthSpec    `json:"health" yaml:"health"`
+	// Backends and Health are absent from a tunnel service, which has neither (its
+	// connectors are its backends); a service of another kind shows both, backends: []
+	// when it has none.
+	Backends []BackendSpec `json:"backends,omitzero" yaml:"backends,omitempty"`
+	Health   HealthSpec    `json:"health,omitzero" yaml:"health,omitempty"`
 	BGP           BGPSpec       `json:"bgp" yaml:"bgp,omitempty"`
 }
 
