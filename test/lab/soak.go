@@ -93,8 +93,9 @@ const (
 	SoakToken = "soak-api-token-0123456789"
 )
 
-// Bounds of the growth of a surviving manifold process between the start and the end
-// of a soak, every fault repaired: a leak of one goroutine or descriptor per event
+// Bounds of the growth of a manifold process from the end of the round it last started in
+// (or the soak's start) to the end of the soak,
+// every fault repaired: a leak of one goroutine or descriptor per event
 // passes them within a few hundred rounds, not a bounded working set.
 const (
 	soakMaxGoroutineGrowth = 50
@@ -149,10 +150,12 @@ type SoakWrites struct {
 	Linearizable bool `json:"linearizable"` // porcupine's verdict on the history
 }
 
-// SoakGrowth is a process that ran from the start to the end of the soak.
+// SoakGrowth is a process running at the end of the soak, from the end of the round it
+// was last started in (0: it ran from the start).
 type SoakGrowth struct {
 	Process    string    `json:"process"`
 	Manifold   bool      `json:"manifold"` // ours: its growth is bounded
+	SinceRound int       `json:"since_round"`
 	Start, End ProcStats `json:"-"`
 	StartJSON  procJSON  `json:"start"`
 	EndJSON    procJSON  `json:"end"`
@@ -246,7 +249,10 @@ type soak struct {
 
 	// the faults in force: at most one node, one backend, one etcd member
 	killed, frozen, stoppedBackend string
-	downMember                     *EtcdMember
+	// baseline is each process's figures at the end of the round it was last started
+	// in (round 0: the soak's start), the other end of its growth
+	baseline   map[string]soakBaseline
+	downMember *EtcdMember
 
 	// events that excuse a broken connection, counted since the start
 	stops map[string]int     // server stops, by backend role
@@ -317,9 +323,13 @@ func RunSoak(ctx context.Context, a *ActiveActive, spec SoakSpec) (*SoakReport, 
 	if missing := s.dialMissing(); missing > 0 {
 		return nil, fmt.Errorf("soak: %d of %d long-lived connections could not be opened", missing, spec.Conns)
 	}
-	start, err := s.processStats()
+	start, err := s.processStats(nil)
 	if err != nil {
 		return nil, err
+	}
+	s.baseline = map[string]soakBaseline{}
+	for name, p := range start {
+		s.baseline[name] = soakBaseline{soakProc: p}
 	}
 	began := time.Now()
 	for r := 1; r <= spec.Rounds; r++ {
@@ -337,13 +347,13 @@ func RunSoak(ctx context.Context, a *ActiveActive, spec SoakSpec) (*SoakReport, 
 	if err := s.checkWrites(); err != nil {
 		return nil, err
 	}
-	end, err := s.processStats()
+	end, err := s.processStats(nil)
 	if err != nil {
 		return nil, err
 	}
-	for name, st := range start {
-		if e, ok := end[name]; ok && e.pid == st.pid {
-			g := SoakGrowth{Process: name, Manifold: st.manifold, Start: st.ProcStats, End: e.ProcStats}
+	for name, e := range end {
+		if st, ok := s.baseline[name]; ok && e.pid == st.pid {
+			g := SoakGrowth{Process: name, Manifold: st.manifold, SinceRound: st.round, Start: st.ProcStats, End: e.ProcStats}
 			g.StartJSON, g.EndJSON = procJSON(g.Start), procJSON(g.End)
 			s.report.Growth = append(s.report.Growth, g)
 			if x := g.Excess(); x != "" {
@@ -455,7 +465,30 @@ func (s *soak) round(r int) error {
 	}
 	s.logf("soak round %d/%d: %s %s (%s); %d long-lived connections broke; stream %d sent, %d failed",
 		r, s.spec.Rounds, action, what, took.Round(time.Millisecond), broken, sent1-sent0, failed1-failed0)
+	s.rebase(r)
 	return nil
+}
+
+// soakBaseline is a process's figures at the end of the round it started in.
+type soakBaseline struct {
+	soakProc
+	round int
+}
+
+// rebase takes the figures of each process started since the last round (a new pid),
+// once its round is over: the start of the growth measured for it.
+func (s *soak) rebase(round int) {
+	fresh, err := s.processStats(func(name string, pid int) bool {
+		b, ok := s.baseline[name]
+		return ok && b.pid == pid
+	})
+	if err != nil {
+		s.logf("soak: figures of the processes started in round %d: %v", round, err)
+		return
+	}
+	for name, p := range fresh {
+		s.baseline[name] = soakBaseline{soakProc: p, round: round}
+	}
 }
 
 // act does one action and waits, until deadline, for what it should cause; it returns
@@ -932,10 +965,10 @@ func statusWeight(st *wire.Status, svc, addr string) (int, error) {
 }
 
 // processStats reads what every process of the lab holds, by name.
-func (s *soak) processStats() (map[string]soakProc, error) {
+func (s *soak) processStats(known func(name string, pid int) bool) (map[string]soakProc, error) {
 	out := map[string]soakProc{}
 	add := func(p *Process, manifold bool, stats func() (ProcStats, error)) error {
-		if p == nil || !p.Running() {
+		if p == nil || !p.Running() || known != nil && known(p.Name, p.Pid()) {
 			return nil
 		}
 		st, err := stats()
@@ -946,7 +979,7 @@ func (s *soak) processStats() (map[string]soakProc, error) {
 		return nil
 	}
 	for _, role := range s.roles() {
-		if n := s.a.Running[role]; n != nil {
+		if n := s.a.Running[role]; n != nil && role != s.frozen { // a stopped node's API does not answer
 			if err := add(n.Process, true, n.Stats); err != nil {
 				return nil, err
 			}
@@ -1120,13 +1153,13 @@ func (r *SoakReport) Markdown() string {
 	w := r.Writes
 	fmt.Fprintf(&b, "\nAPI writes: %d sent, %d acknowledged, %d refused (409: a conflict), %d of unknown outcome; "+
 		"acknowledged writes lost: %d (goal 0); porcupine: linearizable %v.\n\n", w.Sent, w.Acked, w.Refused, w.Unknown, w.Lost, w.Linearizable)
-	b.WriteString("| process (ran throughout) | RSS | descriptors | threads | goroutines |\n|---|---|---|---|---|\n")
+	b.WriteString("| process | since round (0: the start; else its last start) | RSS | descriptors | threads | goroutines |\n|---|---:|---|---|---|---|\n")
 	for _, g := range r.Growth {
 		gor := "–"
 		if g.Start.Goroutines >= 0 {
 			gor = fmt.Sprintf("%d → %d", g.Start.Goroutines, g.End.Goroutines)
 		}
-		fmt.Fprintf(&b, "| %s | %s → %s | %d → %d | %d → %d | %s |\n", g.Process, mib(g.Start.RSS), mib(g.End.RSS),
+		fmt.Fprintf(&b, "| %s | %d | %s → %s | %d → %d | %d → %d | %s |\n", g.Process, g.SinceRound, mib(g.Start.RSS), mib(g.End.RSS),
 			g.Start.FDs, g.End.FDs, g.Start.Threads, g.End.Threads, gor)
 	}
 	if len(r.Problems) > 0 {
