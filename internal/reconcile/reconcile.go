@@ -480,7 +480,6 @@ func (r *Reconciler) finishService(p *pending) error {
 	// 5. the service entry last: a new service becomes visible with its ring in place
 	entry := datapath.Service{
 		ID:         s.id,
-		TableSize:  s.cfg.TableSize,
 		SourceHash: s.cfg.Scheduler == config.MaglevSource,
 	}
 	if s.entry == nil || *s.entry != entry {
