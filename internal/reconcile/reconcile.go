@@ -42,7 +42,7 @@ type Dataplane interface {
 	DeleteVIPAddr(addr netip.Addr) error
 	PutRings(rings map[uint32][]uint32) error // service id → ring, in one batch
 	DeleteRing(serviceID uint32) error
-	PutBackend(id uint32, b datapath.Backend) error
+	PutBackends(ids []uint32, backends []datapath.Backend) (int, error) // in one batch; how many went in
 	DeleteBackend(id uint32) error
 	ResetServiceCounters(id uint32) error
 	PutSettings(s datapath.Settings) error
@@ -253,14 +253,19 @@ func (r *Reconciler) apply(services []config.Service, healthy HealthFunc) error 
 	slices.Sort(names) // deterministic id allocation for the same config
 	var (
 		todo  []*pending
+		ups   []backendWrite
 		rings = map[uint32][]uint32{}
 	)
 	for _, name := range names {
-		p, err := r.prepareService(want[name], healthy)
+		p, err := r.prepareService(want[name], healthy, &ups)
 		if err != nil {
 			return err
 		}
 		todo = append(todo, p)
+	}
+	// 2. ... in one batch for all services ...
+	if err := r.writeBackends(ups); err != nil {
+		return err
 	}
 	if err := buildRings(todo); err != nil {
 		return err
@@ -293,9 +298,10 @@ func (r *Reconciler) apply(services []config.Service, healthy HealthFunc) error 
 	return nil
 }
 
-// prepareService does the first half of a service's update (steps 1 and 2), and says
-// whether its ring needs a build.
-func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc) (*pending, error) {
+// prepareService does the first half of a service's update (steps 1 and 2: the backend
+// writes it adds to ups, for the caller to write before any ring), and says whether its
+// ring needs a build.
+func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc, ups *[]backendWrite) (*pending, error) {
 	s, ok := r.services[cfg.Name]
 	if ok {
 		r.keep(cfg.Name, &s.cfg)
@@ -342,13 +348,9 @@ func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc) (*p
 	for b, state := range target {
 		switch {
 		case state == datapath.BackendUp && b.state != state:
-			if err := r.putBackend(s, b, state); err != nil {
-				return nil, err
-			}
+			*ups = append(*ups, backendWriteOf(s, b, state))
 		case b.state != datapath.BackendUnused && b.encap != enc:
-			if err := r.putBackend(s, b, b.state); err != nil {
-				return nil, err
-			}
+			*ups = append(*ups, backendWriteOf(s, b, b.state))
 		}
 	}
 	p := &pending{s: s, target: target, inputs: ringInputsOf(s, target)}
@@ -493,6 +495,19 @@ func (r *Reconciler) finishService(p *pending) error {
 }
 
 func (r *Reconciler) putBackend(s *service, b *backend, state datapath.BackendState) error {
+	return r.writeBackends([]backendWrite{backendWriteOf(s, b, state)})
+}
+
+// backendWrite is a backend slot's write, and what the reconciler records of it once
+// the kernel has it.
+type backendWrite struct {
+	b     *backend
+	state datapath.BackendState
+	encap encap
+	value datapath.Backend
+}
+
+func backendWriteOf(s *service, b *backend, state datapath.BackendState) backendWrite {
 	enc := encapOf(&s.cfg)
 	v := datapath.Backend{Addr: b.cfg.Address, ServiceID: s.id, State: state, GUE: enc.gue, NAT: enc.nat}
 	if enc.gue {
@@ -500,11 +515,24 @@ func (r *Reconciler) putBackend(s *service, b *backend, state datapath.BackendSt
 	} else {
 		v.NATPort = enc.port
 	}
-	if err := r.dp.PutBackend(b.id, v); err != nil {
-		return err
+	return backendWrite{b: b, state: state, encap: enc, value: v}
+}
+
+// writeBackends writes backend slots in one batch, and records those the kernel took.
+func (r *Reconciler) writeBackends(writes []backendWrite) error {
+	if len(writes) == 0 {
+		return nil
 	}
-	b.state, b.encap = state, enc
-	return nil
+	ids := make([]uint32, len(writes))
+	values := make([]datapath.Backend, len(writes))
+	for i, w := range writes {
+		ids[i], values[i] = w.b.id, w.value
+	}
+	n, err := r.dp.PutBackends(ids, values)
+	for _, w := range writes[:n] {
+		w.b.state, w.b.encap = w.state, w.encap
+	}
+	return err
 }
 
 // ringInputsOf lists the backends that are to be up, in config order, as the ring is

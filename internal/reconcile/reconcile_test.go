@@ -114,13 +114,17 @@ func (f *fakeDP) DeleteRing(id uint32) error {
 	delete(f.rings, id)
 	return nil
 }
-func (f *fakeDP) PutBackend(id uint32, b datapath.Backend) error {
-	if err := f.write(); err != nil {
-		return err
+// PutBackends writes slot by slot, as the kernel's batch does: a failure part way
+// leaves the slots before it written.
+func (f *fakeDP) PutBackends(ids []uint32, backends []datapath.Backend) (int, error) {
+	for i, id := range ids {
+		if err := f.write(); err != nil {
+			return i, err
+		}
+		f.backends[id] = backends[i]
+		f.check()
 	}
-	f.backends[id] = b
-	f.check()
-	return nil
+	return len(ids), nil
 }
 func (f *fakeDP) DeleteBackend(id uint32) error {
 	if err := f.write(); err != nil {
