@@ -85,20 +85,42 @@ func withRing(v lbLbVip, p ringPlace) lbLbVip {
 // PutService adds or replaces a service's lb_vips entry, with the ring of its id if
 // one was put.
 func (lb *LB) PutService(k ServiceKey, s Service) error {
-	v := lbLbVip{ServiceId: s.ID}
-	if s.SourceHash {
-		v.Flags |= lbLbVipFlagsLB_VIP_F_SOURCE_HASH
+	_, err := lb.PutServices([]ServiceKey{k}, []Service{s})
+	return err
+}
+
+// PutServices writes the lb_vips entries keys[i] = services[i], each with the ring of
+// its id if one was put, with one batch update. It returns how many it wrote, in
+// order: on error, fewer.
+func (lb *LB) PutServices(keys []ServiceKey, services []Service) (int, error) {
+	if len(keys) == 0 {
+		return 0, nil
 	}
-	v = withRing(v, lb.rings[s.ID])
-	if err := lb.objs.LbVips.Put(vipKey(k), v); err != nil {
-		return fmt.Errorf("lb_vips put %v: %w", k, err)
+	vkeys := make([]lbLbVipKey, len(keys))
+	values := make([]lbLbVip, len(keys))
+	for i, s := range services {
+		v := lbLbVip{ServiceId: s.ID}
+		if s.SourceHash {
+			v.Flags |= lbLbVipFlagsLB_VIP_F_SOURCE_HASH
+		}
+		vkeys[i], values[i] = vipKey(keys[i]), withRing(v, lb.rings[s.ID])
 	}
-	if old, ok := lb.keyIDs[k]; ok && old != s.ID {
-		delete(lb.entries, old)
+	n, err := lb.objs.LbVips.BatchUpdate(vkeys, values, nil)
+	for i, k := range keys[:n] {
+		id := services[i].ID
+		if old, ok := lb.keyIDs[k]; ok && old != id {
+			delete(lb.entries, old)
+		}
+		lb.keyIDs[k] = id
+		lb.entries[id] = serviceEntry{key: k, value: values[i]}
 	}
-	lb.keyIDs[k] = s.ID
-	lb.entries[s.ID] = serviceEntry{key: k, value: v}
-	return nil
+	if err != nil {
+		if len(keys) == 1 {
+			return n, fmt.Errorf("lb_vips put %v: %w", keys[0], err)
+		}
+		return n, fmt.Errorf("lb_vips: put %d services: %w", len(keys), err)
+	}
+	return n, nil
 }
 
 func (lb *LB) DeleteService(k ServiceKey) error {

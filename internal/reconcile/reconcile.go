@@ -36,9 +36,9 @@ import (
 // Dataplane is the set of map writes the reconciler needs; *datapath.LB implements it,
 // and tests use an in-memory fake.
 type Dataplane interface {
-	PutService(k datapath.ServiceKey, s datapath.Service) error
+	PutServices(keys []datapath.ServiceKey, services []datapath.Service) (int, error) // in one batch; how many went in
 	DeleteService(k datapath.ServiceKey) error
-	PutVIPAddr(addr netip.Addr, services uint32) error
+	PutVIPAddrs(addrs []netip.Addr, services []uint32) error // in one batch
 	DeleteVIPAddr(addr netip.Addr) error
 	PutRings(rings map[uint32][]uint32) error // service id → ring, in one batch
 	DeleteRing(serviceID uint32) error
@@ -253,18 +253,21 @@ func (r *Reconciler) apply(services []config.Service, healthy HealthFunc) error 
 	slices.Sort(names) // deterministic id allocation for the same config
 	var (
 		todo  []*pending
-		ups   []backendWrite
+		w     writes
 		rings = map[uint32][]uint32{}
 	)
 	for _, name := range names {
-		p, err := r.prepareService(want[name], healthy, &ups)
+		p, err := r.prepareService(want[name], healthy, &w)
 		if err != nil {
 			return err
 		}
 		todo = append(todo, p)
 	}
 	// 2. ... in one batch for all services ...
-	if err := r.writeBackends(ups); err != nil {
+	if err := r.writeVIPAddrs(w.vips); err != nil {
+		return err
+	}
+	if err := r.writeBackends(w.backends); err != nil {
 		return err
 	}
 	if err := buildRings(todo); err != nil {
@@ -290,18 +293,28 @@ func (r *Reconciler) apply(services []config.Service, healthy HealthFunc) error 
 			p.s.setRing(p)
 		}
 	}
+	var entries []entryWrite
 	for _, p := range todo {
-		if err := r.finishService(p); err != nil {
+		if err := r.finishService(p, &entries); err != nil {
 			return err
 		}
 	}
-	return nil
+	// 5. ... the service entries last, in one batch: a new service becomes visible with
+	// its ring in place
+	return r.writeEntries(entries)
 }
 
-// prepareService does the first half of a service's update (steps 1 and 2: the backend
-// writes it adds to ups, for the caller to write before any ring), and says whether its
-// ring needs a build.
-func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc, ups *[]backendWrite) (*pending, error) {
+// writes are the VIP address and backend writes that the services of an Apply need
+// before their rings, gathered to go in with one batch each.
+type writes struct {
+	vips     []netip.Addr // whose count of services went up
+	backends []backendWrite
+}
+
+// prepareService does the first half of a service's update (steps 1 and 2: the writes
+// it adds to w, for the caller to make before any ring), and says whether its ring
+// needs a build.
+func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc, w *writes) (*pending, error) {
 	s, ok := r.services[cfg.Name]
 	if ok {
 		r.keep(cfg.Name, &s.cfg)
@@ -317,9 +330,8 @@ func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc, ups
 		}
 		s = &service{cfg: *cfg, id: id, key: serviceKey(cfg), backends: map[netip.Addr]*backend{}}
 		r.services[cfg.Name] = s
-		if err := r.addVIPAddr(cfg.VIP); err != nil {
-			return nil, err
-		}
+		r.vipAddrs[cfg.VIP]++
+		w.vips = append(w.vips, cfg.VIP)
 	}
 	s.cfg = *cfg
 	s.cfg.Backends = slices.Clone(cfg.Backends)
@@ -348,9 +360,9 @@ func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc, ups
 	for b, state := range target {
 		switch {
 		case state == datapath.BackendUp && b.state != state:
-			*ups = append(*ups, backendWriteOf(s, b, state))
+			w.backends = append(w.backends, backendWriteOf(s, b, state))
 		case b.state != datapath.BackendUnused && b.encap != enc:
-			*ups = append(*ups, backendWriteOf(s, b, b.state))
+			w.backends = append(w.backends, backendWriteOf(s, b, b.state))
 		}
 	}
 	p := &pending{s: s, target: target, inputs: ringInputsOf(s, target)}
@@ -452,8 +464,9 @@ func (s *service) setRing(p *pending) {
 	s.ring, s.ringInputs, s.ringStale = p.ring, p.inputs, false
 }
 
-// finishService does the second half of a service's update, once its ring is in.
-func (r *Reconciler) finishService(p *pending) error {
+// finishService does the second half of a service's update, once its ring is in,
+// but for its lb_vips entry: that it adds to entries if it changed.
+func (r *Reconciler) finishService(p *pending, entries *[]entryWrite) error {
 	s := p.s
 	if p.changed && p.ring == nil {
 		if err := r.dp.DeleteRing(s.id); err != nil {
@@ -479,19 +492,40 @@ func (r *Reconciler) finishService(p *pending) error {
 			delete(s.backends, addr)
 		}
 	}
-	// 5. the service entry last: a new service becomes visible with its ring in place
 	entry := datapath.Service{
 		ID:         s.id,
 		SourceHash: s.cfg.Scheduler == config.MaglevSource,
 	}
 	if s.entry == nil || *s.entry != entry {
-		if err := r.dp.PutService(s.key, entry); err != nil {
-			return err
-		}
-		s.entry = &entry
+		*entries = append(*entries, entryWrite{s: s, entry: entry})
+		return nil
 	}
 	s.settled = true
 	return nil
+}
+
+// entryWrite is a service's lb_vips entry to write.
+type entryWrite struct {
+	s     *service
+	entry datapath.Service
+}
+
+// writeEntries writes service entries in one batch, and records those the kernel took:
+// their services are settled.
+func (r *Reconciler) writeEntries(writes []entryWrite) error {
+	if len(writes) == 0 {
+		return nil
+	}
+	keys := make([]datapath.ServiceKey, len(writes))
+	entries := make([]datapath.Service, len(writes))
+	for i, w := range writes {
+		keys[i], entries[i] = w.s.key, w.entry
+	}
+	n, err := r.dp.PutServices(keys, entries)
+	for i, w := range writes[:n] {
+		w.s.entry, w.s.settled = &entries[i], true
+	}
+	return err
 }
 
 func (r *Reconciler) putBackend(s *service, b *backend, state datapath.BackendState) error {
@@ -588,15 +622,25 @@ func (r *Reconciler) removeService(s *service) error {
 	return errors.Join(errs...)
 }
 
-func (r *Reconciler) addVIPAddr(a netip.Addr) error {
-	r.vipAddrs[a]++
-	return r.dp.PutVIPAddr(a, r.vipAddrs[a])
+// writeVIPAddrs writes the counts of services of addrs (a VIP address may come more
+// than once: it is written once).
+func (r *Reconciler) writeVIPAddrs(addrs []netip.Addr) error {
+	if len(addrs) == 0 {
+		return nil
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	addrs = slices.Compact(addrs)
+	counts := make([]uint32, len(addrs))
+	for i, a := range addrs {
+		counts[i] = r.vipAddrs[a]
+	}
+	return r.dp.PutVIPAddrs(addrs, counts)
 }
 
 func (r *Reconciler) dropVIPAddr(a netip.Addr) error {
 	r.vipAddrs[a]--
 	if r.vipAddrs[a] > 0 {
-		return r.dp.PutVIPAddr(a, r.vipAddrs[a])
+		return r.writeVIPAddrs([]netip.Addr{a})
 	}
 	delete(r.vipAddrs, a)
 	return r.dp.DeleteVIPAddr(a)

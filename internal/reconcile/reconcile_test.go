@@ -63,13 +63,16 @@ func (f *fakeDP) check() {
 	}
 }
 
-func (f *fakeDP) PutService(k datapath.ServiceKey, s datapath.Service) error {
-	if err := f.write(); err != nil {
-		return err
+// PutServices writes entry by entry, as the kernel's batch does.
+func (f *fakeDP) PutServices(keys []datapath.ServiceKey, services []datapath.Service) (int, error) {
+	for i, k := range keys {
+		if err := f.write(); err != nil {
+			return i, err
+		}
+		f.services[k] = services[i]
+		f.check()
 	}
-	f.services[k] = s
-	f.check()
-	return nil
+	return len(keys), nil
 }
 func (f *fakeDP) DeleteService(k datapath.ServiceKey) error {
 	if err := f.write(); err != nil {
@@ -79,11 +82,13 @@ func (f *fakeDP) DeleteService(k datapath.ServiceKey) error {
 	f.check()
 	return nil
 }
-func (f *fakeDP) PutVIPAddr(a netip.Addr, n uint32) error {
-	if err := f.write(); err != nil {
-		return err
+func (f *fakeDP) PutVIPAddrs(addrs []netip.Addr, services []uint32) error {
+	for i, a := range addrs {
+		if err := f.write(); err != nil {
+			return err
+		}
+		f.vipAddrs[a] = services[i]
 	}
-	f.vipAddrs[a] = n
 	return nil
 }
 func (f *fakeDP) DeleteVIPAddr(a netip.Addr) error {
