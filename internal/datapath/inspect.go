@@ -15,7 +15,9 @@ import (
 )
 
 // Reading back what the kernel holds, for tests and diagnostics: what the program
-// uses, not what the control plane meant to write.
+// uses, not what the control plane meant to write. Ring and Memory find the rings
+// through what the map writer keeps (which entry a service id has, which blocks
+// exist): call them from the writer's goroutine.
 
 // Ring returns the Maglev ring of a service as the kernel holds it: slot → backend id,
 // read from the block and slots its lb_vips entry names.
