@@ -92,3 +92,40 @@ func TestReplacedRingsReuseTheirSlots(t *testing.T) {
 		t.Errorf("1000 replacements of one ring of 1021 slots took %d blocks, want 1", mem.RingBlocks)
 	}
 }
+
+// The blocks of rings taken away go back to the kernel once enough of their slots are
+// retired: a node that drops most of its services drops their memory.
+func TestEmptiedRingBlocksAreReleased(t *testing.T) {
+	requireRoot(t)
+	lb, err := datapath.LoadLB(datapath.Options{NodeAddr4: dptest.NodeAddr4, MaxServices: 100, MaxBackends: 1000})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	defer lb.Close()
+	rings := map[uint32][]uint32{}
+	for id := uint32(1); id <= 20; id++ { // 16 rings of 4093 slots a block: 2 blocks
+		rings[id] = make([]uint32, 4093)
+	}
+	if err := lb.PutRings(rings); err != nil {
+		t.Fatal(err)
+	}
+	full, err := lb.Memory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.RingBlocks != 2 {
+		t.Fatalf("20 rings of 4093 slots in %d blocks, want 2", full.RingBlocks)
+	}
+	for id := range rings {
+		if err := lb.DeleteRing(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	empty, err := lb.Memory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if empty.RingBlocks >= full.RingBlocks || empty.Rings >= full.Rings {
+		t.Errorf("all rings deleted: %d blocks, %d bytes; with them %d blocks, %d bytes", empty.RingBlocks, empty.Rings, full.RingBlocks, full.Rings)
+	}
+}
