@@ -72,8 +72,8 @@ func (lb *LB) BackendAddr(id uint32) (netip.Addr, error) {
 type Memory struct {
 	Rings      uint64 // the blocks the Maglev rings are packed in, free slots included
 	RingBlocks int
-	Flows    uint64 // lb_flows, sized at load, filled or not
-	Other    uint64 // every other map of the program
+	Flows      uint64 // lb_flows, sized at load, filled or not
+	Other      uint64 // every other map of the program
 }
 
 // Memory adds up the memlock figures of the program's maps and of every ring block

@@ -26,15 +26,15 @@ type Options struct {
 
 // LB is the loaded XDP load balancer: its program, its maps and its attachments.
 type LB struct {
-	objs     lbObjects
+	objs      lbObjects
 	ringSpace *ringSpace // the Maglev rings' blocks (ringspace.go)
 	// by service id: the ring last put (PutRings), and the lb_vips entry last written
 	// (PutService), which a new ring is swapped in by; keyIDs finds the id of a key
-	rings   map[uint32]ringPlace
-	entries map[uint32]serviceEntry
-	keyIDs  map[ServiceKey]uint32
-	services uint32        // capacity in services (ids 1..services-1)
-	backends uint32        // capacity in backend slots (ids 1..backends-1)
+	rings    map[uint32]ringPlace
+	entries  map[uint32]serviceEntry
+	keyIDs   map[ServiceKey]uint32
+	services uint32 // capacity in services (ids 1..services-1)
+	backends uint32 // capacity in backend slots (ids 1..backends-1)
 	links    map[string]link.Link
 	vips     *vipFilter    // the VIP address filter (vipaddrs.go)
 	flowSeed uint64        // the flow table's hash seed (flowtable.go)

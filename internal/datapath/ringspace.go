@@ -52,8 +52,8 @@ type ringSpace struct {
 	retired []ringPlace   // slots an old entry may still name: free after a grace period
 	// slots of the blocks, and of them retired: what tells when to reclaim
 	slots, retiredSlots uint64
-	cursor  uint32        // the block that last had room: where the next ring is tried first
-	fresh   []uint32      // ids of the blocks not in lb_maglev yet
+	cursor              uint32   // the block that last had room: where the next ring is tried first
+	fresh               []uint32 // ids of the blocks not in lb_maglev yet
 }
 
 // publish puts the fresh blocks into lb_maglev, with one update.

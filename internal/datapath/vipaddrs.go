@@ -72,8 +72,8 @@ func (f *vipFilter) putMany(addrs []netip.Addr, values []uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var (
-		keys4       [][4]byte
-		keys6       [][16]byte
+		keys4        [][4]byte
+		keys6        [][16]byte
 		vals4, vals6 []uint32
 	)
 	for i, a := range addrs {

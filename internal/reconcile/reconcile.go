@@ -26,7 +26,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/datapath"
@@ -98,12 +97,13 @@ type ringInput struct {
 // are written, its ring is built (changed says whether it differs from the kernel's);
 // the rest waits for the rings of all services to be swapped in.
 type pending struct {
-	s       *service
-	target  map[*backend]datapath.BackendState
-	ring    []uint32
-	inputs  []ringInput
-	build   bool // the inputs differ from the kernel ring's: build and compare
-	changed bool // the ring differs from the kernel's: write it
+	s        *service
+	target   map[*backend]datapath.BackendState
+	ring     []uint32
+	inputs   []ringInput
+	build    bool  // the inputs differ from the kernel ring's: build and compare
+	buildErr error // the build's
+	changed  bool  // the ring differs from the kernel's: write it
 }
 
 type backend struct {
@@ -256,12 +256,17 @@ func (r *Reconciler) apply(services []config.Service, healthy HealthFunc) error 
 		w     writes
 		rings = map[uint32][]uint32{}
 	)
+	builder := startRingBuilder()
+	defer builder.wait() // on an early return too: no builder outlives the Apply
 	for _, name := range names {
 		p, err := r.prepareService(want[name], healthy, &w)
 		if err != nil {
 			return err
 		}
 		todo = append(todo, p)
+		if p.build {
+			builder.add(p)
+		}
 	}
 	// 2. ... in one batch for all services ...
 	if err := r.writeVIPAddrs(w.vips); err != nil {
@@ -270,7 +275,8 @@ func (r *Reconciler) apply(services []config.Service, healthy HealthFunc) error 
 	if err := r.writeBackends(w.backends); err != nil {
 		return err
 	}
-	if err := buildRings(todo); err != nil {
+	builder.wait()
+	if err := ringsBuilt(todo); err != nil {
 		return err
 	}
 	for _, p := range todo {
@@ -428,28 +434,50 @@ func sameRest(a, b *config.Service) bool {
 		(x.MED == nil) == (y.MED == nil) && (x.MED == nil || *x.MED == *y.MED) && x.Prepend == y.Prepend
 }
 
-// buildRings builds the rings of the services that need one, on every CPU: a table
-// of the default size takes a millisecond or more, so a node programming thousands
-// of services spends most of its time here.
-func buildRings(todo []*pending) error {
-	var builds []*pending
-	for _, p := range todo {
-		if p.build {
-			builds = append(builds, p)
-		}
-	}
-	errs := make([]error, len(builds))
-	var wg sync.WaitGroup
-	next := atomic.Int64{}
-	for range min(runtime.GOMAXPROCS(0), len(builds)) {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(builds); i = int(next.Add(1) - 1) {
-				builds[i].ring, errs[i] = buildRing(builds[i].s, builds[i].inputs)
+// ringBuilder builds the rings of the services that need one, on every CPU, while
+// the Apply goes on preparing the next services and writing their backends: a table
+// takes from 10 µs (509 slots) to over a millisecond (65537), so a node programming
+// 100 000 services spends much of its time here, and the builds no longer wait for
+// the preparation of all of them. A build reads only its pending's service config
+// and inputs, which nothing else writes until wait returns.
+type ringBuilder struct {
+	work    chan *pending
+	wg      sync.WaitGroup
+	stopped bool
+}
+
+func startRingBuilder() *ringBuilder {
+	b := &ringBuilder{work: make(chan *pending, 1024)}
+	for range runtime.GOMAXPROCS(0) {
+		b.wg.Go(func() {
+			for p := range b.work {
+				p.ring, p.buildErr = buildRing(p.s, p.inputs)
 			}
 		})
 	}
-	wg.Wait()
-	for _, p := range builds {
+	return b
+}
+
+func (b *ringBuilder) add(p *pending) { b.work <- p }
+
+// wait returns once every ring added is built; the builder takes no more.
+func (b *ringBuilder) wait() {
+	if !b.stopped {
+		b.stopped = true
+		close(b.work)
+		b.wg.Wait()
+	}
+}
+
+// ringsBuilt says, for each service whose ring was built, whether it differs from the
+// kernel's, and returns the builds' errors.
+func ringsBuilt(todo []*pending) error {
+	var errs []error
+	for _, p := range todo {
+		if !p.build {
+			continue
+		}
+		errs = append(errs, p.buildErr)
 		s := p.s
 		p.changed = s.ringStale || !slices.Equal(p.ring, s.ring)
 		if !p.changed {

@@ -119,6 +119,7 @@ func (f *fakeDP) DeleteRing(id uint32) error {
 	delete(f.rings, id)
 	return nil
 }
+
 // PutBackends writes slot by slot, as the kernel's batch does: a failure part way
 // leaves the slots before it written.
 func (f *fakeDP) PutBackends(ids []uint32, backends []datapath.Backend) (int, error) {
