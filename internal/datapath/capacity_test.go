@@ -24,6 +24,9 @@ func TestCapacityAndMemory(t *testing.T) {
 	if err := lb.PutRing(100, make([]uint32, 7)); err == nil {
 		t.Error("service id 100 accepted by a table of 100 services")
 	}
+	if err := lb.PutRing(1, nil); err == nil {
+		t.Error("an empty ring accepted")
+	}
 	empty, err := lb.Memory()
 	if err != nil {
 		t.Fatal(err)

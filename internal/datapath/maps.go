@@ -151,6 +151,9 @@ func (lb *LB) PutRings(rings map[uint32][]uint32) error {
 		if id == 0 || id >= lb.services {
 			return fmt.Errorf("ring of service %d: ids go from 1 to %d (node.max_services)", id, lb.services-1)
 		}
+		if len(rings[id]) == 0 {
+			return fmt.Errorf("ring of service %d: empty (DeleteRing takes a ring away)", id)
+		}
 	}
 	placed := make(map[uint32]ringPlace, len(ids))
 	for _, id := range ids {

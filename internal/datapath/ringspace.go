@@ -21,11 +21,12 @@ import (
 // service's entry is switched to it with one update, so a packet sees the old ring or
 // the new one. The old ring's slots are retired, not freed: a program that read the
 // old entry may still be reading them. They become free once a grace period has passed
-// (waitPrograms), which the space waits for only when it runs out of free slots.
+// (waitPrograms), which the space waits for only when it runs out of free slots or a
+// quarter of its slots are retired (tidy): a single ring's change waits for none.
 
 // ringBlockSlots is the size of a block in slots (8 bytes each, as an array map keeps a
-// __u32): 512 KiB, 64 rings of the default table size for a few backends. A ring larger
-// than that gets a block of its own size.
+// __u32): 512 KiB, 128 rings of 509 slots (the default table size up to 5 backends).
+// A ring larger than that gets a block of its own size.
 const ringBlockSlots = 1 << 16
 
 // ringPlace is where a ring is: slots [offset, offset+size) of block (0: no ring).
@@ -68,8 +69,10 @@ func (rs *ringSpace) publish() error {
 			ids, fds = append(ids, id), append(fds, uint32(b.m.FD()))
 		}
 	}
-	if _, err := rs.outer.BatchUpdate(ids, fds, nil); err != nil {
-		return fmt.Errorf("lb_maglev: put %d ring blocks: %w", len(ids), err)
+	if len(ids) > 0 {
+		if _, err := rs.outer.BatchUpdate(ids, fds, nil); err != nil {
+			return fmt.Errorf("lb_maglev: put %d ring blocks: %w", len(ids), err)
+		}
 	}
 	for _, id := range ids {
 		rs.blocks[id].fresh = false
