@@ -24,10 +24,10 @@ static __always_inline __u32 maglev_lookup(const struct lb_vip *vip, __u32 hash)
 
 	if (!vip->table_size)
 		return 0;
-	ring = bpf_map_lookup_elem(&lb_maglev, &vip->service_id);
+	ring = bpf_map_lookup_elem(&lb_maglev, &vip->ring_block);
 	if (!ring)
 		return 0;
-	slot = hash % vip->table_size;
+	slot = vip->ring_offset + hash % vip->table_size;
 	id = bpf_map_lookup_elem(ring, &slot);
 	return id ? *id : 0;
 }

@@ -52,12 +52,16 @@ struct {
 	__type(value, struct lb_vip);
 } lb_vips SEC(".maps");
 
-/* One Maglev ring per service, each its own array so that a new ring of any size is
- * built aside and swapped in with a single update: readers never see half a table. */
+/* The Maglev rings, packed into blocks: a ring is table_size slots at ring_offset of
+ * block ring_block (struct lb_vip). A new ring is written into free slots aside and
+ * swapped in with the service's one lb_vips update, so readers never see half a table;
+ * one block holds many rings, so 100 000 services cost a few hundred maps, not one
+ * map (and a page of header) each. */
 struct lb_maglev_ring {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	/* rings differ in size (table_size); mmapable so that the daemon fills a new ring
-	 * with one copy (internal/datapath PutRings) */
+	/* blocks differ in size (a ring larger than a block gets a block of its own);
+	 * mmapable so that the daemon writes rings with plain stores (internal/datapath
+	 * ringspace.go) */
 	__uint(map_flags, BPF_F_INNER_MAP | BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
 	__type(key, __u32);
@@ -67,7 +71,7 @@ struct lb_maglev_ring {
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__uint(max_entries, LB_MAX_SERVICES);
-	__type(key, __u32); /* service id */
+	__type(key, __u32); /* ring block, 1.. */
 	__array(values, struct lb_maglev_ring);
 } lb_maglev SEC(".maps");
 

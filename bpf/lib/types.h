@@ -55,9 +55,11 @@ enum lb_vip_flags {
 };
 
 struct lb_vip {
-	__u32 service_id;  /* index into lb_maglev and lb_vips' values */
+	__u32 service_id;  /* the id its backends and flows carry */
 	__u32 table_size;  /* entries of this service's Maglev ring */
 	enum lb_vip_flags flags; /* an OR of LB_VIP_F_* */
+	__u32 ring_block;  /* index into lb_maglev of the block holding the ring; 0: none */
+	__u32 ring_offset; /* the ring's first slot in that block */
 };
 
 /* Backend states. Draining keeps established flows but is absent from the Maglev ring;

@@ -120,7 +120,7 @@ func TestParseDefaults(t *testing.T) {
 	svc := func(name, vip string, port uint16) Service {
 		return Service{
 			Name: name, VIP: addr(vip), Port: port, Protocol: TCP, Forwarding: IPIP, GUEPort: 6080,
-			Scheduler: Maglev, TableSize: 1021, Health: defaultHealth(port),
+			Scheduler: Maglev, TableSize: 509, Health: defaultHealth(port),
 		}
 	}
 	web := svc("web", "198.51.100.10", 0)
@@ -631,7 +631,7 @@ func TestDefaultTableSize(t *testing.T) {
 		extra    string
 		want     uint32
 	}{
-		{0, "", 1021}, {4, "", 1021}, {10, "", 1021}, {11, "", 4093}, {40, "", 4093},
+		{0, "", 509}, {4, "", 509}, {5, "", 509}, {6, "", 1021}, {10, "", 1021}, {11, "", 4093}, {40, "", 4093},
 		{41, "", 16381}, {164, "", 65537}, {700, "", 65537},
 		{4, "    table_size: 65537\n", 65537}, {11, "    table_size: 251\n", 251},
 	} {

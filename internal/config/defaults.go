@@ -274,10 +274,12 @@ func applySteerDefaults(s *Steer, present func(path string) bool, hostname func(
 
 // TableSizeSteps are the Maglev table sizes a service gets when it names none: the
 // smallest with TableSlotsPerBackend slots per configured backend, the largest beyond.
-// A ring costs 8 bytes a slot in the kernel, so a service of a few backends needs no
-// 65537-slot table (512 KiB; 10 000 of them were 5 GiB); steps a factor of 4 apart
-// keep the size, and the ring, the same over most backend-list edits.
-var TableSizeSteps = []uint32{1021, 4093, 16381, 65537}
+// A ring costs 8 bytes a slot in the kernel and its build time grows with its size, so
+// a service of a few backends needs no 65537-slot table (512 KiB; 10 000 of them were
+// 5 GiB); steps a factor of 2 to 4 apart keep the size, and the ring, the same over
+// most backend-list edits. 509 holds the many services of up to 5 backends: 100 000 of
+// them cost 400 MiB of rings, where 1021 slots cost 800 MiB.
+var TableSizeSteps = []uint32{509, 1021, 4093, 16381, 65537}
 
 // TableSlotsPerBackend keeps the load a Maglev table gives each backend within about
 // 1 % of its share (the Maglev paper's M ≥ 100·N).

@@ -170,7 +170,7 @@ var NodeSchema = []Field{
 	{Path: "services[].scheduler", Type: TypeEnum, Enum: enum(Maglev, MaglevSource), Default: def(DefaultScheduler), Example: "maglev",
 		Doc: "maglev hashes the 5-tuple, maglev-source the client address only (affinity)"},
 	{Path: "services[].table_size", Type: TypeInt, Range: &Range{MinTableSize, MaxTableSize}, Example: "65537",
-		Doc: "a prime, larger than the number of backends; default: the first of 1021, 4093, 16381, 65537 with 100 slots per backend"},
+		Doc: "a prime, larger than the number of backends; default: the first of 509, 1021, 4093, 16381, 65537 with 100 slots per backend"},
 	{Path: "services[].origins", Type: TypeList, Doc: "optional; the origins (data centres) of the backends, for global steering; on a tunnel service, the origins its connectors name (origin: in the connector file; a connector naming none is refused)"},
 	{Path: "services[].origins[].name", Type: TypeString, Required: true, Example: "us-west", Doc: "[a-zA-Z0-9._-]{1,63}, unique within the service"},
 	{Path: "services[].origins[].capacity", Type: TypeInt, Required: true, Range: &Range{1, math.MaxUint32}, Example: "200",

@@ -15,22 +15,33 @@ import (
 )
 
 // Reading back what the kernel holds, for tests and diagnostics: what the program
-// uses, not what the control plane meant to write.
+// uses, not what the control plane meant to write. Ring and Memory find the rings
+// through what the map writer keeps (which entry a service id has, which blocks
+// exist): call them from the writer's goroutine.
 
-// Ring returns the Maglev ring of a service as the kernel holds it: slot → backend id.
+// Ring returns the Maglev ring of a service as the kernel holds it: slot → backend id,
+// read from the block and slots its lb_vips entry names.
 func (lb *LB) Ring(serviceID uint32) ([]uint32, error) {
-	var innerID ebpf.MapID
-	if err := lb.objs.LbMaglev.Lookup(serviceID, &innerID); err != nil {
-		return nil, fmt.Errorf("lb_maglev lookup %d: %w", serviceID, err)
+	e, ok := lb.entries[serviceID]
+	if !ok {
+		return nil, fmt.Errorf("ring of service %d: no lb_vips entry", serviceID)
 	}
-	inner, err := ebpf.NewMapFromID(innerID)
+	var v lbLbVip
+	if err := lb.objs.LbVips.Lookup(vipKey(e.key), &v); err != nil {
+		return nil, fmt.Errorf("lb_vips lookup %v: %w", e.key, err)
+	}
+	var blockID ebpf.MapID
+	if err := lb.objs.LbMaglev.Lookup(v.RingBlock, &blockID); err != nil {
+		return nil, fmt.Errorf("ring of service %d: lb_maglev lookup %d: %w", serviceID, v.RingBlock, err)
+	}
+	block, err := ebpf.NewMapFromID(blockID)
 	if err != nil {
 		return nil, fmt.Errorf("ring of service %d: %w", serviceID, err)
 	}
-	defer inner.Close()
-	ring := make([]uint32, inner.MaxEntries())
+	defer block.Close()
+	ring := make([]uint32, v.TableSize)
 	for i := range ring {
-		if err := inner.Lookup(uint32(i), &ring[i]); err != nil {
+		if err := block.Lookup(v.RingOffset+uint32(i), &ring[i]); err != nil {
 			return nil, fmt.Errorf("ring of service %d, slot %d: %w", serviceID, i, err)
 		}
 	}
@@ -59,19 +70,21 @@ func (lb *LB) BackendAddr(id uint32) (netip.Addr, error) {
 // Memory is what the kernel charges for the program's maps, in bytes: each map's
 // memlock figure, the one `bpftool map show` prints.
 type Memory struct {
-	Rings    uint64 // the Maglev rings, each counted once however many services use it
-	RingMaps int
-	Flows    uint64 // lb_flows, sized at load, filled or not
-	Other    uint64 // every other map of the program
+	Rings      uint64 // the blocks the Maglev rings are packed in, free slots included
+	RingBlocks int
+	Flows      uint64 // lb_flows, sized at load, filled or not
+	Other      uint64 // every other map of the program
 }
 
-// Memory adds up the memlock figures of the program's maps and of every ring
+// Memory adds up the memlock figures of the program's maps and of every ring block
 // lb_maglev holds now.
 func (lb *LB) Memory() (Memory, error) {
 	var mem Memory
 	seen := map[ebpf.MapID]bool{}
 	var innerID ebpf.MapID
-	for id := uint32(1); id < lb.services; id++ {
+	// the blocks lb_maglev holds, as the kernel has them: the ids a block may have
+	// are those the space has handed out
+	for id := uint32(1); id < uint32(len(lb.ringSpace.blocks)); id++ {
 		err := lb.objs.LbMaglev.Lookup(id, &innerID)
 		if errors.Is(err, ebpf.ErrKeyNotExist) || seen[innerID] {
 			continue
@@ -80,17 +93,17 @@ func (lb *LB) Memory() (Memory, error) {
 			return mem, fmt.Errorf("lb_maglev lookup %d: %w", id, err)
 		}
 		seen[innerID] = true
-		ring, err := ebpf.NewMapFromID(innerID)
+		block, err := ebpf.NewMapFromID(innerID)
 		if err != nil {
-			return mem, fmt.Errorf("ring of service %d: %w", id, err)
+			return mem, fmt.Errorf("ring block %d: %w", id, err)
 		}
-		n, err := memlock(ring)
-		ring.Close()
+		n, err := memlock(block)
+		block.Close()
 		if err != nil {
 			return mem, err
 		}
 		mem.Rings += n
-		mem.RingMaps++
+		mem.RingBlocks++
 	}
 	maps := reflect.ValueOf(lb.objs.lbMaps)
 	for i := range maps.NumField() {

@@ -26,10 +26,15 @@ type Options struct {
 
 // LB is the loaded XDP load balancer: its program, its maps and its attachments.
 type LB struct {
-	objs     lbObjects
-	ringSpec *ebpf.MapSpec // template of a service's Maglev ring
-	services uint32        // capacity in services (ids 1..services-1)
-	backends uint32        // capacity in backend slots (ids 1..backends-1)
+	objs      lbObjects
+	ringSpace *ringSpace // the Maglev rings' blocks (ringspace.go)
+	// by service id: the ring last put (PutRings), and the lb_vips entry last written
+	// (PutService), which a new ring is swapped in by; keyIDs finds the id of a key
+	rings    map[uint32]ringPlace
+	entries  map[uint32]serviceEntry
+	keyIDs   map[ServiceKey]uint32
+	services uint32 // capacity in services (ids 1..services-1)
+	backends uint32 // capacity in backend slots (ids 1..backends-1)
 	links    map[string]link.Link
 	vips     *vipFilter    // the VIP address filter (vipaddrs.go)
 	flowSeed uint64        // the flow table's hash seed (flowtable.go)
@@ -90,14 +95,16 @@ func LoadLB(opts Options) (*LB, error) {
 	for _, m := range []string{lbMapLb4VipAddrs, lbMapLb6VipAddrs} {
 		spec.Maps[m].MaxEntries = max(spec.Maps[m].MaxEntries, lb.services)
 	}
-	lb.ringSpec = spec.Maps[lbMapLbMaglev].InnerMap.Copy()
-	// a ring without BTF: with it, creating each ring loads its key and value types
-	// into the kernel as a BTF object of its own, a fifth of the time of programming
-	// thousands of services, for nothing the program or bpftool needs
-	lb.ringSpec.Key, lb.ringSpec.Value = nil, nil
+	blockSpec := spec.Maps[lbMapLbMaglev].InnerMap.Copy()
+	// a block without BTF: with it, creating each block loads its key and value types
+	// into the kernel as a BTF object of its own, for nothing the program or bpftool
+	// needs
+	blockSpec.Key, blockSpec.Value = nil, nil
 	if err := spec.LoadAndAssign(&lb.objs, nil); err != nil {
 		return nil, loadError("XDP program", err)
 	}
+	lb.ringSpace = &ringSpace{spec: blockSpec, outer: lb.objs.LbMaglev}
+	lb.rings, lb.entries, lb.keyIDs = map[uint32]ringPlace{}, map[uint32]serviceEntry{}, map[ServiceKey]uint32{}
 	lb.vips = newVIPFilter("lb_vip", lb.objs.Lb4VipAddrs, lb.objs.Lb6VipAddrs, lb.objs.Lb4VipSlots, lb.objs.Lb6VipSlots)
 	// mapped once, here: Map.Memory caches its mapping without a lock, and the flow
 	// table is read from the status, the metrics and the fleet's goroutines at once
@@ -181,6 +188,6 @@ func (lb *LB) Close() error {
 		}
 	}
 	lb.links = nil
-	errs = append(errs, lb.objs.Close())
+	errs = append(errs, lb.ringSpace.close(), lb.objs.Close())
 	return errors.Join(errs...)
 }

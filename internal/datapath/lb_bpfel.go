@@ -227,10 +227,12 @@ type lbLbSyn struct {
 }
 
 type lbLbVip struct {
-	_         structs.HostLayout
-	ServiceId uint32
-	TableSize uint32
-	Flags     lbLbVipFlags
+	_          structs.HostLayout
+	ServiceId  uint32
+	TableSize  uint32
+	Flags      lbLbVipFlags
+	RingBlock  uint32
+	RingOffset uint32
 }
 
 type lbLbVipFlags uint32

@@ -86,11 +86,11 @@ func newBenchWithFlows(t testing.TB, flowTableSize uint32) *bench {
 	for _, s := range single {
 		must(lb.PutBackend(s.back, datapath.Backend{Addr: s.addr, ServiceID: s.svc, State: datapath.BackendUp}))
 		must(lb.PutRing(s.svc, fill(ringSize, s.back)))
-		must(lb.PutService(s.key, datapath.Service{ID: s.svc, TableSize: ringSize}))
+		must(lb.PutService(s.key, datapath.Service{ID: s.svc}))
 	}
 	must(lb.PutBackend(idDraining, datapath.Backend{Addr: dptest.Backend4(6), ServiceID: 5, State: datapath.BackendDraining}))
 	must(lb.PutBackend(idDown, datapath.Backend{Addr: dptest.Backend4(7), ServiceID: 5, State: datapath.BackendDown}))
-	must(lb.PutService(datapath.ServiceKey{VIP: vipEmpty, Port: 80, Proto: 6}, datapath.Service{ID: 6, TableSize: ringSize}))
+	must(lb.PutService(datapath.ServiceKey{VIP: vipEmpty, Port: 80, Proto: 6}, datapath.Service{ID: 6}))
 
 	// GUE services (ids 8 and 9, service ids alike)
 	for _, g := range []struct {
@@ -100,7 +100,7 @@ func newBenchWithFlows(t testing.TB, flowTableSize uint32) *bench {
 	}{{vipGUE, dptest.Backend4(8), idGUE, 6080}, {vipGUE6, dptest.Backend6(9), idGUE6, 6081}} {
 		must(lb.PutBackend(g.id, datapath.Backend{Addr: g.addr, ServiceID: g.id, State: datapath.BackendUp, GUE: true, GUEPort: g.port}))
 		must(lb.PutRing(g.id, fill(ringSize, g.id)))
-		must(lb.PutService(datapath.ServiceKey{VIP: g.vip, Port: 80, Proto: 6}, datapath.Service{ID: g.id, TableSize: ringSize}))
+		must(lb.PutService(datapath.ServiceKey{VIP: g.vip, Port: 80, Proto: 6}, datapath.Service{ID: g.id}))
 	}
 
 	// a real Maglev ring over 5 backends
@@ -114,7 +114,7 @@ func newBenchWithFlows(t testing.TB, flowTableSize uint32) *bench {
 		ring[i] = uint32(idManyFirst) + uint32(idx)
 	}
 	must(lb.PutRing(7, ring))
-	must(lb.PutService(datapath.ServiceKey{VIP: vipMany, Port: 80, Proto: 6}, datapath.Service{ID: 7, TableSize: 65537}))
+	must(lb.PutService(datapath.ServiceKey{VIP: vipMany, Port: 80, Proto: 6}, datapath.Service{ID: 7}))
 
 	for _, a := range []netip.Addr{vipWeb, vipAny, vipDrain, vipEmpty, vipMany, vip6, vipGUE, vipGUE6} {
 		must(lb.PutVIPAddr(a, 1))

@@ -1,17 +1,13 @@
 package datapath
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"net/netip"
 	"slices"
-	"syscall"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 )
 
 // Capacities compiled into the program (enum lb_shared, bpf/lib/consts.h).
@@ -27,10 +23,10 @@ type ServiceKey struct {
 	Proto uint8
 }
 
-// Service is a service's entry in lb_vips.
+// Service is a service's entry in lb_vips. Its ring's place and size are the LB's to
+// fill in: the ring last put for the service's id (PutRings).
 type Service struct {
 	ID         uint32
-	TableSize  uint32
 	SourceHash bool // maglev-source
 }
 
@@ -69,142 +65,208 @@ type Backend struct {
 	NATPort   uint16 // NAT: the backend's port; 0 keeps the client's destination port
 }
 
+// serviceEntry is a service's lb_vips entry as last written, kept so that a new ring
+// is swapped in by rewriting the entry.
+type serviceEntry struct {
+	key   ServiceKey
+	value lbLbVip
+}
+
 func vipKey(k ServiceKey) lbLbVipKey {
 	return lbLbVipKey{Addr: addrWords(k.VIP), Port: be16(k.Port), Proto: k.Proto, Family: familyOf(k.VIP)}
 }
 
-// PutService adds or replaces a service's lb_vips entry.
+// withRing is v naming ring p (none for the zero place).
+func withRing(v lbLbVip, p ringPlace) lbLbVip {
+	v.RingBlock, v.RingOffset, v.TableSize = p.block, p.offset, p.size
+	return v
+}
+
+// PutService adds or replaces a service's lb_vips entry, with the ring of its id if
+// one was put.
 func (lb *LB) PutService(k ServiceKey, s Service) error {
-	v := lbLbVip{ServiceId: s.ID, TableSize: s.TableSize}
-	if s.SourceHash {
-		v.Flags |= lbLbVipFlagsLB_VIP_F_SOURCE_HASH
+	_, err := lb.PutServices([]ServiceKey{k}, []Service{s})
+	return err
+}
+
+// PutServices writes the lb_vips entries keys[i] = services[i], each with the ring of
+// its id if one was put, with one batch update. It returns how many it wrote, in
+// order: on error, fewer.
+func (lb *LB) PutServices(keys []ServiceKey, services []Service) (int, error) {
+	if len(keys) == 0 {
+		return 0, nil
 	}
-	if err := lb.objs.LbVips.Put(vipKey(k), v); err != nil {
-		return fmt.Errorf("lb_vips put %v: %w", k, err)
+	vkeys := make([]lbLbVipKey, len(keys))
+	values := make([]lbLbVip, len(keys))
+	for i, s := range services {
+		v := lbLbVip{ServiceId: s.ID}
+		if s.SourceHash {
+			v.Flags |= lbLbVipFlagsLB_VIP_F_SOURCE_HASH
+		}
+		vkeys[i], values[i] = vipKey(keys[i]), withRing(v, lb.rings[s.ID])
 	}
-	return nil
+	n, err := lb.objs.LbVips.BatchUpdate(vkeys, values, nil)
+	for i, k := range keys[:n] {
+		id := services[i].ID
+		if old, ok := lb.keyIDs[k]; ok && old != id {
+			delete(lb.entries, old)
+		}
+		lb.keyIDs[k] = id
+		lb.entries[id] = serviceEntry{key: k, value: values[i]}
+	}
+	if err != nil {
+		if len(keys) == 1 {
+			return n, fmt.Errorf("lb_vips put %v: %w", keys[0], err)
+		}
+		return n, fmt.Errorf("lb_vips: put %d services: %w", len(keys), err)
+	}
+	return n, nil
 }
 
 func (lb *LB) DeleteService(k ServiceKey) error {
 	if err := lb.objs.LbVips.Delete(vipKey(k)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("lb_vips delete %v: %w", k, err)
 	}
+	if id, ok := lb.keyIDs[k]; ok {
+		delete(lb.entries, id)
+		delete(lb.keyIDs, k)
+	}
 	return nil
 }
 
-// PutRing builds a new Maglev ring aside and swaps it in with one update, so packets see
-// either the old ring or the new one, never a mix.
+// PutRing puts one service's ring (PutRings).
 func (lb *LB) PutRing(serviceID uint32, ring []uint32) error {
 	return lb.PutRings(map[uint32][]uint32{serviceID: ring})
 }
 
-// PutRings swaps in the rings of many services (service id → ring) with few batch
-// updates of lb_maglev. Every update of a map of maps makes the kernel wait for an RCU
-// grace period (milliseconds on a busy machine) before it returns; one batch waits
-// once, where one update per service would wait once per service. Each ring is built
-// aside and filled through a memory mapping (BPF_F_MMAPABLE): a plain copy, where
-// element-by-element updates cost a system call's worth of work per slot. Each service
-// sees its old ring or its new one, never a mix; on error some services may already
+// PutRings swaps in the rings of many services (service id → ring). Each ring is
+// written into free slots of the ring blocks (ringspace.go), the blocks that had to be
+// created go into lb_maglev with one update, then the entries of the services that have
+// one are switched to their new rings with one batch update of lb_vips: each service
+// sees its old ring or its new one, never a mix. On error some services may already
 // have their new ring.
 func (lb *LB) PutRings(rings map[uint32][]uint32) error {
 	ids := slices.Sorted(maps.Keys(rings))
-	for batch := range slices.Chunk(ids, ringBatch()) {
-		if err := lb.putRingBatch(batch, rings); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// ringBatch is how many rings one batch update swaps in. Each batch costs a grace
-// period (100 ms and more on a loaded machine: half the time of programming 10 000
-// services in batches of 512), and each ring is a file descriptor held open until the
-// update: half of what the process may open, a Go process's hard limit.
-func ringBatch() int {
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		return minRingBatch
-	}
-	return max(minRingBatch, int(min(rl.Cur/2, math.MaxInt32)))
-}
-
-// minRingBatch is the batch size below any likely limit (Linux starts at 1024).
-const minRingBatch = 256
-
-func (lb *LB) putRingBatch(ids []uint32, rings map[uint32][]uint32) error {
-	fds := make([]uint32, 0, len(ids))
 	for _, id := range ids {
-		m, err := lb.newRing(id, rings[id])
-		if err != nil {
-			return err
+		if id == 0 || id >= lb.services {
+			return fmt.Errorf("ring of service %d: ids go from 1 to %d (node.max_services)", id, lb.services-1)
 		}
-		defer m.Close() // lb_maglev holds its own reference once the ring is in
-		fds = append(fds, uint32(m.FD()))
+		if len(rings[id]) == 0 {
+			return fmt.Errorf("ring of service %d: empty (DeleteRing takes a ring away)", id)
+		}
 	}
-	if _, err := lb.objs.LbMaglev.BatchUpdate(ids, fds, nil); err != nil {
-		return fmt.Errorf("lb_maglev: put the rings of %d services: %w", len(ids), err)
+	placed := make(map[uint32]ringPlace, len(ids))
+	for _, id := range ids {
+		p, err := lb.ringSpace.place(rings[id])
+		if err != nil {
+			for _, p := range placed {
+				lb.ringSpace.retire(p) // named by no entry
+			}
+			return fmt.Errorf("ring of service %d (%d slots): %w", id, len(rings[id]), err)
+		}
+		placed[id] = p
 	}
-	return nil
+	if err := lb.ringSpace.publish(); err != nil {
+		for _, p := range placed {
+			lb.ringSpace.retire(p)
+		}
+		return err
+	}
+	var (
+		switched []uint32 // ids whose entry names the ring, in the batch's order
+		keys     []lbLbVipKey
+		values   []lbLbVip
+	)
+	for _, id := range ids {
+		if e, ok := lb.entries[id]; ok {
+			switched = append(switched, id)
+			keys = append(keys, vipKey(e.key))
+			values = append(values, withRing(e.value, placed[id]))
+		}
+	}
+	written := len(keys)
+	var err error
+	if len(keys) > 0 {
+		if written, err = lb.objs.LbVips.BatchUpdate(keys, values, nil); err != nil {
+			err = fmt.Errorf("lb_vips: switch %d services to their new rings: %w", len(keys), err)
+		}
+	}
+	// the batch writes in order and stops at its first failure: the entries past it
+	// still name the old rings
+	for _, id := range switched[written:] {
+		lb.ringSpace.retire(placed[id])
+		delete(placed, id)
+	}
+	for i, id := range switched[:written] {
+		e := lb.entries[id]
+		e.value = values[i]
+		lb.entries[id] = e
+	}
+	for id, p := range placed {
+		lb.ringSpace.retire(lb.rings[id])
+		lb.rings[id] = p
+	}
+	return errors.Join(err, lb.ringSpace.tidy())
 }
 
-// newRing is a ring map of the service holding ring.
-func (lb *LB) newRing(serviceID uint32, ring []uint32) (*ebpf.Map, error) {
-	spec := lb.ringSpec.Copy()
-	spec.MaxEntries = uint32(len(ring))
-	m, err := ebpf.NewMap(spec)
-	if err != nil {
-		return nil, fmt.Errorf("create ring of service %d (%d slots): %w", serviceID, len(ring), err)
-	}
-	if err := fillRing(m, ring); err != nil {
-		m.Close()
-		return nil, fmt.Errorf("fill ring of service %d: %w", serviceID, err)
-	}
-	return m, nil
-}
-
-// fillRing writes ring into m through a mapping it unmaps at once. (ebpf.Map.Memory
-// keeps its mapping until the garbage collector finds it unreachable: with tens of
-// thousands of rings in one apply, the process reached the kernel's limit on
-// mappings, vm.max_map_count, and even the Go heap could no longer grow.)
-func fillRing(m *ebpf.Map, ring []uint32) error {
-	// an array map keeps each value in round_up(value_size, 8) bytes, and the mapping
-	// shows that layout: the __u32 the program reads, then 4 bytes of padding, which
-	// a new map holds as zeroes
-	mem, err := unix.Mmap(m.FD(), 0, 8*len(ring), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return fmt.Errorf("map the ring: %w", err)
-	}
-	for i, id := range ring {
-		binary.NativeEndian.PutUint32(mem[8*i:], id)
-	}
-	return unix.Munmap(mem)
-}
-
+// DeleteRing takes a service's ring away: its entry, if any, names no ring.
 func (lb *LB) DeleteRing(serviceID uint32) error {
-	if err := lb.objs.LbMaglev.Delete(serviceID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("lb_maglev delete %d: %w", serviceID, err)
+	p, ok := lb.rings[serviceID]
+	if !ok {
+		return nil
 	}
-	return nil
+	if e, ok := lb.entries[serviceID]; ok {
+		v := withRing(e.value, ringPlace{})
+		if err := lb.objs.LbVips.Put(vipKey(e.key), v); err != nil {
+			return fmt.Errorf("lb_vips put %v: %w", e.key, err)
+		}
+		e.value = v
+		lb.entries[serviceID] = e
+	}
+	delete(lb.rings, serviceID)
+	lb.ringSpace.retire(p)
+	return lb.ringSpace.tidy()
 }
 
 // PutBackend writes backend slot id.
 func (lb *LB) PutBackend(id uint32, b Backend) error {
-	v := lbLbBackend{Addr: addrWords(b.Addr), ServiceId: b.ServiceID, State: lbLbBackendState(b.State), Family: familyOf(b.Addr), Encap: lbLbEncapLB_ENCAP_IPIP}
-	switch {
-	case b.GUE && b.NAT:
-		return fmt.Errorf("lb_backends put %d (%s): GUE and NAT at once", id, b.Addr)
-	case b.GUE:
-		v.Encap = lbLbEncapLB_ENCAP_GUE
-		v.GuePort = be16(b.GUEPort)
-	case b.NAT:
-		v.Encap = lbLbEncapLB_ENCAP_NAT
-		v.NatPort = be16(b.NATPort)
+	_, err := lb.PutBackends([]uint32{id}, []Backend{b})
+	return err
+}
+
+// PutBackends writes backend slots ids[i] = backends[i] with one batch update (one
+// system call for the thousands of backends of a node's start, where one each took
+// a second for 400 000). It returns how many it wrote, in order: on error, fewer.
+func (lb *LB) PutBackends(ids []uint32, backends []Backend) (int, error) {
+	values := make([]lbLbBackend, len(backends))
+	for i, b := range backends {
+		v := lbLbBackend{Addr: addrWords(b.Addr), ServiceId: b.ServiceID, State: lbLbBackendState(b.State), Family: familyOf(b.Addr), Encap: lbLbEncapLB_ENCAP_IPIP}
+		switch {
+		case b.GUE && b.NAT:
+			return 0, fmt.Errorf("lb_backends put %d (%s): GUE and NAT at once", ids[i], b.Addr)
+		case b.GUE:
+			v.Encap = lbLbEncapLB_ENCAP_GUE
+			v.GuePort = be16(b.GUEPort)
+		case b.NAT:
+			v.Encap = lbLbEncapLB_ENCAP_NAT
+			v.NatPort = be16(b.NATPort)
+		}
+		values[i] = v
 	}
-	if err := lb.objs.LbBackends.Put(id, v); err != nil {
-		return fmt.Errorf("lb_backends put %d (%s): %w", id, b.Addr, err)
+	if len(ids) == 0 {
+		return 0, nil
 	}
-	lb.tally.put(id, b.ServiceID)
-	return nil
+	n, err := lb.objs.LbBackends.BatchUpdate(ids, values, nil)
+	for i := range n {
+		lb.tally.put(ids[i], backends[i].ServiceID)
+	}
+	if err != nil {
+		if len(ids) == 1 {
+			return n, fmt.Errorf("lb_backends put %d (%s): %w", ids[0], backends[0].Addr, err)
+		}
+		return n, fmt.Errorf("lb_backends: put %d backends: %w", len(ids), err)
+	}
+	return n, nil
 }
 
 // DeleteBackend frees slot id: flows still pointing at it are re-hashed, its counts

@@ -35,7 +35,7 @@ func newNATBench(t *testing.T) *bench {
 		for _, err := range []error{
 			b.lb.PutBackend(s.id, datapath.Backend{Addr: s.addr, ServiceID: s.id, State: datapath.BackendUp, NAT: true, NATPort: s.port}),
 			b.lb.PutRing(s.id, fill(ringSize, s.id)),
-			b.lb.PutService(s.key, datapath.Service{ID: s.id, TableSize: ringSize}),
+			b.lb.PutService(s.key, datapath.Service{ID: s.id}),
 		} {
 			if err != nil {
 				t.Fatal(err)

@@ -3,6 +3,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -62,22 +63,71 @@ func (f *vipFilter) addrsMap(a netip.Addr) (*ebpf.Map, any) {
 
 // put adds a (unmapped) with value (the node: how many services it carries; the agent: 1).
 func (f *vipFilter) put(a netip.Addr, value uint32) error {
-	m, key := f.addrsMap(a)
+	return f.putMany([]netip.Addr{a}, []uint32{value})
+}
+
+// putMany adds many addresses (unmapped) with their values, with one batch update of
+// each map: the addresses of a node's 100 000 services took 200 000 updates one by one.
+func (f *vipFilter) putMany(addrs []netip.Addr, values []uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	// the hash map first: a slot that says "shared" must find every address there
-	if err := m.Put(key, value); err != nil {
-		return fmt.Errorf("%s addresses: put %s: %w", f.name, a, err)
+	var (
+		keys4        [][4]byte
+		keys6        [][16]byte
+		vals4, vals6 []uint32
+	)
+	for i, a := range addrs {
+		if a.Is4() {
+			keys4, vals4 = append(keys4, a.As4()), append(vals4, values[i])
+		} else {
+			keys6, vals6 = append(keys6, a.As16()), append(vals6, values[i])
+		}
 	}
-	k := f.slotOf(a)
-	if slices.Contains(f.slotAddrs[k], a) {
-		return nil
+	// the hash maps first: a slot that says "shared" must find every address there
+	if len(keys4) > 0 {
+		if _, err := f.addrs4.BatchUpdate(keys4, vals4, nil); err != nil {
+			return fmt.Errorf("%s addresses: put %d IPv4 addresses: %w", f.name, len(keys4), err)
+		}
 	}
-	addrs := append(slices.Clone(f.slotAddrs[k]), a)
-	if err := f.putSlot(k, addrs); err != nil {
-		return err
+	if len(keys6) > 0 {
+		if _, err := f.addrs6.BatchUpdate(keys6, vals6, nil); err != nil {
+			return fmt.Errorf("%s addresses: put %d IPv6 addresses: %w", f.name, len(keys6), err)
+		}
 	}
-	f.slotAddrs[k] = addrs
+	changed := map[vipSlotKey][]netip.Addr{}
+	for _, a := range addrs {
+		k := f.slotOf(a)
+		now, ok := changed[k]
+		if !ok {
+			now = f.slotAddrs[k]
+		}
+		if !slices.Contains(now, a) {
+			changed[k] = append(slices.Clone(now), a)
+		}
+	}
+	var (
+		slots4, slots6 []uint32
+		v4             []lbLb4VipSlot
+		v6             []lbLb6VipSlot
+	)
+	for k, addrs := range changed {
+		if k.v6 {
+			slots6, v6 = append(slots6, k.slot), append(v6, lbLb6VipSlot{Count: uint32(len(addrs)), Addr: addrWords(addrs[0])})
+		} else {
+			slots4, v4 = append(slots4, k.slot), append(v4, lbLb4VipSlot{Count: uint32(len(addrs)), Addr: addrWords(addrs[0])[0]})
+		}
+	}
+	if len(slots4) > 0 {
+		if _, err := f.slots4.BatchUpdate(slots4, v4, nil); err != nil {
+			return fmt.Errorf("%s slots: put %d: %w", f.name, len(slots4), err)
+		}
+	}
+	if len(slots6) > 0 {
+		if _, err := f.slots6.BatchUpdate(slots6, v6, nil); err != nil {
+			return fmt.Errorf("%s slots: put %d: %w", f.name, len(slots6), err)
+		}
+	}
+	maps.Copy(f.slotAddrs, changed)
 	return nil
 }
 
@@ -127,6 +177,12 @@ func (f *vipFilter) putSlot(k vipSlotKey, addrs []netip.Addr) error {
 		return fmt.Errorf("%s slots: put %d: %w", f.name, k.slot, err)
 	}
 	return nil
+}
+
+// PutVIPAddrs marks addrs[i] as carrying services[i] services (> 0), with one batch
+// update of each of the filter's maps.
+func (lb *LB) PutVIPAddrs(addrs []netip.Addr, services []uint32) error {
+	return lb.vips.putMany(addrs, services)
 }
 
 // PutVIPAddr marks addr as carrying `services` services (> 0).

@@ -26,7 +26,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/datapath"
@@ -36,13 +35,13 @@ import (
 // Dataplane is the set of map writes the reconciler needs; *datapath.LB implements it,
 // and tests use an in-memory fake.
 type Dataplane interface {
-	PutService(k datapath.ServiceKey, s datapath.Service) error
+	PutServices(keys []datapath.ServiceKey, services []datapath.Service) (int, error) // in one batch; how many went in
 	DeleteService(k datapath.ServiceKey) error
-	PutVIPAddr(addr netip.Addr, services uint32) error
+	PutVIPAddrs(addrs []netip.Addr, services []uint32) error // in one batch
 	DeleteVIPAddr(addr netip.Addr) error
 	PutRings(rings map[uint32][]uint32) error // service id → ring, in one batch
 	DeleteRing(serviceID uint32) error
-	PutBackend(id uint32, b datapath.Backend) error
+	PutBackends(ids []uint32, backends []datapath.Backend) (int, error) // in one batch; how many went in
 	DeleteBackend(id uint32) error
 	ResetServiceCounters(id uint32) error
 	PutSettings(s datapath.Settings) error
@@ -98,12 +97,13 @@ type ringInput struct {
 // are written, its ring is built (changed says whether it differs from the kernel's);
 // the rest waits for the rings of all services to be swapped in.
 type pending struct {
-	s       *service
-	target  map[*backend]datapath.BackendState
-	ring    []uint32
-	inputs  []ringInput
-	build   bool // the inputs differ from the kernel ring's: build and compare
-	changed bool // the ring differs from the kernel's: write it
+	s        *service
+	target   map[*backend]datapath.BackendState
+	ring     []uint32
+	inputs   []ringInput
+	build    bool  // the inputs differ from the kernel ring's: build and compare
+	buildErr error // the build's
+	changed  bool  // the ring differs from the kernel's: write it
 }
 
 type backend struct {
@@ -253,16 +253,30 @@ func (r *Reconciler) apply(services []config.Service, healthy HealthFunc) error 
 	slices.Sort(names) // deterministic id allocation for the same config
 	var (
 		todo  []*pending
+		w     writes
 		rings = map[uint32][]uint32{}
 	)
+	builder := startRingBuilder()
+	defer builder.wait() // on an early return too: no builder outlives the Apply
 	for _, name := range names {
-		p, err := r.prepareService(want[name], healthy)
+		p, err := r.prepareService(want[name], healthy, &w)
 		if err != nil {
 			return err
 		}
 		todo = append(todo, p)
+		if p.build {
+			builder.add(p)
+		}
 	}
-	if err := buildRings(todo); err != nil {
+	// 2. ... in one batch for all services ...
+	if err := r.writeVIPAddrs(w.vips); err != nil {
+		return err
+	}
+	if err := r.writeBackends(w.backends); err != nil {
+		return err
+	}
+	builder.wait()
+	if err := ringsBuilt(todo); err != nil {
 		return err
 	}
 	for _, p := range todo {
@@ -285,17 +299,28 @@ func (r *Reconciler) apply(services []config.Service, healthy HealthFunc) error 
 			p.s.setRing(p)
 		}
 	}
+	var entries []entryWrite
 	for _, p := range todo {
-		if err := r.finishService(p); err != nil {
+		if err := r.finishService(p, &entries); err != nil {
 			return err
 		}
 	}
-	return nil
+	// 5. ... the service entries last, in one batch: a new service becomes visible with
+	// its ring in place
+	return r.writeEntries(entries)
 }
 
-// prepareService does the first half of a service's update (steps 1 and 2), and says
-// whether its ring needs a build.
-func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc) (*pending, error) {
+// writes are the VIP address and backend writes that the services of an Apply need
+// before their rings, gathered to go in with one batch each.
+type writes struct {
+	vips     []netip.Addr // whose count of services went up
+	backends []backendWrite
+}
+
+// prepareService does the first half of a service's update (steps 1 and 2: the writes
+// it adds to w, for the caller to make before any ring), and says whether its ring
+// needs a build.
+func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc, w *writes) (*pending, error) {
 	s, ok := r.services[cfg.Name]
 	if ok {
 		r.keep(cfg.Name, &s.cfg)
@@ -311,9 +336,8 @@ func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc) (*p
 		}
 		s = &service{cfg: *cfg, id: id, key: serviceKey(cfg), backends: map[netip.Addr]*backend{}}
 		r.services[cfg.Name] = s
-		if err := r.addVIPAddr(cfg.VIP); err != nil {
-			return nil, err
-		}
+		r.vipAddrs[cfg.VIP]++
+		w.vips = append(w.vips, cfg.VIP)
 	}
 	s.cfg = *cfg
 	s.cfg.Backends = slices.Clone(cfg.Backends)
@@ -342,13 +366,9 @@ func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc) (*p
 	for b, state := range target {
 		switch {
 		case state == datapath.BackendUp && b.state != state:
-			if err := r.putBackend(s, b, state); err != nil {
-				return nil, err
-			}
+			w.backends = append(w.backends, backendWriteOf(s, b, state))
 		case b.state != datapath.BackendUnused && b.encap != enc:
-			if err := r.putBackend(s, b, b.state); err != nil {
-				return nil, err
-			}
+			w.backends = append(w.backends, backendWriteOf(s, b, b.state))
 		}
 	}
 	p := &pending{s: s, target: target, inputs: ringInputsOf(s, target)}
@@ -414,28 +434,50 @@ func sameRest(a, b *config.Service) bool {
 		(x.MED == nil) == (y.MED == nil) && (x.MED == nil || *x.MED == *y.MED) && x.Prepend == y.Prepend
 }
 
-// buildRings builds the rings of the services that need one, on every CPU: a table
-// of the default size takes a millisecond or more, so a node programming thousands
-// of services spends most of its time here.
-func buildRings(todo []*pending) error {
-	var builds []*pending
-	for _, p := range todo {
-		if p.build {
-			builds = append(builds, p)
-		}
-	}
-	errs := make([]error, len(builds))
-	var wg sync.WaitGroup
-	next := atomic.Int64{}
-	for range min(runtime.GOMAXPROCS(0), len(builds)) {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(builds); i = int(next.Add(1) - 1) {
-				builds[i].ring, errs[i] = buildRing(builds[i].s, builds[i].inputs)
+// ringBuilder builds the rings of the services that need one, on every CPU, while
+// the Apply goes on preparing the next services and writing their backends: a table
+// takes from 10 µs (509 slots) to over a millisecond (65537), so a node programming
+// 100 000 services spends much of its time here, and the builds no longer wait for
+// the preparation of all of them. A build reads only its pending's service config
+// and inputs, which nothing else writes until wait returns.
+type ringBuilder struct {
+	work    chan *pending
+	wg      sync.WaitGroup
+	stopped bool
+}
+
+func startRingBuilder() *ringBuilder {
+	b := &ringBuilder{work: make(chan *pending, 1024)}
+	for range runtime.GOMAXPROCS(0) {
+		b.wg.Go(func() {
+			for p := range b.work {
+				p.ring, p.buildErr = buildRing(p.s, p.inputs)
 			}
 		})
 	}
-	wg.Wait()
-	for _, p := range builds {
+	return b
+}
+
+func (b *ringBuilder) add(p *pending) { b.work <- p }
+
+// wait returns once every ring added is built; the builder takes no more.
+func (b *ringBuilder) wait() {
+	if !b.stopped {
+		b.stopped = true
+		close(b.work)
+		b.wg.Wait()
+	}
+}
+
+// ringsBuilt says, for each service whose ring was built, whether it differs from the
+// kernel's, and returns the builds' errors.
+func ringsBuilt(todo []*pending) error {
+	var errs []error
+	for _, p := range todo {
+		if !p.build {
+			continue
+		}
+		errs = append(errs, p.buildErr)
 		s := p.s
 		p.changed = s.ringStale || !slices.Equal(p.ring, s.ring)
 		if !p.changed {
@@ -450,8 +492,9 @@ func (s *service) setRing(p *pending) {
 	s.ring, s.ringInputs, s.ringStale = p.ring, p.inputs, false
 }
 
-// finishService does the second half of a service's update, once its ring is in.
-func (r *Reconciler) finishService(p *pending) error {
+// finishService does the second half of a service's update, once its ring is in,
+// but for its lb_vips entry: that it adds to entries if it changed.
+func (r *Reconciler) finishService(p *pending, entries *[]entryWrite) error {
 	s := p.s
 	if p.changed && p.ring == nil {
 		if err := r.dp.DeleteRing(s.id); err != nil {
@@ -477,23 +520,56 @@ func (r *Reconciler) finishService(p *pending) error {
 			delete(s.backends, addr)
 		}
 	}
-	// 5. the service entry last: a new service becomes visible with its ring in place
 	entry := datapath.Service{
 		ID:         s.id,
-		TableSize:  s.cfg.TableSize,
 		SourceHash: s.cfg.Scheduler == config.MaglevSource,
 	}
 	if s.entry == nil || *s.entry != entry {
-		if err := r.dp.PutService(s.key, entry); err != nil {
-			return err
-		}
-		s.entry = &entry
+		*entries = append(*entries, entryWrite{s: s, entry: entry})
+		return nil
 	}
 	s.settled = true
 	return nil
 }
 
+// entryWrite is a service's lb_vips entry to write.
+type entryWrite struct {
+	s     *service
+	entry datapath.Service
+}
+
+// writeEntries writes service entries in one batch, and records those the kernel took:
+// their services are settled.
+func (r *Reconciler) writeEntries(writes []entryWrite) error {
+	if len(writes) == 0 {
+		return nil
+	}
+	keys := make([]datapath.ServiceKey, len(writes))
+	entries := make([]datapath.Service, len(writes))
+	for i, w := range writes {
+		keys[i], entries[i] = w.s.key, w.entry
+	}
+	n, err := r.dp.PutServices(keys, entries)
+	for i, w := range writes[:n] {
+		w.s.entry, w.s.settled = &entries[i], true
+	}
+	return err
+}
+
 func (r *Reconciler) putBackend(s *service, b *backend, state datapath.BackendState) error {
+	return r.writeBackends([]backendWrite{backendWriteOf(s, b, state)})
+}
+
+// backendWrite is a backend slot's write, and what the reconciler records of it once
+// the kernel has it.
+type backendWrite struct {
+	b     *backend
+	state datapath.BackendState
+	encap encap
+	value datapath.Backend
+}
+
+func backendWriteOf(s *service, b *backend, state datapath.BackendState) backendWrite {
 	enc := encapOf(&s.cfg)
 	v := datapath.Backend{Addr: b.cfg.Address, ServiceID: s.id, State: state, GUE: enc.gue, NAT: enc.nat}
 	if enc.gue {
@@ -501,11 +577,24 @@ func (r *Reconciler) putBackend(s *service, b *backend, state datapath.BackendSt
 	} else {
 		v.NATPort = enc.port
 	}
-	if err := r.dp.PutBackend(b.id, v); err != nil {
-		return err
+	return backendWrite{b: b, state: state, encap: enc, value: v}
+}
+
+// writeBackends writes backend slots in one batch, and records those the kernel took.
+func (r *Reconciler) writeBackends(writes []backendWrite) error {
+	if len(writes) == 0 {
+		return nil
 	}
-	b.state, b.encap = state, enc
-	return nil
+	ids := make([]uint32, len(writes))
+	values := make([]datapath.Backend, len(writes))
+	for i, w := range writes {
+		ids[i], values[i] = w.b.id, w.value
+	}
+	n, err := r.dp.PutBackends(ids, values)
+	for _, w := range writes[:n] {
+		w.b.state, w.b.encap = w.state, w.encap
+	}
+	return err
 }
 
 // ringInputsOf lists the backends that are to be up, in config order, as the ring is
@@ -561,15 +650,25 @@ func (r *Reconciler) removeService(s *service) error {
 	return errors.Join(errs...)
 }
 
-func (r *Reconciler) addVIPAddr(a netip.Addr) error {
-	r.vipAddrs[a]++
-	return r.dp.PutVIPAddr(a, r.vipAddrs[a])
+// writeVIPAddrs writes the counts of services of addrs (a VIP address may come more
+// than once: it is written once).
+func (r *Reconciler) writeVIPAddrs(addrs []netip.Addr) error {
+	if len(addrs) == 0 {
+		return nil
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	addrs = slices.Compact(addrs)
+	counts := make([]uint32, len(addrs))
+	for i, a := range addrs {
+		counts[i] = r.vipAddrs[a]
+	}
+	return r.dp.PutVIPAddrs(addrs, counts)
 }
 
 func (r *Reconciler) dropVIPAddr(a netip.Addr) error {
 	r.vipAddrs[a]--
 	if r.vipAddrs[a] > 0 {
-		return r.dp.PutVIPAddr(a, r.vipAddrs[a])
+		return r.writeVIPAddrs([]netip.Addr{a})
 	}
 	delete(r.vipAddrs, a)
 	return r.dp.DeleteVIPAddr(a)

@@ -15,7 +15,7 @@ import (
 type Ring map[netip.Addr]int
 
 // KernelServices returns, for every service (VIP and port) in the lb_vips map of the
-// XDP program attached to the host's eth0, its ring read from lb_maglev and
+// XDP program attached to the host's eth0, its ring read from lb_maglev's block and
 // lb_backends. A draining or down backend holds no slot.
 func (h *Host) KernelServices() (map[netip.AddrPort]Ring, error) {
 	id, err := h.XDPProgID(HostLink)
@@ -57,8 +57,9 @@ func (h *Host) KernelServices() (map[netip.AddrPort]Ring, error) {
 	for it.Next(&key, &val) {
 		// struct lb_vip_key: __be32 addr[4], __be16 port, __u8 proto, __u8 family
 		svc := netip.AddrPortFrom(familyAddr(key[:16], key[19]), binary.BigEndian.Uint16(key[16:18]))
-		// struct lb_vip: __u32 service_id first
-		ring, err := kernelRing(maglev, backends, binary.NativeEndian.Uint32(val[:4]))
+		// struct lb_vip: __u32 service_id, table_size, flags, ring_block, ring_offset
+		u32 := func(i int) uint32 { return binary.NativeEndian.Uint32(val[4*i:]) }
+		ring, err := kernelRing(maglev, backends, u32(3), u32(4), u32(1))
 		if err != nil {
 			return nil, fmt.Errorf("%s: service %s: %w", h.NS, svc, err)
 		}
@@ -70,24 +71,27 @@ func (h *Host) KernelServices() (map[netip.AddrPort]Ring, error) {
 	return services, nil
 }
 
-func kernelRing(maglev, backends *ebpf.Map, serviceID uint32) (Ring, error) {
-	var innerID uint32
-	if err := maglev.Lookup(serviceID, &innerID); err != nil {
-		return nil, fmt.Errorf("lb_maglev[%d]: %w", serviceID, err)
-	}
-	inner, err := ebpf.NewMapFromID(ebpf.MapID(innerID))
-	if err != nil {
-		return nil, fmt.Errorf("ring of service %d: %w", serviceID, err)
-	}
-	defer inner.Close()
+// kernelRing counts the slots per backend of the ring at [offset, offset+size) of
+// ring block block.
+func kernelRing(maglev, backends *ebpf.Map, block, offset, size uint32) (Ring, error) {
 	slots := map[uint32]int{}
-	var slot, backend uint32
-	it := inner.Iterate()
-	for it.Next(&slot, &backend) {
-		slots[backend]++
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("ring of service %d: %w", serviceID, err)
+	if block != 0 { // 0: no ring (no backend up)
+		var innerID uint32
+		if err := maglev.Lookup(block, &innerID); err != nil {
+			return nil, fmt.Errorf("lb_maglev[%d]: %w", block, err)
+		}
+		inner, err := ebpf.NewMapFromID(ebpf.MapID(innerID))
+		if err != nil {
+			return nil, fmt.Errorf("ring block %d: %w", block, err)
+		}
+		defer inner.Close()
+		var backend uint32
+		for slot := offset; slot < offset+size; slot++ {
+			if err := inner.Lookup(slot, &backend); err != nil {
+				return nil, fmt.Errorf("ring block %d, slot %d: %w", block, slot, err)
+			}
+			slots[backend]++
+		}
 	}
 	ring := Ring{}
 	val := make([]byte, backends.ValueSize())
