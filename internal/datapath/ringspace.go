@@ -38,6 +38,7 @@ type ringBlock struct {
 	m    *ebpf.Map
 	mem  []byte // the block, mapped for the life of the block
 	free []ringPlace
+	live uint64 // slots of rings in use (neither free nor retired)
 	// fresh: not in lb_maglev yet. Every update of a map of maps waits for a grace
 	// period (milliseconds) before it returns, so the blocks a batch of rings needs go
 	// in with one update, not one each: 1 563 blocks one by one took 20 s.
@@ -53,8 +54,10 @@ type ringSpace struct {
 	retired []ringPlace   // slots an old entry may still name: free after a grace period
 	// slots of the blocks, and of them retired: what tells when to reclaim
 	slots, retiredSlots uint64
-	cursor              uint32   // the block that last had room: where the next ring is tried first
-	fresh               []uint32 // ids of the blocks not in lb_maglev yet
+	// emptied: a block's last ring was retired; the next tidy gives the block back
+	emptied bool
+	cursor  uint32   // the block that last had room: where the next ring is tried first
+	fresh   []uint32 // ids of the blocks not in lb_maglev yet
 }
 
 // publish puts the fresh blocks into lb_maglev, with one update.
@@ -126,6 +129,7 @@ func (rs *ringSpace) alloc(size uint32) (ringPlace, bool) {
 				b.free[j] = ringPlace{block: id, offset: f.offset + size, size: f.size - size}
 			}
 			rs.cursor = id
+			b.live += uint64(size)
 			return ringPlace{block: id, offset: f.offset, size: size}, true
 		}
 	}
@@ -159,7 +163,7 @@ func (rs *ringSpace) grow(size uint32) (ringPlace, error) {
 		m.Close()
 		return ringPlace{}, fmt.Errorf("map ring block %d: %w", id, err)
 	}
-	b := &ringBlock{m: m, mem: mem, fresh: true}
+	b := &ringBlock{m: m, mem: mem, fresh: true, live: uint64(size)}
 	rs.fresh = append(rs.fresh, id)
 	if slots > size {
 		b.free = []ringPlace{{block: id, offset: size, size: slots - size}}
@@ -178,15 +182,19 @@ func (rs *ringSpace) retire(p ringPlace) {
 	if p.block != 0 {
 		rs.retired = append(rs.retired, p)
 		rs.retiredSlots += uint64(p.size)
+		b := rs.blocks[p.block]
+		b.live -= uint64(p.size)
+		rs.emptied = rs.emptied || b.live == 0
 	}
 }
 
 // tidy reclaims the retired slots once they are a quarter of all, and a block's worth
-// at least: the blocks of services that went away are given back to the kernel, and
-// a node removing 100 000 services waits for a few dozen grace periods, not for one
-// per service. Below that they wait for the next place that finds no room.
+// at least, or once a block holds no ring any more: the blocks of services that went
+// away are given back to the kernel, and a node removing 100 000 services waits for a
+// few dozen grace periods, not for one per service. Below that they wait for the next
+// place that finds no room.
 func (rs *ringSpace) tidy() error {
-	if rs.retiredSlots < ringBlockSlots || 4*rs.retiredSlots < rs.slots {
+	if !rs.emptied && (rs.retiredSlots < ringBlockSlots || 4*rs.retiredSlots < rs.slots) {
 		return nil
 	}
 	return rs.reclaim()
@@ -205,7 +213,7 @@ func (rs *ringSpace) reclaim() error {
 		b.free = slices.Insert(b.free, i, p)
 		touched[p.block] = true
 	}
-	rs.retired, rs.retiredSlots = rs.retired[:0], 0
+	rs.retired, rs.retiredSlots, rs.emptied = rs.retired[:0], 0, false
 	for id := range touched {
 		b := rs.blocks[id]
 		b.free = coalesce(b.free)
