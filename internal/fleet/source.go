@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -92,6 +93,10 @@ type Source struct {
 	// steering is the shares of the services with origins, by service, as last read:
 	// kept while no controller runs
 	steering map[string]wire.Steering
+
+	// the publisher's: the size of the last record written, the records cut to fit
+	recordBytes      atomic.Int64
+	recordsTruncated atomic.Uint64
 }
 
 // snapshot is the services at one revision.
@@ -598,6 +603,10 @@ type State struct {
 	// name; DocumentsRefused counts the documents refused since the node started.
 	Refused          []Refusal
 	DocumentsRefused uint64
+	// RecordBytes is the size of the last record published (at most
+	// wire.MaxRecordBytes); RecordsTruncated counts the records cut to fit it.
+	RecordBytes      int
+	RecordsTruncated uint64
 }
 
 // State is safe from any goroutine.
@@ -609,6 +618,7 @@ func (s *Source) State() State {
 		StoreRevision: s.storeRev, WatchLag: s.storeRev - s.applied,
 		Reachable: s.reachable, StaleSince: s.staleSince, WriteConflicts: s.conflicts,
 		Refused: s.want.refusedList(), DocumentsRefused: s.want.refusals,
+		RecordBytes: int(s.recordBytes.Load()), RecordsTruncated: s.recordsTruncated.Load(),
 	}
 }
 
