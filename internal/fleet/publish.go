@@ -29,7 +29,7 @@ const (
 // goroutine of the caller's, which owns it.
 func (s *Source) Publish(ctx context.Context, record func() wire.NodeRecord) {
 	var lease clientv3.LeaseID
-	tick := time.NewTicker(publishEvery)
+	tick := s.clock.NewTicker(publishEvery)
 	defer tick.Stop()
 	var failing error
 	var truncated *wire.RecordTruncation // the last record's cut; nil: it fit whole
@@ -53,7 +53,7 @@ func (s *Source) Publish(ctx context.Context, record func() wire.NodeRecord) {
 		case <-ctx.Done():
 			s.withdraw(ctx, lease)
 			return
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 }
@@ -103,7 +103,7 @@ func (s *Source) fill(rec wire.NodeRecord) wire.NodeRecord {
 		rec.Refused = WireRefused(st.Refused)
 	}
 	rec.StaleSince = rfc3339(st.StaleSince)
-	rec.UpdatedAt = rfc3339(time.Now())
+	rec.UpdatedAt = rfc3339(s.clock.Now())
 	return rec
 }
 
