@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -192,4 +193,60 @@ func BenchmarkRecord100000(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The steering controller decides on a bounded record as on the whole one of the
+// release before (every service listed, every rate written): the steered services'
+// loads, health and RTTs are all there. A reader of that release decodes the record
+// into its own types (no totals, no truncated), and finds them too.
+func TestObserveABoundedRecordAsAWholeOne(t *testing.T) {
+	st := statuses(1000)
+	steered := &st[500]
+	steered.Name, steered.Spec = webSpec.Name, webSpec
+	steered.NewFlowsPerSecond = 300
+	steered.Backends = []wire.BackendStatus{backendStatus(1, 11), backendStatus(2, 11)}
+	steered.Backends[0].Address, steered.Backends[1].Address = "10.1.0.11", "10.2.0.11"
+	steered.Backends[0].NewFlowsPerSecond = 300
+	steered.Backends[1].State, steered.Backends[1].Health.Up = wire.BackendDown, false
+	rtt := func(service, backend string) float64 {
+		if service == "web" && backend == "10.1.0.11" {
+			return 21.5
+		}
+		return 0
+	}
+	// the previous release's record: every service, as it built it
+	whole := wire.NodeRecord{Name: "n1", Site: "sjc"}
+	for _, s := range st {
+		l := wire.ServiceLoad{Name: s.Name, Announced: s.Announced, NewFlowsPerSecond: s.NewFlowsPerSecond}
+		for _, b := range s.Backends {
+			l.Backends = append(l.Backends, wire.BackendLoad{Address: b.Address, State: b.State, Healthy: b.Health.Up,
+				NewFlowsPerSecond: b.NewFlowsPerSecond, RTTMilliseconds: rtt(s.Name, b.Address)})
+		}
+		whole.Services = append(whole.Services, l)
+	}
+	bounded := wire.NodeRecord{V: wire.RecordVersion, Name: "n1", Site: "sjc"}
+	bounded.Services, _ = RecordServices(st, rtt)
+	data, cut, err := encodeRecord(bounded)
+	if err != nil || cut != nil {
+		t.Fatal(cut, err)
+	}
+	// as the previous release decodes it: its own NodeRecord, without the new fields
+	var previous struct {
+		V        int                `json:"v"`
+		Name     string             `json:"name"`
+		Site     string             `json:"site"`
+		Services []wire.ServiceLoad `json:"services"`
+	}
+	if err := json.Unmarshal(data, &previous); err != nil {
+		t.Fatal(err)
+	}
+	read := wire.NodeRecord{V: previous.V, Name: previous.Name, Site: previous.Site, Services: previous.Services}
+	want, ok := Observe(webSpec, []wire.NodeRecord{whole})
+	got, gotOK := Observe(webSpec, []wire.NodeRecord{read})
+	if !ok || !gotOK || !reflect.DeepEqual(got, want) || !read.Readable() {
+		t.Fatalf("observed on the bounded record %+v (%v), on the whole one %+v (%v)", got, gotOK, want, ok)
+	}
+	if len(read.Services) >= len(whole.Services)/10 {
+		t.Fatalf("the bounded record lists %d of %d services", len(read.Services), len(whole.Services))
+	}
 }
