@@ -2,6 +2,11 @@ package main
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,6 +65,16 @@ func TestValidate(t *testing.T) {
 	}
 	badFiles := write("bad-files.yaml", node+"  api: 10.0.0.11:9100\n  api_token_file: empty-token\n  api_cert_file: api.key\n  api_key_file: api.crt\n"+
 		"fleet:\n  etcd:\n    endpoints: [https://10.0.0.5:2379]\n    ca_file: certs\n    cert_file: /nonexistent/etcd-client.crt\n    key_file: "+filepath.Join(etc, "etcd-client.key")+"\n")
+	otherKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherDER, err := x509.MarshalPKCS8PrivateKey(otherKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("other.key", string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: otherDER})))
+	wrongKey := write("wrong-key.yaml", node+"  api: 10.0.0.11:9100\n  api_token_file: api-token\n  api_cert_file: api.crt\n  api_key_file: other.key\n")
 	cases := []struct {
 		path  string
 		code  int
@@ -81,6 +96,8 @@ func TestValidate(t *testing.T) {
 		{shortToken, 1, []string{shortToken + ":6: node.api_token: the token has 6 characters; it needs at least 16 (e.g. openssl rand -hex 16)"}},
 		{tlsAPI, 0, []string{tlsAPI + ": ok"}},
 		{insecureAPI, 0, []string{insecureAPI + ": ok"}},
+		{wrongKey, 1, []string{wrongKey + ":8: node.api_key_file: " + filepath.Join(dir, "other.key") + " is not the key of " +
+			filepath.Join(dir, "api.crt") + " (node.api_cert_file): tls: private key does not match public key"}},
 		{badFiles, 1, []string{
 			badFiles + ":6: node.api_token_file: " + filepath.Join(dir, "empty-token") + " is empty",
 			badFiles + ":7: node.api_cert_file: " + filepath.Join(dir, "api.key") + " holds no PEM certificate (a DER file? openssl x509 -in " +

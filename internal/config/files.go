@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -20,19 +21,41 @@ import (
 // file's path: a relative path in it is relative to its directory.
 func Validate(file string, data []byte) error {
 	p := newParser(file)
-	p.checkFiles = true
-	var err error
+	p.checkFiles, p.files = true, map[string]namedFile{}
+	// the parse's problems are p.errs, with the files' problems found on the way
 	switch KindOf(data) {
 	case BackendFile:
-		_, err = parseBackend(p, data)
+		_, _ = parseBackend(p, data)
 	case SteerFile:
-		_, err = parseSteer(p, data)
+		_, _ = parseSteer(p, data)
 	case LinkFile:
-		_, err = parseLink(p, data)
+		_, _ = parseLink(p, data)
 	default:
-		_, err = parseNode(p, data)
+		_, _ = parseNode(p, data)
 	}
-	return err
+	p.checkKeyPairs()
+	return p.errs.sorted()
+}
+
+// namedFile is a file the config names that passed checkFile.
+type namedFile struct {
+	path string
+	line int
+}
+
+// checkKeyPairs reports a key file whose key is not that of the certificate beside it
+// (X.cert_file with X.key_file), once both files passed their own check.
+func (p *parser) checkKeyPairs() {
+	for field, cert := range p.files {
+		prefix, ok := strings.CutSuffix(field, "cert_file")
+		key, found := p.files[prefix+"key_file"]
+		if !ok || !found {
+			continue
+		}
+		if _, err := tls.LoadX509KeyPair(cert.path, key.path); err != nil {
+			p.add(key.line, prefix+"key_file", "%s is not the key of %s (%s): %v", key.path, cert.path, field, err)
+		}
+	}
 }
 
 // fileKinds is the kind of every field that names a file, by path, of every schema.
@@ -92,12 +115,15 @@ func (p *parser) checkFile(line int, field, path string) {
 	case FileCertificate:
 		if !hasPEM(data, func(t string) bool { return t == "CERTIFICATE" }) {
 			fail("%s holds no PEM certificate (a DER file? openssl x509 -in %s -out %s.pem makes it PEM)", path, path, path)
+			return
 		}
 	case FilePrivateKey:
 		if !hasPEM(data, func(t string) bool { return strings.HasSuffix(t, "PRIVATE KEY") }) {
 			fail("%s holds no PEM private key", path)
+			return
 		}
 	}
+	p.files[field] = namedFile{path: path, line: line}
 }
 
 // hasPEM tells whether data holds a PEM block of a type that is.

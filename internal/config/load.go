@@ -202,8 +202,10 @@ type parser struct {
 	errs  Errors
 	lines map[string]int  // field path → line of its value, for every field present (not null)
 	bad   map[string]bool // field path → its value was rejected while parsing
-	// checkFiles: each file the config names is checked as it is read (Validate)
+	// checkFiles: each file the config names is checked as it is read (Validate);
+	// files: those that passed, by field
 	checkFiles bool
+	files      map[string]namedFile
 }
 
 // maxMergeDepth bounds nested merge keys (<<), which may also be cyclic.
