@@ -75,6 +75,7 @@ func TestValidate(t *testing.T) {
 	}
 	write("other.key", string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: otherDER})))
 	wrongKey := write("wrong-key.yaml", node+"  api: 10.0.0.11:9100\n  api_token_file: api-token\n  api_cert_file: api.crt\n  api_key_file: other.key\n")
+	missingKubeconfig := write("kube-backend.yaml", "backend:\n  interface: eth0\nkubernetes:\n  kubeconfig: /nonexistent/kubeconfig\n")
 	cases := []struct {
 		path  string
 		code  int
@@ -98,6 +99,7 @@ func TestValidate(t *testing.T) {
 		{insecureAPI, 0, []string{insecureAPI + ": ok"}},
 		{wrongKey, 1, []string{wrongKey + ":8: node.api_key_file: " + filepath.Join(dir, "other.key") + " is not the key of " +
 			filepath.Join(dir, "api.crt") + " (node.api_cert_file): tls: private key does not match public key"}},
+		{missingKubeconfig, 1, []string{missingKubeconfig + ":4: kubernetes.kubeconfig: /nonexistent/kubeconfig does not exist"}},
 		{badFiles, 1, []string{
 			badFiles + ":6: node.api_token_file: " + filepath.Join(dir, "empty-token") + " is empty",
 			badFiles + ":7: node.api_cert_file: " + filepath.Join(dir, "api.key") + " holds no PEM certificate (a DER file? openssl x509 -in " +

@@ -896,7 +896,11 @@ func (p *parser) kubernetes(n *yaml.Node, path string, schema []Field, out *Kube
 	p.mapping(n, path, keysOf(schema, "kubernetes"), func(key, path string, v *yaml.Node) {
 		switch key {
 		case "kubeconfig":
+			// as written: client-go reads it relative to the working directory
 			out.Kubeconfig, _ = p.str(v, path)
+			if p.checkFiles && out.Kubeconfig != "" {
+				p.checkFile(v.Line, path, out.Kubeconfig)
+			}
 		case "default_class":
 			out.DefaultClass, _ = p.boolean(v, path)
 		case "node_name":

@@ -145,7 +145,7 @@ var NodeSchema = []Field{
 
 	{Path: "kubernetes", Type: TypeMapping,
 		Doc: "optional; services also come from the Kubernetes API: one per port of each Service of type LoadBalancer with an address"},
-	{Path: "kubernetes.kubeconfig", Type: TypeString, Example: `""`, Doc: "default: in the cluster (the Pod's ServiceAccount)"},
+	{Path: "kubernetes.kubeconfig", Type: TypeString, File: FileAny, Example: `""`, Doc: "default: in the cluster (the Pod's ServiceAccount)"},
 	{Path: "kubernetes.default_class", Type: TypeBool, Default: def(DefaultKubeDefaultClass), Example: "false",
 		Doc: "also the Services with no spec.loadBalancerClass (as kube-controller --default-class)"},
 	{Path: "tunnels", Type: TypeMapping, Doc: "optional; the node is an edge of reverse tunnels (see Tunnels)"},
@@ -226,7 +226,7 @@ var BackendSchema = []Field{
 		Doc: "UDP port of the GUE packets decapsulated (services[].gue_port)"},
 	{Path: "kubernetes", Type: TypeMapping,
 		Doc: "optional; VIPs also come from the Kubernetes API: the addresses of the Services this host's Node is a backend of"},
-	{Path: "kubernetes.kubeconfig", Type: TypeString, Example: `""`, Doc: "default: in the cluster (the Pod's ServiceAccount)"},
+	{Path: "kubernetes.kubeconfig", Type: TypeString, File: FileAny, Example: `""`, Doc: "default: in the cluster (the Pod's ServiceAccount)"},
 	{Path: "kubernetes.node_name", Type: TypeString, Example: "worker1", Doc: "this host's Node (default: the host's name)"},
 	{Path: "kubernetes.default_class", Type: TypeBool, Default: def(DefaultKubeDefaultClass), Example: "false",
 		Doc: "also the Services with no spec.loadBalancerClass, as the nodes' kubernetes.default_class"},
