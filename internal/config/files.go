@@ -4,12 +4,10 @@ import (
 	"crypto/tls"
 	"encoding/pem"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"strings"
-	"syscall"
 )
 
 // Validate is `manifold validate` of a node, backend agent, steering controller or link
@@ -94,11 +92,7 @@ func (p *parser) checkFile(line int, field, path string) {
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		owner := ""
-		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			owner = fmt.Sprintf(", owner uid %d gid %d", st.Uid, st.Gid)
-		}
-		fail("%s cannot be read by this user (uid %d): %v (mode %v%s)", path, os.Getuid(), pathCause(err), info.Mode().Perm(), owner)
+		fail("%s cannot be read by this user (uid %d): %v (mode %v%s)", path, os.Getuid(), pathCause(err), info.Mode().Perm(), owner(info))
 		return
 	}
 	defer f.Close()
