@@ -18,10 +18,17 @@ import (
 // endpointCheckTimeout bounds the look at each endpoint before the client dials (all at once).
 const endpointCheckTimeout = 2 * time.Second
 
+// verdictWait is how long the look waits after a TLS 1.3 handshake for the member to
+// refuse the node's certificate, which it does at once when it does: every https://
+// dial takes that much longer.
+const verdictWait = 300 * time.Millisecond
+
 // checkEndpoints looks once at each endpoint for what the etcd client reports only as "context
 // deadline exceeded", after its requests' timeouts (30 s for an import): an https://
 // endpoint that does not speak TLS, an http:// one that does, a member's certificate
-// that the config's CA does not sign or that does not name the endpoint's address. An
+// that the config's CA does not sign or that does not name the endpoint's address, a
+// member that wants a client certificate the config does not give or refuses the one
+// it gives. An
 // endpoint that does not answer in time, refuses or looks right is left to the client,
 // which retries it (a member may be down while the others serve). The errors name the
 // config field at fault, in the order of the endpoints.
@@ -56,8 +63,7 @@ func checkEndpoint(i int, endpoint string, tlsCfg *tls.Config) error {
 		// with something that is not TLS, or hangs up
 		c := tls.Client(conn, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) // #nosec G402 -- only asks whether it speaks TLS; nothing is sent
 		err := c.HandshakeContext(ctx)
-		var alert tls.AlertError
-		if err == nil || errors.As(err, &alert) {
+		if _, alert := remoteAlert(err); err == nil || alert {
 			return fmt.Errorf("%s: %s speaks TLS, but the endpoint says http://: write https://%s (and fleet.etcd.ca_file, the CA of the members' certificates)", field, endpoint, u.Host)
 		}
 		return nil
@@ -69,14 +75,32 @@ func checkEndpoint(i int, endpoint string, tlsCfg *tls.Config) error {
 	if cfg.ServerName == "" {
 		cfg.ServerName = u.Hostname() // as the etcd client checks it
 	}
-	err = tls.Client(conn, cfg).HandshakeContext(ctx)
+	c := tls.Client(conn, cfg)
+	err = c.HandshakeContext(ctx)
+	if err == nil {
+		// TLS 1.3 ends the handshake before the member checks the node's certificate:
+		// its verdict comes with the first read; a member content with it waits for
+		// the client to speak. Anything but an alert is no word on the config.
+		conn.SetReadDeadline(time.Now().Add(verdictWait))
+		if _, err = c.Read(make([]byte, 1)); err != nil {
+			if alert, refused := remoteAlert(err); !refused || !strings.Contains(alert, "certificate") {
+				return nil
+			}
+		}
+	}
 	var header tls.RecordHeaderError
 	var unknown x509.UnknownAuthorityError
 	var host x509.HostnameError
 	var invalid x509.CertificateInvalidError
+	alert, refused := remoteAlert(err)
+	refused = refused && strings.Contains(alert, "certificate")
 	switch {
 	case err == nil:
 		return nil
+	case refused && len(cfg.Certificates) == 0:
+		return fmt.Errorf("fleet.etcd.cert_file: %s asks for a client certificate, and the config gives none (%s): give cert_file and key_file, a certificate of the CA of the member's --trusted-ca-file", endpoint, alert)
+	case refused:
+		return fmt.Errorf("fleet.etcd.cert_file: %s refused the node's certificate (%s): it must be signed by the CA of the member's --trusted-ca-file, with the clientAuth usage", endpoint, alert)
 	case errors.As(err, &header):
 		answer := "a first record that does not look like TLS"
 		if strings.HasPrefix(string(header.RecordHeader[:]), "HTTP/") {
@@ -97,6 +121,16 @@ func checkEndpoint(i int, endpoint string, tlsCfg *tls.Config) error {
 		return fmt.Errorf("%s: %s's certificate: %v", field, endpoint, invalid)
 	}
 	return nil // a timeout or another failure: the client retries
+}
+
+// remoteAlert is the alert the other side sent, if err is one (crypto/tls reports it
+// as a net.OpError "remote error" around a type of its own).
+func remoteAlert(err error) (string, bool) {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" {
+		return op.Err.Error(), true
+	}
+	return "", false
 }
 
 // certNames is the addresses and names a certificate is for.

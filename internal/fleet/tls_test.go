@@ -142,16 +142,21 @@ func TestDialPasswordToARealEtcd(t *testing.T) {
 // A TLS mismatch between the config and the member is named by Dial, in a few seconds
 // at most, not left to the client's "context deadline exceeded" at its first request's
 // timeout: an https:// endpoint to a plain member, an http:// one to a TLS member, an
-// https:// one without the CA of the member's certificate, and one whose address the
-// certificate does not name.
+// https:// one without the CA of the member's certificate, one whose address the
+// certificate does not name, and a member that wants a client certificate the config
+// does not give, or refuses the one it gives.
 func TestDialNamesATLSMismatch(t *testing.T) {
 	plain := startEtcd(t, 1).endpoints()[0]
 	p := testpki.New(t, "fleet-ca")
 	secure := startTLSEtcd(t, p)
+	strict := startTLSEtcd(t, p, "--trusted-ca-file", p.File, "--client-cert-auth")
+	clientCert, clientKey := p.Issue(t, "lb1", x509.ExtKeyUsageClientAuth)
 	other := testpki.New(t, "another-ca")
+	otherCert, otherKey := other.Issue(t, "lb1", x509.ExtKeyUsageClientAuth)
 	byName := "https://localhost:" + secure[strings.LastIndex(secure, ":")+1:] // the certificate names 127.0.0.1 only
 	// both members answer a config that is right, and Dial has no word for it
-	for _, cfg := range []config.Fleet{{Endpoints: []string{plain}}, {Endpoints: []string{secure}, CAFile: p.File}} {
+	for _, cfg := range []config.Fleet{{Endpoints: []string{plain}}, {Endpoints: []string{secure}, CAFile: p.File},
+		{Endpoints: []string{strict}, CAFile: p.File, CertFile: clientCert, KeyFile: clientKey}} {
 		cli, err := Dial(cfg)
 		if err != nil {
 			t.Fatalf("%v: %v", cfg.Endpoints, err)
@@ -179,6 +184,10 @@ func TestDialNamesATLSMismatch(t *testing.T) {
 			"fleet.etcd.ca_file: " + secure + "'s certificate is not signed by a CA of ca_file"},
 		{"https:// to a name the certificate lacks", config.Fleet{Endpoints: []string{byName}, CAFile: p.File},
 			"fleet.etcd.endpoints[0]: " + byName + "'s certificate is not for localhost"},
+		{"no client certificate for a member that wants one", config.Fleet{Endpoints: []string{strict}, CAFile: p.File},
+			"fleet.etcd.cert_file: " + strict + " asks for a client certificate, and the config gives none"},
+		{"a client certificate of another CA", config.Fleet{Endpoints: []string{strict}, CAFile: p.File, CertFile: otherCert, KeyFile: otherKey},
+			"fleet.etcd.cert_file: " + strict + " refused the node's certificate"},
 	}
 	for _, c := range cases {
 		done := make(chan error, 1)
