@@ -64,7 +64,8 @@ func RecordServices(services []wire.ServiceStatus, rtt func(service, backend str
 			exceptions = append(exceptions, l)
 		}
 	}
-	return append(steered, exceptions...), totals
+	listed := make([]wire.ServiceLoad, 0, len(steered)+len(exceptions)) // [] rather than null when none
+	return append(append(listed, steered...), exceptions...), totals
 }
 
 // Strings a record carries from elsewhere are cut to these many bytes: an apply error

@@ -109,6 +109,9 @@ func TestRecordBoundAt100000Services(t *testing.T) {
 		if err != nil || cut != nil || len(data) > wire.MaxRecordBytes {
 			t.Fatalf("%d services, 1 %% with a backend down: %d bytes, cut %+v, %v", n, len(data), cut, err)
 		}
+		if listed, _ := RecordServices(statuses(n), noRTT); listed == nil || len(listed) != 0 {
+			t.Fatalf("%d services as desired: listed %v, want [] (the API's schema has an array)", n, listed)
+		}
 		t.Logf("%d services, 1 %% with a backend down, 10 steered: a record of %d bytes (%d services listed)", n, len(data), len(rec.Services))
 
 		worst := worstRecord(n)
