@@ -279,10 +279,14 @@ func printFleet(w io.Writer, f *wire.FleetStatus) {
 				up++
 			}
 		}
-		announced := 0
-		for _, s := range n.Services {
-			if s.Announced {
-				announced++
+		announced, services := 0, len(n.Services)
+		if t := n.Totals; t != nil {
+			announced, services = t.Announced, t.Services
+		} else { // a record of a release before totals lists every service
+			for _, s := range n.Services {
+				if s.Announced {
+					announced++
+				}
 			}
 		}
 		note := n.ApplyError
@@ -296,8 +300,11 @@ func printFleet(w io.Writer, f *wire.FleetStatus) {
 		if n.StaleSince != "" {
 			note = strings.TrimSpace("store unreachable since " + n.StaleSince + " " + note)
 		}
+		if t := n.Truncated; t != nil {
+			note = strings.TrimSpace(note + fmt.Sprintf(" record cut to its bound: %d services, %d refusals left out", t.Services+t.TunnelServices, t.Refused))
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%d/%d\t%d/%d\t%s\t%s\n", n.Name, n.Site, yesNo(n.Alive), n.AppliedRevision, n.Lag,
-			yesNo(n.Agrees), up, len(n.BGP), announced, len(n.Services), or(n.UpdatedAt, "-"), or(note, "-"))
+			yesNo(n.Agrees), up, len(n.BGP), announced, services, or(n.UpdatedAt, "-"), or(note, "-"))
 	}
 	tw.Flush()
 }

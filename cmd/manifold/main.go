@@ -134,23 +134,14 @@ func main() {
 }
 
 // validate checks a node, backend agent, steering controller, link or connector file
-// (told apart by their top-level keys: config.KindOf), and prints every problem as
-// FILE:LINE: field: message.
+// (told apart by their top-level keys: config.KindOf) and the files it names, and
+// prints every problem as FILE:LINE: field: message.
 func validate(args []string, stdout, stderr io.Writer) int {
 	return cli.Validate(args, stdout, stderr, "manifold validate", func(path string, data []byte) error {
-		var err error
-		switch config.KindOf(data) {
-		case config.BackendFile:
-			_, err = config.ParseBackend(path, data)
-		case config.SteerFile:
-			_, err = config.ParseSteer(path, data)
-		case config.LinkFile:
-			_, err = config.ParseLink(path, data)
-		case config.ConnectFile:
-			_, err = tunnel.ParseConnectorConfig(path, data, slog.New(slog.NewTextHandler(stderr, nil)))
-		default:
-			_, err = config.Parse(path, data)
+		if config.KindOf(data) == config.ConnectFile { // its parser reads the files it names
+			_, err := tunnel.ParseConnectorConfig(path, data, slog.New(slog.NewTextHandler(stderr, nil)))
+			return err
 		}
-		return err
+		return config.Validate(path, data)
 	})
 }

@@ -40,6 +40,7 @@ var documented = map[string]reflect.Type{
 	"FleetStatus": reflect.TypeFor[wire.FleetStatus](), "FleetNode": reflect.TypeFor[wire.FleetNode](),
 	"FleetPeer": reflect.TypeFor[wire.FleetPeer](), "ServiceLoad": reflect.TypeFor[wire.ServiceLoad](),
 	"BackendLoad": reflect.TypeFor[wire.BackendLoad](), "OriginLoad": reflect.TypeFor[wire.OriginLoad](), "TunnelEdgeRecord": reflect.TypeFor[wire.TunnelEdgeRecord](),
+	"RecordTotals": reflect.TypeFor[wire.RecordTotals](), "RecordTruncation": reflect.TypeFor[wire.RecordTruncation](),
 
 	"SteeringStatus": reflect.TypeFor[wire.SteeringStatus](), "Steering": reflect.TypeFor[wire.Steering](),
 	"SteeringDecision": reflect.TypeFor[wire.SteeringDecision](), "SteeringOrigin": reflect.TypeFor[wire.SteeringOrigin](),

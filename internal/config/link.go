@@ -74,7 +74,10 @@ func LoadLink(path string) (*Link, error) {
 // ParseLink parses and validates a config file of `manifold link --config`. file is
 // used only in error messages.
 func ParseLink(file string, data []byte) (*Link, error) {
-	p := newParser(file)
+	return parseLink(newParser(file), data)
+}
+
+func parseLink(p *parser, data []byte) (*Link, error) {
 	root := p.document(data, strings.Join(keysOf(LinkSchema, ""), ", "))
 	if root == nil {
 		return nil, p.errs.sorted()

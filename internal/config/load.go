@@ -29,7 +29,10 @@ func Load(path string) (*Config, error) {
 // Parse parses and validates a config file of `manifold run`. file is used only in
 // error messages. On any problem it returns nil and an Errors listing all of them.
 func Parse(file string, data []byte) (*Config, error) {
-	p := newParser(file)
+	return parseNode(newParser(file), data)
+}
+
+func parseNode(p *parser, data []byte) (*Config, error) {
 	root := p.document(data, strings.Join(keysOf(NodeSchema, ""), ", "))
 	if root == nil {
 		return nil, p.errs.sorted()
@@ -109,7 +112,10 @@ func LoadSteer(path string) (*Steer, error) {
 // ParseSteer parses and validates a config file of `manifold steer --config`. file is
 // used only in error messages.
 func ParseSteer(file string, data []byte) (*Steer, error) {
-	p := newParser(file)
+	return parseSteer(newParser(file), data)
+}
+
+func parseSteer(p *parser, data []byte) (*Steer, error) {
 	root := p.document(data, strings.Join(keysOf(SteerSchema, ""), ", "))
 	if root == nil {
 		return nil, p.errs.sorted()
@@ -150,7 +156,10 @@ func LoadBackend(path string) (*BackendAgent, error) {
 // ParseBackend parses and validates a config file of `manifold backend`. file is used
 // only in error messages. On any problem it returns nil and an Errors listing all of them.
 func ParseBackend(file string, data []byte) (*BackendAgent, error) {
-	p := newParser(file)
+	return parseBackend(newParser(file), data)
+}
+
+func parseBackend(p *parser, data []byte) (*BackendAgent, error) {
 	root := p.document(data, strings.Join(keysOf(BackendSchema, ""), ", "))
 	if root == nil {
 		return nil, p.errs.sorted()
@@ -193,6 +202,10 @@ type parser struct {
 	errs  Errors
 	lines map[string]int  // field path → line of its value, for every field present (not null)
 	bad   map[string]bool // field path → its value was rejected while parsing
+	// checkFiles: each file the config names is checked as it is read (Validate);
+	// files: those that passed, by field
+	checkFiles bool
+	files      map[string]namedFile
 }
 
 // maxMergeDepth bounds nested merge keys (<<), which may also be cyclic.
@@ -597,7 +610,11 @@ func (p *parser) filePath(n *yaml.Node, path string) string {
 	if !ok || s == "" {
 		return s
 	}
-	return PathBeside(p.file, s)
+	s = PathBeside(p.file, s)
+	if p.checkFiles {
+		p.checkFile(n.Line, path, s)
+	}
+	return s
 }
 
 // PathBeside is path as the config file file names it: relative to file's directory
@@ -879,7 +896,11 @@ func (p *parser) kubernetes(n *yaml.Node, path string, schema []Field, out *Kube
 	p.mapping(n, path, keysOf(schema, "kubernetes"), func(key, path string, v *yaml.Node) {
 		switch key {
 		case "kubeconfig":
+			// as written: client-go reads it relative to the working directory
 			out.Kubeconfig, _ = p.str(v, path)
+			if p.checkFiles && out.Kubeconfig != "" {
+				p.checkFile(v.Line, path, out.Kubeconfig)
+			}
 		case "default_class":
 			out.DefaultClass, _ = p.boolean(v, path)
 		case "node_name":

@@ -50,7 +50,20 @@ type Field struct {
 	OrZero    bool     // 0 is accepted besides Range (a duration that turns something off)
 	Example   string   // the value the config reference's example gives
 	Doc       string   // one line for users
+	// File is what the file a TypeString field names holds, for `manifold validate`,
+	// which checks that it is there and readable (Validate); NoFile: not a file.
+	File FileKind
 }
+
+// FileKind is what a file named by the config holds.
+type FileKind int
+
+const (
+	NoFile          FileKind = iota
+	FileAny                  // read whole at start: a token, a password, a key of its own format, YAML
+	FileCertificate          // PEM certificates: a chain, or the CAs to trust
+	FilePrivateKey           // a PEM private key
+)
 
 // NodeSchema is the file of `manifold run`, in the order docs/configuration.md shows it.
 var NodeSchema = []Field{
@@ -65,11 +78,11 @@ var NodeSchema = []Field{
 	{Path: "node.api", Type: TypeString, Default: def(DefaultAPI), Example: DefaultAPI, Doc: "the node API"},
 	{Path: "node.api_token", Type: TypeString, Example: `""`,
 		Doc: `default none; API writes need "Authorization: Bearer <token>" (reads too, off loopback); 16+ characters`},
-	{Path: "node.api_token_file", Type: TypeString, Example: `""`, Doc: "or: a file holding the token (not both); read at start"},
+	{Path: "node.api_token_file", Type: TypeString, File: FileAny, Example: `""`, Doc: "or: a file holding the token (not both); read at start"},
 	{Path: "node.api_hosts", Type: TypeStrings, Example: "[lb1.example.net]",
 		Doc: "host names the API answers to besides IP addresses and localhost (and its certificate's)"},
-	{Path: "node.api_cert_file", Type: TypeString, Example: `""`, Doc: "with api_key_file: serve the API over HTTPS (PEM)"},
-	{Path: "node.api_key_file", Type: TypeString, Example: `""`, Doc: "the certificate's private key (PEM)"},
+	{Path: "node.api_cert_file", Type: TypeString, File: FileCertificate, Example: `""`, Doc: "with api_key_file: serve the API over HTTPS (PEM)"},
+	{Path: "node.api_key_file", Type: TypeString, File: FilePrivateKey, Example: `""`, Doc: "the certificate's private key (PEM)"},
 	{Path: "node.api_insecure_remote", Type: TypeBool, Default: def(DefaultAPIInsecureRemote), Example: "false",
 		Doc: "true: allow an api beyond loopback without a token or TLS"},
 	{Path: "node.flow_table_size", Type: TypeInt, Default: def(DefaultFlowTableSize), Range: &Range{MinFlowTableSize, MaxFlowTableSize},
@@ -122,29 +135,29 @@ var NodeSchema = []Field{
 	{Path: "fleet.etcd", Type: TypeMapping, Required: true},
 	{Path: "fleet.etcd.endpoints", Type: TypeStrings, Required: true, Example: "[http://10.0.0.5:2379]",
 		Doc: "client URLs of the etcd members (http:// or https://)"},
-	{Path: "fleet.etcd.cert_file", Type: TypeString, Example: `""`, Doc: "TLS client certificate (with key_file)"},
-	{Path: "fleet.etcd.key_file", Type: TypeString, Example: `""`, Doc: "its key"},
-	{Path: "fleet.etcd.ca_file", Type: TypeString, Example: `""`, Doc: "the CA of the members' certificates (default: the system's)"},
+	{Path: "fleet.etcd.cert_file", Type: TypeString, File: FileCertificate, Example: `""`, Doc: "TLS client certificate (with key_file)"},
+	{Path: "fleet.etcd.key_file", Type: TypeString, File: FilePrivateKey, Example: `""`, Doc: "its key"},
+	{Path: "fleet.etcd.ca_file", Type: TypeString, File: FileCertificate, Example: `""`, Doc: "the CA of the members' certificates (default: the system's)"},
 	{Path: "fleet.etcd.username", Type: TypeString, Example: `""`, Doc: "with password_file, when etcd has authentication on; https:// endpoints only"},
-	{Path: "fleet.etcd.password_file", Type: TypeString, Example: `""`, Doc: "a file holding the password; read at start"},
+	{Path: "fleet.etcd.password_file", Type: TypeString, File: FileAny, Example: `""`, Doc: "a file holding the password; read at start"},
 	{Path: "fleet.prefix", Type: TypeString, Default: DefaultFleetPrefix, Example: DefaultFleetPrefix,
 		Doc: "the fleet's keys; one etcd serves several fleets under other prefixes"},
 
 	{Path: "kubernetes", Type: TypeMapping,
 		Doc: "optional; services also come from the Kubernetes API: one per port of each Service of type LoadBalancer with an address"},
-	{Path: "kubernetes.kubeconfig", Type: TypeString, Example: `""`, Doc: "default: in the cluster (the Pod's ServiceAccount)"},
+	{Path: "kubernetes.kubeconfig", Type: TypeString, File: FileAny, Example: `""`, Doc: "default: in the cluster (the Pod's ServiceAccount)"},
 	{Path: "kubernetes.default_class", Type: TypeBool, Default: def(DefaultKubeDefaultClass), Example: "false",
 		Doc: "also the Services with no spec.loadBalancerClass (as kube-controller --default-class)"},
 	{Path: "tunnels", Type: TypeMapping, Doc: "optional; the node is an edge of reverse tunnels (see Tunnels)"},
 	{Path: "tunnels.listen", Type: TypeString, Default: def(DefaultTunnelListen), Example: DefaultTunnelListen,
 		Doc: "UDP host:port where connectors dial in (QUIC, TLS 1.3)"},
-	{Path: "tunnels.cert_file", Type: TypeString, Required: true, Example: "/etc/manifold/edge.crt", Doc: "the edge's certificate chain (PEM)"},
-	{Path: "tunnels.key_file", Type: TypeString, Required: true, Example: "/etc/manifold/edge.key", Doc: "its key (PEM)"},
-	{Path: "tunnels.tokens_file", Type: TypeString, Required: true, Example: "/etc/manifold/tunnel-tokens.yaml",
+	{Path: "tunnels.cert_file", Type: TypeString, File: FileCertificate, Required: true, Example: "/etc/manifold/edge.crt", Doc: "the edge's certificate chain (PEM)"},
+	{Path: "tunnels.key_file", Type: TypeString, File: FilePrivateKey, Required: true, Example: "/etc/manifold/edge.key", Doc: "its key (PEM)"},
+	{Path: "tunnels.tokens_file", Type: TypeString, File: FileAny, Required: true, Example: "/etc/manifold/tunnel-tokens.yaml",
 		Doc: "a YAML list of {token, services}: what each connector may serve (a token, or sha256: and its hash); read at start"},
-	{Path: "tunnels.relay_token_file", Type: TypeString, Example: "/etc/manifold/relay-token",
+	{Path: "tunnels.relay_token_file", Type: TypeString, File: FileAny, Example: "/etc/manifold/relay-token",
 		Doc: "the fleet's edges' shared secret: they relay clients to edges that have their service's connector (unused without a fleet)"},
-	{Path: "tunnels.ca_file", Type: TypeString, Example: "/etc/manifold/edge-ca.crt",
+	{Path: "tunnels.ca_file", Type: TypeString, File: FileCertificate, Example: "/etc/manifold/edge-ca.crt",
 		Doc: "with relay_token_file: the CA of the other edges' certificates (a relay sends its token only to them)"},
 	{Path: "tunnels.idle_timeout", Type: TypeDuration, Default: def(DefaultTunnelIdleTimeout), Range: durations(MinTunnelIdleTimeout, MaxTunnelIdleTimeout),
 		OrZero: true, Example: "340s", Doc: "a client connection that carries no byte either way for this long is closed, its stream given back (0s: never)"},
@@ -215,7 +228,7 @@ var BackendSchema = []Field{
 		Doc: "UDP port of the GUE packets decapsulated (services[].gue_port)"},
 	{Path: "kubernetes", Type: TypeMapping,
 		Doc: "optional; VIPs also come from the Kubernetes API: the addresses of the Services this host's Node is a backend of"},
-	{Path: "kubernetes.kubeconfig", Type: TypeString, Example: `""`, Doc: "default: in the cluster (the Pod's ServiceAccount)"},
+	{Path: "kubernetes.kubeconfig", Type: TypeString, File: FileAny, Example: `""`, Doc: "default: in the cluster (the Pod's ServiceAccount)"},
 	{Path: "kubernetes.node_name", Type: TypeString, Example: "worker1", Doc: "this host's Node (default: the host's name)"},
 	{Path: "kubernetes.default_class", Type: TypeBool, Default: def(DefaultKubeDefaultClass), Example: "false",
 		Doc: "also the Services with no spec.loadBalancerClass, as the nodes' kubernetes.default_class"},
@@ -252,7 +265,7 @@ var LinkSchema = []Field{
 		Doc: "default: the number of CPUs; the same on both sides"},
 	{Path: "link.port", Type: TypeInt, Default: def(DefaultLinkPort), Range: &Range{1, MaxLinkPort}, Example: "51820",
 		Doc: "tunnel i uses UDP port+i at both ends: N flows to the network"},
-	{Path: "link.private_key_file", Type: TypeString, Required: true, Example: "/etc/manifold/dc1.key",
+	{Path: "link.private_key_file", Type: TypeString, File: FileAny, Required: true, Example: "/etc/manifold/dc1.key",
 		Doc: "this side's WireGuard private key (wg genkey); read at start"},
 	{Path: "link.peer_public_key", Type: TypeString, Required: true, Example: "ThxgqOncpcA21h5JzqGQLqMx880sOzNM5Hg8TQMpNkk=",
 		Doc: "the other side's public key (wg pubkey), base64"},

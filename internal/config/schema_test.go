@@ -292,3 +292,16 @@ func TestEveryKeyIsRead(t *testing.T) {
 		}
 	}
 }
+
+// Every field that names a file says what it holds, so that `manifold validate` checks
+// it (Validate): a new *_file field without its kind would go unchecked.
+func TestFileFieldsSayWhatTheyHold(t *testing.T) {
+	for _, schema := range [][]Field{NodeSchema, BackendSchema, SteerSchema, LinkSchema} {
+		for _, f := range schema {
+			named := strings.HasSuffix(f.Path, "_file") || strings.HasSuffix(f.Path, ".kubeconfig")
+			if named != (f.File != NoFile) {
+				t.Errorf("%s: File %v: a field whose name ends in _file (or kubeconfig) names a file, and only it", f.Path, f.File)
+			}
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/manifoldlb/manifold/internal/api/wire"
+	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/decode"
 	"github.com/manifoldlb/manifold/internal/steer"
 )
@@ -42,6 +43,7 @@ type Controller struct {
 	interval, lease time.Duration
 	law             steer.Controller
 	log             *slog.Logger
+	clock           clock.Clock // paces the rounds and dates them; request timeouts are their contexts'
 
 	mu      sync.Mutex
 	leading bool
@@ -51,7 +53,7 @@ type Controller struct {
 
 // NewController makes a controller named name (its identity in the election).
 func NewController(cli *clientv3.Client, prefix, name string, interval, lease time.Duration, log *slog.Logger) *Controller {
-	return &Controller{cli: cli, keys: newKeys(prefix), name: name, interval: interval, lease: lease, law: steer.Manifold{}, log: log}
+	return &Controller{cli: cli, keys: newKeys(prefix), name: name, interval: interval, lease: lease, law: steer.Manifold{}, log: log, clock: clock.Real()}
 }
 
 // Leading tells whether the controller leads now; Rounds counts its rounds.
@@ -85,10 +87,8 @@ func (c *Controller) Run(ctx context.Context) error {
 			return nil
 		}
 		c.log.Warn("steering: not leading, campaigning again", "err", err)
-		select {
-		case <-ctx.Done():
+		if !clock.Sleep(c.clock, c.interval, ctx.Done()) {
 			return nil
-		case <-time.After(c.interval):
 		}
 	}
 }
@@ -109,11 +109,11 @@ func (c *Controller) term(ctx context.Context) error {
 	c.log.Info("steering: leading", "name", c.name)
 	// a write counts only while this controller holds the leader key it won
 	held := clientv3.Compare(clientv3.CreateRevision(e.Key()), "=", e.Rev())
-	tick := time.NewTicker(c.interval)
+	tick := c.clock.NewTicker(c.interval)
 	defer tick.Stop()
 	for {
 		rctx, cancel := context.WithTimeout(ctx, max(c.interval, time.Second))
-		err := c.round(rctx, time.Now(), held)
+		err := c.round(rctx, c.clock.Now(), held)
 		cancel()
 		if errors.Is(err, errNotLeader) {
 			return err
@@ -126,7 +126,7 @@ func (c *Controller) term(ctx context.Context) error {
 			return nil
 		case <-sess.Done():
 			return errors.New("the leader's lease ended")
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 }

@@ -75,6 +75,11 @@ func Dial(cfg config.Fleet) (*clientv3.Client, error) {
 		}
 		cc.Username, cc.Password = cfg.Username, strings.TrimSpace(string(pw))
 	}
+	// the client says no more of a TLS mismatch than "context deadline exceeded", at
+	// its first request's timeout: a look at each endpoint names it now
+	if err := checkEndpoints(cfg.Endpoints, tlsCfg); err != nil {
+		return nil, err
+	}
 	cli, err := clientv3.New(cc)
 	if err != nil {
 		return nil, fmt.Errorf("fleet.etcd.endpoints: cannot connect to %s: %w", strings.Join(cfg.Endpoints, ", "), err)

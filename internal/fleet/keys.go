@@ -41,7 +41,8 @@ func (k keys) election() string              { return k.prefix + "/steer/leader"
 
 // generationValue says who made the last change of the services, for an operator
 // reading the store with etcdctl; the time to the nanosecond makes it the mark of one
-// write.
+// write. It stays on the wall clock: a fake one that stands still would give two
+// writes one mark.
 func generationValue(who, what string) string {
 	return fmt.Sprintf("%s at %s: %s", who, time.Now().UTC().Format(time.RFC3339Nano), what)
 }

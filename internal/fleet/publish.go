@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -30,55 +29,68 @@ const (
 // goroutine of the caller's, which owns it.
 func (s *Source) Publish(ctx context.Context, record func() wire.NodeRecord) {
 	var lease clientv3.LeaseID
-	tick := time.NewTicker(publishEvery)
+	tick := s.clock.NewTicker(publishEvery)
 	defer tick.Stop()
 	var failing error
+	var truncated *wire.RecordTruncation // the last record's cut; nil: it fit whole
 	for {
-		err := s.publish(ctx, &lease, record())
+		cut, err := s.publish(ctx, &lease, record())
 		switch {
 		case err != nil && failing == nil && ctx.Err() == nil:
 			s.log.Warn("cannot publish the node's record in the fleet store", "err", err)
 		case err == nil && failing != nil:
 			s.log.Info("publishing the node's record in the fleet store again")
 		}
-		failing = err
+		switch {
+		case cut != nil && truncated == nil:
+			s.log.Warn("the node's record is cut to fit its bound: the fleet sees part of its lists (its truncated field says what was left out)",
+				"bound", wire.MaxRecordBytes, "services_left_out", cut.Services, "refused_left_out", cut.Refused, "tunnel_services_left_out", cut.TunnelServices)
+		case cut == nil && truncated != nil && err == nil:
+			s.log.Info("the node's record fits its bound again")
+		}
+		failing, truncated = err, cut
 		select {
 		case <-ctx.Done():
 			s.withdraw(ctx, lease)
 			return
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 }
 
 // publish keeps the lease (granting a new one when it expired while etcd was away)
-// and writes the alive key and the record.
-func (s *Source) publish(ctx context.Context, lease *clientv3.LeaseID, rec wire.NodeRecord) error {
+// and writes the alive key and the record, cut to its bound (encodeRecord): cut says
+// what it left out, nil when the record fit whole.
+func (s *Source) publish(ctx context.Context, lease *clientv3.LeaseID, rec wire.NodeRecord) (cut *wire.RecordTruncation, err error) {
+	data, cut, err := encodeRecord(s.fill(rec))
+	if err != nil {
+		return nil, err
+	}
+	if cut != nil {
+		s.recordsTruncated.Add(1)
+	}
+	s.recordBytes.Store(int64(len(data)))
 	ctx, cancel := context.WithTimeout(ctx, publishEvery)
 	defer cancel()
 	if *lease != 0 {
 		if _, err := s.cli.KeepAliveOnce(ctx, *lease); errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			*lease = 0
 		} else if err != nil {
-			return fmt.Errorf("keep the lease: %w", err)
+			return nil, fmt.Errorf("keep the lease: %w", err)
 		}
 	}
 	if *lease == 0 {
 		g, err := s.cli.Grant(ctx, leaseTTL)
 		if err != nil {
-			return fmt.Errorf("grant a lease: %w", err)
+			return nil, fmt.Errorf("grant a lease: %w", err)
 		}
 		*lease = g.ID
-	}
-	data, err := json.Marshal(s.fill(rec))
-	if err != nil {
-		return err
 	}
 	_, err = s.cli.Txn(ctx).Then(
 		clientv3.OpPut(s.keys.alive(s.name), "", clientv3.WithLease(*lease)),
 		clientv3.OpPut(s.keys.node(s.name), string(data)),
 	).Commit()
-	return err
+	return cut, err
 }
 
 // fill completes the node's record with the source's state.
@@ -91,7 +103,7 @@ func (s *Source) fill(rec wire.NodeRecord) wire.NodeRecord {
 		rec.Refused = WireRefused(st.Refused)
 	}
 	rec.StaleSince = rfc3339(st.StaleSince)
-	rec.UpdatedAt = rfc3339(time.Now())
+	rec.UpdatedAt = rfc3339(s.clock.Now())
 	return rec
 }
 

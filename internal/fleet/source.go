@@ -11,12 +11,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/manifoldlb/manifold/internal/api/wire"
+	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/reconcile"
 	"github.com/manifoldlb/manifold/internal/store"
@@ -71,6 +73,9 @@ type Source struct {
 	site string         // the node's site: whose steering shares it applies
 	sink reconcile.Sink
 	log  *slog.Logger
+	// clock paces the probes, the retries and the publisher, and stamps the state
+	// (applied at, stale since); the timeouts of etcd requests are their contexts'
+	clock clock.Clock
 
 	// writes makes API writes one at a time on this node; between nodes the
 	// transaction's compare does.
@@ -94,6 +99,10 @@ type Source struct {
 	// steering is the shares of the services with origins, by service, as last read:
 	// kept while no controller runs
 	steering map[string]wire.Steering
+
+	// the publisher's: the size of the last record written, the records cut to fit
+	recordBytes      atomic.Int64
+	recordsTruncated atomic.Uint64
 }
 
 // snapshot is the services at one revision.
@@ -107,7 +116,7 @@ type snapshot struct {
 // node and bgp sections go with the fleet's services into the config the node runs.
 func NewSource(cli *clientv3.Client, prefix string, file *store.Store, sink reconcile.Sink, log *slog.Logger) *Source {
 	return &Source{
-		cli: cli, keys: newKeys(prefix), file: file, node: file.Config(), name: file.Config().Node.Name, site: file.Config().Node.Site, sink: sink, log: log,
+		cli: cli, keys: newKeys(prefix), file: file, node: file.Config(), name: file.Config().Node.Name, site: file.Config().Node.Site, sink: sink, log: log, clock: clock.Real(),
 		docs: map[string][]byte{}, want: newDesired(), progress: make(chan struct{}), steering: map[string]wire.Steering{},
 	}
 }
@@ -149,11 +158,9 @@ func (s *Source) Run(ctx context.Context) error {
 			// store is read again (changes never seen as events included)
 			s.log.Info("fleet watch revision compacted: reading the store again", "err", err)
 		}
-		s.failed(err, time.Now())
-		select {
-		case <-ctx.Done():
+		s.failed(err, s.clock.Now())
+		if !clock.Sleep(s.clock, probeEvery, ctx.Done()) {
 			return nil
-		case <-time.After(probeEvery):
 		}
 	}
 }
@@ -184,10 +191,12 @@ func (s *Source) follow(ctx context.Context) error {
 	// without a leader the member's watch would wait silently: end it and read again
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	watch := s.cli.Watch(wctx, s.keys.services(), clientv3.WithPrefix(), clientv3.WithRev(from))
-	steering := s.cli.Watch(wctx, s.keys.steering(), clientv3.WithPrefix(), clientv3.WithRev(from))
-	probe := time.NewTicker(probeEvery)
+	probe := s.clock.NewTicker(probeEvery)
 	defer probe.Stop()
+	watch, steering, err := s.watchProbed(ctx, wctx, cancel, probe, from)
+	if err != nil {
+		return err
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -213,17 +222,59 @@ func (s *Source) follow(ctx context.Context) error {
 				s.mu.Unlock()
 				s.process(ctx, rev, false, true)
 			}
-		case <-probe.C:
-			// a failed probe or two (an election) is no outage; a longer one is, and
+		case <-probe.C():
 			// etcd is read again once it answers
-			asked := time.Now()
-			if err := s.probe(ctx); err != nil && s.failed(err, asked) {
+			if err := s.probeOnce(ctx); err != nil {
 				return err
-			} else if err == nil {
-				s.reached()
 			}
 		}
 	}
+}
+
+// watchProbed opens the watches of the services and of the steering shares from
+// revision from, on wctx. The etcd client's Watch returns only once its stream is up:
+// with etcd lost in between, it would hold the source unprobed, never stale, until
+// etcd is back. So probe goes on meanwhile, and a failure long enough to call the node
+// stale ends the wait (cancel, of wctx) with its error.
+func (s *Source) watchProbed(ctx, wctx context.Context, cancel func(), probe clock.Ticker, from int64) (services, steering clientv3.WatchChan, err error) {
+	opened := make(chan struct{})
+	probing := make(chan error, 1)
+	go func() { // watchProbed's: it waits for the goroutine's answer
+		for {
+			select {
+			case <-opened:
+				probing <- nil
+				return
+			case <-probe.C():
+				if err := s.probeOnce(ctx); err != nil {
+					cancel()
+					probing <- err
+					return
+				}
+			}
+		}
+	}()
+	services = s.cli.Watch(wctx, s.keys.services(), clientv3.WithPrefix(), clientv3.WithRev(from))
+	steering = s.cli.Watch(wctx, s.keys.steering(), clientv3.WithPrefix(), clientv3.WithRev(from))
+	close(opened)
+	if err := <-probing; err != nil {
+		return nil, nil, err
+	}
+	return services, steering, nil
+}
+
+// probeOnce asks etcd whether it answers. A failed probe or two (an election) is no
+// outage; the error is for a failure long enough to call the node stale.
+func (s *Source) probeOnce(ctx context.Context) error {
+	asked := s.clock.Now()
+	if err := s.probe(ctx); err != nil {
+		if s.failed(err, asked) {
+			return err
+		}
+		return nil
+	}
+	s.reached()
+	return nil
 }
 
 // follows applies a watch response's events, once per revision (one transaction's
@@ -333,7 +384,7 @@ func (s *Source) settled(rev int64, err error) {
 	if err != nil {
 		s.applyErr = fmt.Sprintf("revision %d: %s", rev, oneLine(err))
 	} else {
-		s.applied, s.appliedAt, s.applyErr = rev, time.Now(), ""
+		s.applied, s.appliedAt, s.applyErr = rev, s.clock.Now(), ""
 	}
 	close(s.progress)
 	s.progress = make(chan struct{})
@@ -399,7 +450,7 @@ func (s *Source) failed(err error, asked time.Time) bool {
 	if s.failing.IsZero() {
 		s.failing = asked
 	}
-	if s.reachable && time.Since(s.failing) >= staleAfter || !s.reachable && s.staleSince.IsZero() {
+	if s.reachable && s.clock.Now().Sub(s.failing) >= staleAfter || !s.reachable && s.staleSince.IsZero() {
 		s.reachable, s.staleSince = false, s.failing
 		s.log.Warn("fleet store unreachable: serving the last applied revision", "revision", s.applied, "err", err)
 	}
@@ -506,7 +557,7 @@ func (s *Source) fits(services []config.Service) error {
 // finding its own first one committed is no conflict).
 func (s *Source) commit(ctx context.Context, since int64, unchanged []clientv3.Cmp, ops []clientv3.Op, value string) (int64, error) {
 	ops = append(ops, clientv3.OpPut(s.keys.generation(), value))
-	deadline := time.Now().Add(writeTimeout)
+	deadline := time.Now().Add(writeTimeout) // the wall clock's, as the contexts' it bounds
 	for {
 		actx, cancel := context.WithTimeout(ctx, min(attemptTimeout, time.Until(deadline)))
 		resp, err := s.cli.Txn(actx).If(unchanged...).Then(ops...).
@@ -583,7 +634,7 @@ func (s *Source) CatchUp(ctx context.Context) error {
 
 // awaitApplied waits until Run has processed revision rev.
 func (s *Source) awaitApplied(ctx context.Context, rev int64) error {
-	timeout := time.NewTimer(applyWait)
+	timeout := time.NewTimer(applyWait) // an API request's bound: the wall clock's
 	defer timeout.Stop()
 	for {
 		s.mu.Lock()
@@ -629,6 +680,10 @@ type State struct {
 	// name; DocumentsRefused counts the documents refused since the node started.
 	Refused          []Refusal
 	DocumentsRefused uint64
+	// RecordBytes is the size of the last record published (at most
+	// wire.MaxRecordBytes); RecordsTruncated counts the records cut to fit it.
+	RecordBytes      int
+	RecordsTruncated uint64
 }
 
 // State is safe from any goroutine.
@@ -640,6 +695,7 @@ func (s *Source) State() State {
 		StoreRevision: s.storeRev, WatchLag: s.storeRev - s.applied,
 		Reachable: s.reachable, StaleSince: s.staleSince, WriteConflicts: s.conflicts,
 		Refused: s.want.refusedList(), DocumentsRefused: s.want.refusals,
+		RecordBytes: int(s.recordBytes.Load()), RecordsTruncated: s.recordsTruncated.Load(),
 	}
 }
 

@@ -138,3 +138,73 @@ func TestDialPasswordToARealEtcd(t *testing.T) {
 		t.Fatalf("a login over http://: %v, want it refused naming fleet.etcd.endpoints[1]", err)
 	}
 }
+
+// A TLS mismatch between the config and the member is named by Dial, in a few seconds
+// at most, not left to the client's "context deadline exceeded" at its first request's
+// timeout: an https:// endpoint to a plain member, an http:// one to a TLS member, an
+// https:// one without the CA of the member's certificate, one whose address the
+// certificate does not name, and a member that wants a client certificate the config
+// does not give, or refuses the one it gives.
+func TestDialNamesATLSMismatch(t *testing.T) {
+	plain := startEtcd(t, 1).endpoints()[0]
+	p := testpki.New(t, "fleet-ca")
+	secure := startTLSEtcd(t, p)
+	strict := startTLSEtcd(t, p, "--trusted-ca-file", p.File, "--client-cert-auth")
+	clientCert, clientKey := p.Issue(t, "lb1", x509.ExtKeyUsageClientAuth)
+	other := testpki.New(t, "another-ca")
+	otherCert, otherKey := other.Issue(t, "lb1", x509.ExtKeyUsageClientAuth)
+	byName := "https://localhost:" + secure[strings.LastIndex(secure, ":")+1:] // the certificate names 127.0.0.1 only
+	// both members answer a config that is right, and Dial has no word for it
+	for _, cfg := range []config.Fleet{{Endpoints: []string{plain}}, {Endpoints: []string{secure}, CAFile: p.File},
+		{Endpoints: []string{strict}, CAFile: p.File, CertFile: clientCert, KeyFile: clientKey}} {
+		cli, err := Dial(cfg)
+		if err != nil {
+			t.Fatalf("%v: %v", cfg.Endpoints, err)
+		}
+		eventually(t, cfg.Endpoints[0]+" answers", func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, err := cli.Get(ctx, prefix+"/probe")
+			return err == nil
+		})
+		cli.Close()
+	}
+	cases := []struct {
+		name string
+		cfg  config.Fleet
+		want string
+	}{
+		{"https:// to a plain member", config.Fleet{Endpoints: []string{"https://" + strings.TrimPrefix(plain, "http://")}, CAFile: p.File},
+			"fleet.etcd.endpoints[0]: https://" + strings.TrimPrefix(plain, "http://") + " does not speak TLS"},
+		{"http:// to a TLS member", config.Fleet{Endpoints: []string{plain, "http://" + strings.TrimPrefix(secure, "https://")}},
+			"fleet.etcd.endpoints[1]: http://" + strings.TrimPrefix(secure, "https://") + " speaks TLS, but the endpoint says http://: write " + secure},
+		{"https:// without ca_file", config.Fleet{Endpoints: []string{secure}},
+			"fleet.etcd.ca_file: " + secure + "'s certificate is not signed by a CA this system trusts, and no ca_file is given"},
+		{"https:// with another CA", config.Fleet{Endpoints: []string{secure}, CAFile: other.File},
+			"fleet.etcd.ca_file: " + secure + "'s certificate is not signed by a CA of ca_file"},
+		{"https:// to a name the certificate lacks", config.Fleet{Endpoints: []string{byName}, CAFile: p.File},
+			"fleet.etcd.endpoints[0]: " + byName + "'s certificate is not for localhost"},
+		{"no client certificate for a member that wants one", config.Fleet{Endpoints: []string{strict}, CAFile: p.File},
+			"fleet.etcd.cert_file: " + strict + " asks for a client certificate, and the config gives none"},
+		{"a client certificate of another CA", config.Fleet{Endpoints: []string{strict}, CAFile: p.File, CertFile: otherCert, KeyFile: otherKey},
+			"fleet.etcd.cert_file: " + strict + " refused the node's certificate"},
+	}
+	for _, c := range cases {
+		done := make(chan error, 1)
+		go func() {
+			cli, err := Dial(c.cfg)
+			if err == nil {
+				cli.Close()
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: %v, want %q", c.name, err, c.want)
+			}
+		case <-time.After(4 * endpointCheckTimeout): // a bound on a hang, not a figure: the client alone waits its requests' timeouts
+			t.Errorf("%s: Dial has not returned after %v", c.name, 4*probeTimeout)
+		}
+	}
+}

@@ -111,6 +111,10 @@ var (
 		"Service documents of the fleet store this node refused (each service keeps its last good state; the status names them).")
 	fleetRefusedNowDesc = desc("manifold_fleet_services_refused",
 		"Services whose latest document in the fleet store this node refuses now.")
+	fleetRecordBytesDesc = desc("manifold_fleet_record_bytes",
+		"Size of the last record this node published in the fleet store (bounded, see docs/fleet.md).")
+	fleetRecordsCutDesc = desc("manifold_fleet_records_truncated_total",
+		"Records of this node cut to their bound before they were published (the record's truncated field says what was left out).")
 
 	kubeSyncedDesc = desc("manifold_kubernetes_synced",
 		"1 once the node's Kubernetes caches have been filled (its services are the cluster's), else 0.")
@@ -168,7 +172,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{xdpDesc, packetsDesc, bytesDesc, newFlowsDesc, dropsDesc, eventsDesc, upDesc, weightDesc, announcedDesc,
 		flowsDesc, flowSizeDesc, checksDesc, checkFailuresDesc, checkUpDesc, checkLatencyDesc, peerUpDesc,
 		updatesSentDesc, updatesReceivedDesc, reloadsDesc, reloadFailuresDesc, apiDesc,
-		fleetRevisionDesc, fleetReachableDesc, fleetStaleDesc, fleetLagDesc, fleetConflictsDesc, fleetRefusedDesc, fleetRefusedNowDesc, steeringShareDesc, steeringTargetDesc,
+		fleetRevisionDesc, fleetReachableDesc, fleetStaleDesc, fleetLagDesc, fleetConflictsDesc, fleetRefusedDesc, fleetRefusedNowDesc, fleetRecordBytesDesc, fleetRecordsCutDesc, steeringShareDesc, steeringTargetDesc,
 		kubeSyncedDesc, kubeReachableDesc, kubeServicesDesc, kubeSkippedDesc, kubeOutOfPoolDesc, kubeUpdatesDesc,
 		tunnelConnectorsDesc, tunnelCapacityDesc, tunnelServiceOpenDesc, tunnelOpenDesc, tunnelStreamsDesc, tunnelBytesDesc, tunnelRTTDesc,
 		tunnelsAttachedDesc, tunnelsGoneDesc, tunnelsRefusedDesc, tunnelRetriesDesc, tunnelClientsRefusedDesc,
@@ -232,6 +236,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(fleetConflictsDesc, f.WriteConflicts)
 		counter(fleetRefusedDesc, f.DocumentsRefused)
 		gauge(fleetRefusedNowDesc, float64(len(f.Refused)))
+		gauge(fleetRecordBytesDesc, float64(f.RecordBytes))
+		counter(fleetRecordsCutDesc, f.RecordsTruncated)
 	}
 	if k := st.Kubernetes; k != nil {
 		gauge(kubeSyncedDesc, bit(k.Synced))

@@ -51,7 +51,8 @@ func (n *Node) fleetState() *wire.FleetState {
 	}
 	s := n.fleet.State()
 	out := &wire.FleetState{Prefix: n.cfg.Fleet.Prefix, AppliedRevision: s.AppliedRevision, StoreRevision: s.StoreRevision,
-		Reachable: s.Reachable, ApplyError: s.ApplyError, WriteConflicts: s.WriteConflicts, DocumentsRefused: s.DocumentsRefused}
+		Reachable: s.Reachable, ApplyError: s.ApplyError, WriteConflicts: s.WriteConflicts, DocumentsRefused: s.DocumentsRefused,
+		RecordBytes: s.RecordBytes, RecordsTruncated: s.RecordsTruncated}
 	if len(s.Refused) > 0 {
 		out.Refused = fleet.WireRefused(s.Refused)
 	}
@@ -71,7 +72,7 @@ func (n *Node) recorder() func() wire.NodeRecord {
 
 func (n *Node) record(rtt *steer.RTTs) wire.NodeRecord {
 	st := n.Status()
-	r := wire.NodeRecord{Name: n.cfg.Node.Name, Site: n.cfg.Node.Site, Services: []wire.ServiceLoad{}}
+	r := wire.NodeRecord{Name: n.cfg.Node.Name, Site: n.cfg.Node.Site}
 	for _, a := range []netip.Addr{n.cfg.Node.Address, n.cfg.Node.Address6} {
 		if a.IsValid() {
 			r.Addresses = append(r.Addresses, a.String())
@@ -83,18 +84,9 @@ func (n *Node) record(rtt *steer.RTTs) wire.NodeRecord {
 		}
 	}
 	rtt.Observe(st.Services)
-	origins := n.tunnelOrigins()
-	for _, s := range st.Services {
-		l := wire.ServiceLoad{Name: s.Name, Announced: s.Announced, NewFlowsPerSecond: s.NewFlowsPerSecond,
-			PacketsPerSecond: s.PacketsPerSecond, BytesPerSecond: s.BytesPerSecond, Backends: []wire.BackendLoad{}}
-		for _, b := range s.Backends {
-			l.Backends = append(l.Backends, wire.BackendLoad{Address: b.Address, State: b.State, Healthy: b.Health.Up,
-				NewFlowsPerSecond: b.NewFlowsPerSecond, PacketsPerSecond: b.PacketsPerSecond, BytesPerSecond: b.BytesPerSecond,
-				RTTMilliseconds: rtt.Of(s.Name, b.Address)})
-		}
-		l.Origins = origins[s.Name]
-		r.Services = append(r.Services, l)
-	}
+	var totals wire.RecordTotals
+	r.Services, totals = fleet.RecordServices(st.Services, rtt.Of, n.tunnelOrigins())
+	r.Totals = &totals
 	r.Tunnels = n.tunnelRecord()
 	return r
 }

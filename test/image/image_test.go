@@ -26,7 +26,7 @@ import (
 // its entrypoint, and that binary runs with no library beside it: the node's image
 // (Dockerfile, make image) and the connector's (Dockerfile.connect, make connect-image).
 func TestImage(t *testing.T) {
-	testImage(t, "Dockerfile", "./cmd/manifold", "manifold", "validate", "--config", "internal/config/testdata/backend-kubernetes.yaml")
+	testImage(t, "Dockerfile", "./cmd/manifold", "manifold", "validate", "--config", "internal/config/testdata/backend.yaml")
 }
 
 func TestConnectorImage(t *testing.T) {

@@ -35,7 +35,10 @@ type FleetNode struct {
 // V is the record's format (RecordVersion). Records are JSON and change by added
 // fields, which a reader of an older release ignores: that keeps V at 1. A change that
 // older readers would misread raises V, and a reader passes by the records of a V
-// newer than it reads (NodeRecord.Readable).
+// newer than it reads (NodeRecord.Readable). Totals, Truncated and a Services list of
+// the services of note only came that way: the previous release's steering controller
+// finds every steered service's load where it was; its `manifold ctl fleet` counts the
+// announced services over the listed ones only.
 type NodeRecord struct {
 	V         int      `json:"v,omitempty"` // absent: 1, the format of the releases before the field
 	Name      string   `json:"name"`
@@ -52,11 +55,47 @@ type NodeRecord struct {
 	// StaleSince is set while the node cannot reach the store.
 	StaleSince string `json:"stale_since,omitempty"`
 	// UpdatedAt is when the node wrote this record (RFC 3339).
-	UpdatedAt string        `json:"updated_at"`
-	BGP       []FleetPeer   `json:"bgp,omitempty"`
-	Services  []ServiceLoad `json:"services"`
+	UpdatedAt string      `json:"updated_at"`
+	BGP       []FleetPeer `json:"bgp,omitempty"`
+	// Totals counts every service and backend the node carries. Services lists only
+	// those the fleet needs one by one (fleet.RecordServices): every service with
+	// origins (the steering controller's input), then every service not as desired (a
+	// backend down or failing its check, or not announced by a node that speaks BGP).
+	// A record without Totals (of a release before them) lists every service.
+	Totals   *RecordTotals `json:"totals,omitempty"`
+	Services []ServiceLoad `json:"services"`
 	// Tunnels is the node's tunnel edge, nil on a node without one.
 	Tunnels *TunnelEdgeRecord `json:"tunnels,omitempty"`
+	// Truncated is set when the record would have been larger than MaxRecordBytes: the
+	// node cut its lists to fit, and says how much each lost.
+	Truncated *RecordTruncation `json:"truncated,omitempty"`
+}
+
+// MaxRecordBytes bounds a node record as written to etcd: a third of etcd's default
+// request limit (--max-request-bytes, 1.5 MiB), so that a record is always written
+// (with its lease's keep-alive in the same transaction). A record that would be larger
+// is cut to fit (NodeRecord.Truncated), never left unwritten.
+const MaxRecordBytes = 512 << 10
+
+// RecordTotals counts what a node carries, whatever its record lists.
+type RecordTotals struct {
+	Services  int `json:"services"`
+	Announced int `json:"announced"` // services whose VIP the node announces now
+	Backends  int `json:"backends"`
+	// BackendsUp is the backends in their service's ring and passing their check;
+	// BackendsDown those failing it (the rest are drained by their operator).
+	BackendsUp   int `json:"backends_up"`
+	BackendsDown int `json:"backends_down"`
+}
+
+// RecordTruncation says what a record cut to MaxRecordBytes left out. Each list keeps
+// its head: each takes up to a third of the room first, so that some of each shows;
+// what is left goes in this order: the connectors' services of Tunnels (the other
+// edges relay by them), Services (the steered ones first), Refused.
+type RecordTruncation struct {
+	Services       int `json:"services"`                  // left out of Services
+	Refused        int `json:"refused"`                   // left out of Refused
+	TunnelServices int `json:"tunnel_services,omitempty"` // left out of Tunnels.Services
 }
 
 // TunnelEdgeRecord is a node's tunnel edge as its fleet sees it: where the other
@@ -76,12 +115,14 @@ type FleetPeer struct {
 // its backends' health and the traffic it sends them, per second. A tunnel service's
 // new flows are its client connections, and its origins (those the node's tunnel edge
 // reaches through connectors) are in Origins, as a routed service's are in Backends.
+// Zero rates are left out of the JSON (a reader of any release reads them as 0): an
+// idle service costs the record its name and backends only.
 type ServiceLoad struct {
 	Name              string        `json:"name"`
 	Announced         bool          `json:"announced"`
-	NewFlowsPerSecond float64       `json:"new_flows_per_second"`
-	PacketsPerSecond  float64       `json:"packets_per_second"`
-	BytesPerSecond    float64       `json:"bytes_per_second"`
+	NewFlowsPerSecond float64       `json:"new_flows_per_second,omitempty"`
+	PacketsPerSecond  float64       `json:"packets_per_second,omitempty"`
+	BytesPerSecond    float64       `json:"bytes_per_second,omitempty"`
 	Backends          []BackendLoad `json:"backends"`
 	Origins           []OriginLoad  `json:"origins,omitempty"`
 }
@@ -104,9 +145,9 @@ type BackendLoad struct {
 	Address           string       `json:"address"`
 	State             BackendState `json:"state"`
 	Healthy           bool         `json:"healthy"`
-	NewFlowsPerSecond float64      `json:"new_flows_per_second"`
-	PacketsPerSecond  float64      `json:"packets_per_second"`
-	BytesPerSecond    float64      `json:"bytes_per_second"`
+	NewFlowsPerSecond float64      `json:"new_flows_per_second,omitempty"`
+	PacketsPerSecond  float64      `json:"packets_per_second,omitempty"`
+	BytesPerSecond    float64      `json:"bytes_per_second,omitempty"`
 	// RTTMilliseconds is the node's smoothed round-trip time to the backend: the
 	// duration of its successful health checks (a TCP check's connect, an HTTP check's
 	// request), averaged. Absent while none succeeded, and for a check of kind none.

@@ -52,6 +52,10 @@ type FleetState struct {
 	Refused []FleetRefusal `json:"refused,omitempty"`
 	// DocumentsRefused counts the service documents refused since the node started.
 	DocumentsRefused uint64 `json:"documents_refused"`
+	// RecordBytes is the size of the node's last record as written to the store
+	// (bounded by MaxRecordBytes); RecordsTruncated counts the records cut to fit it.
+	RecordBytes      int    `json:"record_bytes"`
+	RecordsTruncated uint64 `json:"records_truncated"`
 }
 
 // FleetRefusal is a service document of the fleet store that a node refused.

@@ -9,7 +9,8 @@
 // -writes writes, with each of -sizes services in the store (issue 26: 1 000, 10 000,
 // 100 000). Load: a node started on a store of 1 000 services, timed from the start of
 // the process to its API serving the last of them, against the same start on a store
-// of 2 services. Numbers, never pass/fail: the goals (p99 propagation under 100 ms with
+// of 2 services. Records: at each size, the size of each node's record in the store
+// once it counts every service (bounded by wire.MaxRecordBytes). Numbers, never pass/fail: the goals (p99 propagation under 100 ms with
 // 2 services, issue 12; under 50 ms at any size, issue 26) are reported met or not.
 //
 // "Before" is the same run with an older binary (-manifold), labelled with -label.
@@ -166,6 +167,9 @@ func run(ctx context.Context, manifold, jsonPath, label string, writes int, size
 			return err
 		}
 		sized := propagationFigures(label, n, applied, answered)
+		if rec, ok := b.records(label, n); ok {
+			sized = append(sized, rec)
+		}
 		printFigures(sized)
 		figs = append(figs, sized...)
 	}
@@ -301,6 +305,50 @@ func (b *bench) propagation(writes int) (applied, answered []time.Duration, err 
 		}
 	}
 	return applied, answered, nil
+}
+
+// records waits until every node's record in the store counts the n services (it is
+// written every second, and was not at all past a few thousand services before it was
+// bounded), and returns the size of each node's last record as its status says it.
+// false (and a line saying why) when the nodes do not publish such a record: an older
+// binary's records have no totals.
+func (b *bench) records(label string, n int) (results.Figure, bool) {
+	var mu sync.Mutex
+	size := map[string]float64{}
+	_, err := b.watch(15*time.Second, func(a *lab.NodeAPI) error {
+		var fl wire.FleetStatus
+		if err := a.Get("/api/v1/fleet", &fl); err != nil {
+			return err
+		}
+		i := slices.IndexFunc(fl.Nodes, func(r wire.FleetNode) bool { return r.Name == a.Host.Role })
+		if i < 0 || fl.Nodes[i].Totals == nil || fl.Nodes[i].Totals.Services != n {
+			return fmt.Errorf("%s: no record of its %d services in the store", a.Host.Role, n)
+		}
+		st, err := a.Status()
+		if err != nil || st.Fleet == nil {
+			return fmt.Errorf("%s: status: %v", a.Host.Role, err)
+		}
+		mu.Lock()
+		size[a.Host.Role] = float64(st.Fleet.RecordBytes)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		fmt.Printf("  node records with %d services: %v\n", n, err)
+		return results.Figure{}, false
+	}
+	name := fmt.Sprintf("a node's fleet record, %d services", n)
+	if label != "" {
+		name += " (" + label + ")"
+	}
+	var runs []float64
+	for _, h := range b.lbs {
+		runs = append(runs, size[h.Role])
+	}
+	f := results.NewFigure("fleet", name, "bytes", runs)
+	f.Note = "one per node; every service as desired (health checks off, no BGP): counted, not listed"
+	f.SetBound("<=", wire.MaxRecordBytes)
+	return f, true
 }
 
 // watch polls cond for every running node, each on a goroutine of its own, until it
