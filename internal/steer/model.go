@@ -80,6 +80,10 @@ type Decision struct {
 	Note    string           `json:"note,omitempty"`
 	Origins []OriginDecision `json:"origins"`
 	Sites   []SiteDecision   `json:"sites"`
+
+	// why is what Explain works the reasons out from; nil once they are (or for a
+	// decision made elsewhere).
+	why *explanation
 }
 
 // OriginDecision is one origin's side of a decision.
@@ -114,13 +118,16 @@ type ShareDecision struct {
 	Reason   string  `json:"reason"`
 }
 
-// Shares returns the decided shares.
+// Shares returns the decided shares. An origin a site sends nothing has no entry:
+// a site is on one origin or a few of a hundred, and a share's absence reads as 0.
 func (d Decision) Shares() Shares {
 	out := make(Shares, len(d.Sites))
 	for _, s := range d.Sites {
-		m := make(map[string]float64, len(s.Shares))
+		m := map[string]float64{}
 		for _, sh := range s.Shares {
-			m[sh.Origin] = sh.Share
+			if sh.Share != 0 {
+				m[sh.Origin] = sh.Share
+			}
 		}
 		out[s.Site] = m
 	}

@@ -8,8 +8,10 @@ import "github.com/manifoldlb/manifold/internal/api/wire"
 // (TestWireDecision fails until it is), one added to OriginDecision or ShareDecision
 // fails to compile until it is.
 
-// WireDecision is d as the steering controller writes it and the API serves it.
+// WireDecision is d as the steering controller writes it and the API serves it, with
+// its reasons.
 func WireDecision(d Decision) wire.SteeringDecision {
+	d = d.Explain()
 	out := wire.SteeringDecision{Note: d.Note, Origins: convert(d.Origins, func(o OriginDecision) wire.SteeringOrigin { return wire.SteeringOrigin(o) })}
 	out.Sites = convert(d.Sites, func(s SiteDecision) wire.SteeringSite {
 		return wire.SteeringSite{Site: s.Site, Demand: s.Demand, Shares: convert(s.Shares, func(sh ShareDecision) wire.SteeringShare { return wire.SteeringShare(sh) })}
