@@ -82,15 +82,10 @@ func assign(x *indexed, t *target, eps float64) []float64 {
 		for j := range ex.cost {
 			ex.cost[j] = math.Inf(1)
 		}
-		for _, sp := range on[u] {
-			row := cost[int(sp)*n : int(sp+1)*n]
-			for j, c := range row {
-				if j != u && c-row[u] < ex.cost[j] {
-					ex.cost[j], ex.site[j] = c-row[u], sp
-				}
-			}
-		}
 		ex.fresh = true
+		for _, sp := range on[u] {
+			ex.add(cost[int(sp)*n:int(sp+1)*n], u, sp)
+		}
 		return *ex
 	}
 
@@ -148,15 +143,21 @@ func assign(x *indexed, t *target, eps float64) []float64 {
 			if push <= eps {
 				break
 			}
+			move := func(sp, j int, delta float64) {
+				switch addFlow(flow, on, n, sp, j, delta, eps) {
+				case joined:
+					best[j].add(cost[sp*n:(sp+1)*n], j, int32(sp))
+				case departed:
+					best[j].fresh = false
+				}
+			}
 			for j := end; ; j = int(viaOrigin[j]) {
 				sp := int(viaSite[j])
-				addFlow(flow, on, n, sp, j, push, eps)
-				best[j].fresh = false
+				move(sp, j, push)
 				if viaOrigin[j] < 0 {
 					break
 				}
-				addFlow(flow, on, n, sp, int(viaOrigin[j]), -push, eps)
-				best[viaOrigin[j]].fresh = false
+				move(sp, int(viaOrigin[j]), -push)
 			}
 			room[end] -= push
 			left -= push
@@ -183,15 +184,38 @@ type exchange struct {
 	fresh bool
 }
 
+// add takes site sp, now on origin u, into u's exchanges (row: its costs). The
+// cheapest stay; among equals, the site that came first. A site leaving can only be
+// undone by working them out again.
+func (ex *exchange) add(row []float64, u int, sp int32) {
+	if !ex.fresh {
+		return
+	}
+	for j, c := range row {
+		if j != u && c-row[u] < ex.cost[j] {
+			ex.cost[j], ex.site[j] = c-row[u], sp
+		}
+	}
+}
+
+type membership int
+
+const (
+	stayed membership = iota
+	joined
+	departed
+)
+
 // addFlow changes site i's flow on origin j by delta, keeping on[j] the sites with a
-// flow above eps there.
-func addFlow(flow []float64, on [][]int32, n, i, j int, delta, eps float64) {
+// flow above eps there, and says whether i joined or left them.
+func addFlow(flow []float64, on [][]int32, n, i, j int, delta, eps float64) membership {
 	before := flow[i*n+j]
 	after := before + delta
 	flow[i*n+j] = after
 	switch {
 	case before <= eps && after > eps:
 		on[j] = append(on[j], int32(i))
+		return joined
 	case before > eps && after <= eps:
 		for k, s := range on[j] {
 			if int(s) == i {
@@ -199,5 +223,7 @@ func addFlow(flow []float64, on [][]int32, n, i, j int, delta, eps float64) {
 				break
 			}
 		}
+		return departed
 	}
+	return stayed
 }
