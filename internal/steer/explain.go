@@ -124,6 +124,9 @@ func originReason(o Origin, t *target, j int) string {
 	return b.String()
 }
 
+// maxNamed is how many closer full origins a reason names.
+const maxNamed = 3
+
 // siteReasons is what the reasons of one site's shares have in common.
 type siteReasons struct {
 	x       *indexed
@@ -180,6 +183,10 @@ func (w siteReasons) share(j int) string {
 		}
 		if len(fuller) == 0 {
 			return fmt.Sprintf("%s of %s to %s, +%.0f ms", pct(share), s.Name, o.Name, extra)
+		}
+		if len(fuller) > maxNamed {
+			// a site of a hundred origins may pass dozens of full ones
+			fuller = append(fuller[:maxNamed], fmt.Sprintf("%d more closer ones", len(fuller)-maxNamed))
 		}
 		return fmt.Sprintf("%s: %s of %s spilled to %s, +%.0f ms", strings.Join(fuller, ", "), pct(share), s.Name, o.Name, extra)
 	case slices.ContainsFunc(w.usable, func(k int) bool { return shares[k] > 0 && w.rtt(k) > rtt }):

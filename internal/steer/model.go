@@ -64,6 +64,27 @@ func (s Shares) Clone() Shares {
 	return out
 }
 
+// Equal tells whether s and o send every site's flows alike; an origin without an
+// entry has a share of 0, as a site absent has none.
+func (s Shares) Equal(o Shares) bool {
+	return s.covers(o) && o.covers(s)
+}
+
+// covers tells whether every share of s is o's too.
+func (s Shares) covers(o Shares) bool {
+	for site, m := range s {
+		for origin, v := range m {
+			if o[site][origin] != v {
+				return false
+			}
+		}
+		if _, ok := o[site]; !ok && len(m) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // A Controller decides the next shares from an observation and the shares in force.
 // The live controller calls Decide once per round, after fresh observations; the
 // simulator once per step. now is the round's time: a controller that limits its moves
