@@ -232,7 +232,6 @@ func refMarginalOrigin(s Site, usable []Origin, limit map[string]float64, flows 
 	return best
 }
 
-
 // assign solves the transportation problem by successive shortest paths: each
 // augmentation sends flow along the cheapest path of the residual graph, whose reverse
 // edges let a later site push an earlier one off an origin when that lowers the total.
@@ -337,4 +336,3 @@ func (g *refFlowGraph) minCostFlow(src, sink int, eps float64) {
 		}
 	}
 }
-
