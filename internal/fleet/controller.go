@@ -57,6 +57,8 @@ type RoundStats struct {
 	// Decide the control law over every service; Write the transactions that wrote.
 	Read, Decide, Write time.Duration
 	Records, Services   int // the alive nodes' records read, the services decided
+	// Revision is the store's revision the round read.
+	Revision int64
 	// Writes counts the keys put or deleted, Bytes the values put.
 	Writes, Bytes int
 }
@@ -203,7 +205,7 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 			current[strings.TrimPrefix(string(kv.Key), c.keys.steering())] = st
 		}
 	}
-	stats.Records = len(records)
+	stats.Records, stats.Revision = len(records), resp.Header.Revision
 	decided := time.Now()
 	stats.Read = decided.Sub(began)
 
@@ -237,6 +239,15 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 		value, err := json.Marshal(st)
 		if err != nil {
 			return err
+		}
+		if len(value) > maxWriteBytes {
+			// the shares go in, their explanation gives way: the sites' rows are left out
+			st.Decision.Note = strings.TrimPrefix(st.Decision.Note+fmt.Sprintf(
+				"; the sites' rows left out: %d bytes with them, above the %d a write carries", len(value), maxWriteBytes), "; ")
+			st.Decision.Sites = []wire.SteeringSite{}
+			if value, err = json.Marshal(st); err != nil {
+				return err
+			}
 		}
 		ops = append(ops, clientv3.OpPut(c.keys.steeringOf(spec.Name), string(value)))
 		sizes = append(sizes, len(value))

@@ -15,15 +15,23 @@ import (
 
 // MaxWireRows bounds the site × origin rows of a decision as the controller writes it
 // (WireDecision): above it, each site keeps only the rows of the origins it has a share
-// or a target of. At 1 000 sites × 100 origins the whole decision, with its reasons,
-// is 20 MB a service, over etcd's largest request (1.5 MiB), and its 100 000 lines too
-// many to read; a site's other origins are, one and all, not needed or unusable.
+// or a target of, without their reasons (the origins keep theirs). At 1 000 sites ×
+// 100 origins the whole decision, with its reasons, is 20 MB a service, over etcd's
+// largest request (1.5 MiB), and its 100 000 lines too many to read; a site's other
+// origins are, one and all, not needed or unusable. What is kept is about 1 MB: 2 600
+// rows of numbers (their reasons would add 0.7 MB).
 const MaxWireRows = 10_000
 
 // WireDecision is d as the steering controller writes it and the API serves it, with
-// its reasons; a decision of more than MaxWireRows rows keeps those that carry flows.
+// its reasons; a decision of more than MaxWireRows rows keeps those that carry flows,
+// and the origins' reasons alone.
 func WireDecision(d Decision) wire.SteeringDecision {
-	d = trimmed(d).Explain()
+	if t, ok := trimmed(d); ok {
+		d = t
+		d.Origins = d.Explain().Origins
+	} else {
+		d = d.Explain()
+	}
 	out := wire.SteeringDecision{Note: d.Note, Origins: convert(d.Origins, func(o OriginDecision) wire.SteeringOrigin { return wire.SteeringOrigin(o) })}
 	out.Sites = convert(d.Sites, func(s SiteDecision) wire.SteeringSite {
 		return wire.SteeringSite{Site: s.Site, Demand: s.Demand, Shares: convert(s.Shares, func(sh ShareDecision) wire.SteeringShare { return wire.SteeringShare(sh) })}
@@ -43,15 +51,15 @@ func convert[T, W any](in []T, f func(T) W) []W {
 	return out
 }
 
-// trimmed is d within MaxWireRows: every row while it fits, else only the rows with a
-// share or a target, the note saying how many are left out.
-func trimmed(d Decision) Decision {
+// trimmed is d above MaxWireRows: only the rows with a share or a target, the note
+// saying how many are left out; ok is false when d fits as it is.
+func trimmed(d Decision) (_ Decision, ok bool) {
 	rows := 0
 	for _, s := range d.Sites {
 		rows += len(s.Shares)
 	}
 	if rows <= MaxWireRows {
-		return d
+		return d, false
 	}
 	out := d
 	out.Sites = make([]SiteDecision, len(d.Sites))
@@ -61,11 +69,11 @@ func trimmed(d Decision) Decision {
 		kept += len(s.Shares)
 		out.Sites[i] = s
 	}
-	more := fmt.Sprintf("%d of %d site × origin rows shown (above %d): those with a share or a target", kept, rows, MaxWireRows)
+	more := fmt.Sprintf("%d of %d site × origin rows shown (above %d): those with a share or a target, without their reasons", kept, rows, MaxWireRows)
 	if out.Note == "" {
 		out.Note = more
 	} else {
 		out.Note += "; " + more
 	}
-	return out
+	return out, true
 }

@@ -31,8 +31,8 @@ func TestWireDecision(t *testing.T) {
 }
 
 // A decision too large for the store keeps, per site, the rows of the origins it has
-// a share or a target of, explained, and says how many it left out; one that fits
-// keeps every row.
+// a share or a target of, the origins' reasons, and says how many rows it left out; one
+// that fits keeps every row and every reason.
 func TestWireDecisionAtScale(t *testing.T) {
 	obs := World{Sites: 200, Origins: 100, Seed: 3, Utilisation: 0.95}.Observations(1)[0]
 	d := Manifold{}.Decide(time.Time{}, obs, nil)
@@ -45,8 +45,8 @@ func TestWireDecisionAtScale(t *testing.T) {
 			if sh.Share == 0 && sh.Target == 0 {
 				t.Fatalf("%s → %s has neither a share nor a target, and is kept", s.Site, sh.Origin)
 			}
-			if sh.Reason == "" {
-				t.Fatalf("%s → %s has no reason", s.Site, sh.Origin)
+			if sh.Reason != "" {
+				t.Fatalf("%s → %s has a reason, at scale", s.Site, sh.Origin)
 			}
 			kept[sh.Origin] = true
 		}
@@ -63,11 +63,16 @@ func TestWireDecisionAtScale(t *testing.T) {
 	if want := fmt.Sprintf("%d of 20000 site × origin rows shown", rows); !strings.Contains(w.Note, want) {
 		t.Errorf("note %q, want it to say %q", w.Note, want)
 	}
+	for _, o := range w.Origins {
+		if o.Reason == "" {
+			t.Fatalf("origin %s has no reason", o.Origin)
+		}
+	}
 	if data, _ := json.Marshal(w); len(data) > 1<<20 {
 		t.Errorf("the decision is %d bytes on the wire, above 1 MiB", len(data))
 	}
 	small := WireDecision(Manifold{}.Decide(time.Time{}, twoOrigins(400, true), nil))
-	if len(small.Sites[0].Shares) != 2 || small.Note != "" {
+	if len(small.Sites[0].Shares) != 2 || small.Note != "" || small.Sites[0].Shares[1].Reason == "" {
 		t.Errorf("a small decision lost rows or gained a note: %+v", small)
 	}
 }
