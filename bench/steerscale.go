@@ -38,10 +38,11 @@ const SteerScaleMethod = "Steering at scale (manifold-bench steerscale). Simulat
 	"its wall time counts the waits for a core on a shared machine. Live: one etcd member on loopback (Debian's etcd-server), the " +
 	"10 services imported, 2 000 node records (2 nodes a site, each carrying the 10 services with their 100 backends: demand, " +
 	"per-backend load and RTT), alive under a lease; the real controller (fleet.Controller, leading) runs its rounds and reports " +
-	"each one's cost (read: the etcd transaction and decoding the records; decide; write). Writes and bytes: the keys and values " +
+	"each one's cost (read: the etcd transaction and decoding the records; decide; write; the CPU time of the controller's process " +
+	"and of etcd over the round). Writes and bytes: the keys and values " +
 	"a round put, once nothing changed, and in the first round after one site's demand of one service rose by half (both its " +
-	"nodes' records; the shares settle before the next change). The live controller's interval is 30 s: its rounds read 300 MB of " +
-	"records. Scenario: bench/steer/scale/world1000.yaml simulated with manifold's controller and the seed's baseline."
+	"nodes' records; the shares settle before the next change). The live controller's interval is 120 s: its rounds read 300 MB " +
+	"of records. Scenario: bench/steer/scale/world1000.yaml simulated with manifold's controller and the seed's baseline."
 
 // steerWorld is the fleet every figure is measured on.
 var steerWorld = steer.World{Sites: 1000, Origins: 100, Seed: 1}
@@ -51,7 +52,7 @@ const (
 	steerGoalMs   = 200
 	// liveInterval is the live controller's round interval, and so the time a round
 	// may take
-	liveInterval = 30 * time.Second
+	liveInterval = 120 * time.Second
 )
 
 // SteerScale measures it all: runs simulated rounds of each size, liveRuns live rounds
@@ -136,7 +137,7 @@ const steerPrefix = "/steerscale"
 
 // liveRounds runs the real controller on a real etcd holding the world's records.
 func liveRounds(w io.Writer, runs int) ([]Figure, error) {
-	endpoint, stop, err := startEtcd()
+	endpoint, etcdPID, stop, err := startEtcd()
 	if err != nil {
 		return nil, err
 	}
@@ -176,26 +177,32 @@ func liveRounds(w io.Writer, runs int) ([]Figure, error) {
 		float64(recordBytes)/float64(2*steerWorld.Sites)/1e3, time.Since(began).Round(time.Millisecond))
 
 	// a round may take as long as its interval: 1 s (the default) is too short for a
-	// round that reads 300 MB of records (measured: 15 to 20 s)
+	// round that reads 300 MB of records (15 to 20 s of CPU; minutes of wall time on a
+	// machine shared with a load of 14)
 	ctl := fleet.NewController(cli, steerPrefix, "bench", liveInterval, 2*liveInterval, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	done := make(chan error, 1)
 	go func() { done <- ctl.Run(ctx) }() // stopped by cancel, waited for below
 	defer func() { cancel(); <-done }()
 
 	// next waits for the first round that read the store at or after revision rev.
-	next := func(rev int64) (fleet.RoundStats, error) {
-		deadline := time.Now().Add(5 * time.Minute)
+	// The CPU time this process (the controller; the bench only polls) and etcd used
+	// since the round before is the round's.
+	cpu, etcd := processCPU(), processCPUOf(etcdPID)
+	next := func(rev int64) (liveRound, error) {
+		deadline := time.Now().Add(2*liveInterval + time.Minute)
 		seen := ctl.Rounds()
 		for time.Now().Before(deadline) {
 			if n := ctl.Rounds(); n != seen {
 				seen = n
-				if st := ctl.LastRound(); st.Revision >= rev {
-					return st, nil
+				r := liveRound{RoundStats: ctl.LastRound(), cpu: processCPU() - cpu, etcdCPU: processCPUOf(etcdPID) - etcd}
+				cpu, etcd = cpu+r.cpu, etcd+r.etcdCPU
+				if r.Revision >= rev {
+					return r, nil
 				}
 			}
 			time.Sleep(5 * time.Millisecond) // a bench polls; rounds take seconds
 		}
-		return fleet.RoundStats{}, errors.New("no round in 5 minutes")
+		return liveRound{}, errors.New("no round within two intervals")
 	}
 	first, err := next(0)
 	if err != nil {
@@ -206,7 +213,7 @@ func liveRounds(w io.Writer, runs int) ([]Figure, error) {
 	}
 	fmt.Fprintf(w, "  the term's first round: %d keys, %.1f MB written\n", first.Writes, float64(first.Bytes)/1e6)
 
-	var quiet, changed []fleet.RoundStats
+	var quiet, changed []liveRound
 	for len(quiet) < runs {
 		st, err := next(0)
 		if err != nil {
@@ -239,7 +246,7 @@ func liveRounds(w io.Writer, runs int) ([]Figure, error) {
 		}
 		changed = append(changed, st)
 		// let the shares settle before the next change (the gap halves every round)
-		for settle := 0; st.Writes > 0; settle++ {
+		for settle := 0; st.Writes > 0 && run < runs-1; settle++ {
 			if settle == 20 {
 				return nil, errors.New("the shares still move 20 rounds after a change")
 			}
@@ -250,13 +257,14 @@ func liveRounds(w io.Writer, runs int) ([]Figure, error) {
 	}
 
 	var figs []Figure
-	total := func(st fleet.RoundStats) float64 { return ms(st.Read + st.Decide + st.Write) }
+	total := func(st liveRound) float64 { return ms(st.Read + st.Decide + st.Write) }
 	for _, set := range []struct {
 		what   string
-		rounds []fleet.RoundStats
+		rounds []liveRound
 	}{{"nothing changed", quiet}, {"one site's demand of one service changed", changed}} {
-		var all, read, decide, write, writes, bytes []float64
+		var all, read, decide, write, writes, bytes, cpu, etcd []float64
 		for _, st := range set.rounds {
+			cpu, etcd = append(cpu, ms(st.cpu)), append(etcd, ms(st.etcdCPU))
 			all, read, decide = append(all, total(st)), append(read, ms(st.Read)), append(decide, ms(st.Decide))
 			write, writes, bytes = append(write, ms(st.Write)), append(writes, float64(st.Writes)), append(bytes, float64(st.Bytes)/1e3)
 		}
@@ -264,16 +272,45 @@ func liveRounds(w io.Writer, runs int) ([]Figure, error) {
 		f := NewFigure("steering", name, "ms", all)
 		f.SetBound("<=", steerGoalMs)
 		f.Note = "read + decide + write, wall time on a shared machine; etcd on the same two cores"
-		figs = append(figs, f,
+		c := NewFigure("steering", name+", the controller's CPU", "ms", cpu)
+		c.SetBound("<=", steerGoalMs)
+		figs = append(figs, f, c,
+			NewFigure("steering", name+", etcd's CPU", "ms", etcd),
 			NewFigure("steering", name+": read (etcd, decode)", "ms", read),
 			NewFigure("steering", name+": decide", "ms", decide),
 			NewFigure("steering", name+": write", "ms", write),
 			NewFigure("steering", name+": keys written", "keys", writes),
 			NewFigure("steering", name+": bytes written", "kB", bytes))
-		fmt.Fprintf(w, "  %-40s %8.1f ms (read %.1f, decide %.1f, write %.1f), %.0f keys, %.0f kB written (medians)\n", name,
-			Summary(all).Median, Summary(read).Median, Summary(decide).Median, Summary(write).Median, Summary(writes).Median, Summary(bytes).Median)
+		fmt.Fprintf(w, "  %-40s %8.1f ms (read %.1f, decide %.1f, write %.1f; CPU: controller %.0f ms, etcd %.0f ms), %.0f keys, %.0f kB written (medians)\n", name,
+			Summary(all).Median, Summary(read).Median, Summary(decide).Median, Summary(write).Median, Summary(cpu).Median, Summary(etcd).Median,
+			Summary(writes).Median, Summary(bytes).Median)
 	}
 	return figs, nil
+}
+
+// liveRound is a live round's cost as the controller tells it, and the CPU time of the
+// controller's process and of etcd over it.
+type liveRound struct {
+	fleet.RoundStats
+	cpu, etcdCPU time.Duration
+}
+
+// processCPUOf is the CPU time process pid has used (0 if it cannot be read).
+func processCPUOf(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// the fields after the command's closing parenthesis; utime and stime are the 14th
+	// and 15th of the line, in clock ticks (100 a second)
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	var ut, st int64
+	fmt.Sscan(f[11], &ut)
+	fmt.Sscan(f[12], &st)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 func serviceName(k int) string { return fmt.Sprintf("svc%02d", k) }
@@ -327,10 +364,10 @@ func putNodeRecord(ctx context.Context, cli *clientv3.Client, lease clientv3.Lea
 }
 
 // startEtcd starts one etcd member on loopback in a temporary directory.
-func startEtcd() (endpoint string, stop func(), err error) {
+func startEtcd() (endpoint string, pid int, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "steerscale-etcd")
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	client, peer := "http://"+freeLoopback(), "http://"+freeLoopback()
 	cmd := hostprog.Command(hostprog.Etcd, "--name", "m0", "--data-dir", dir,
@@ -341,7 +378,7 @@ func startEtcd() (endpoint string, stop func(), err error) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("start etcd: %w", err)
+		return "", 0, nil, fmt.Errorf("start etcd: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }() // reaps etcd; stop waits for it
@@ -352,9 +389,9 @@ func startEtcd() (endpoint string, stop func(), err error) {
 	}
 	if err := waitEtcd(client, exited); err != nil {
 		stop()
-		return "", nil, fmt.Errorf("%w\n%s", err, out.String())
+		return "", 0, nil, fmt.Errorf("%w\n%s", err, out.String())
 	}
-	return client, stop, nil
+	return client, cmd.Process.Pid, stop, nil
 }
 
 // waitEtcd waits until etcd answers a read, or exits.

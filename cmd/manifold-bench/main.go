@@ -162,7 +162,7 @@ func controlplane(args []string, w io.Writer) error {
 func steerscale(args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("manifold-bench steerscale", flag.ContinueOnError)
 	runs := fs.Int("runs", 5, "simulated rounds measured per size")
-	liveRuns := fs.Int("live-runs", 2, "live rounds measured with nothing changed, and changes measured (each change waits until the shares settle, about 10 rounds of 30 s)")
+	liveRuns := fs.Int("live-runs", 1, "live rounds measured with nothing changed, and changes measured (each but the last waits until the shares settle, about 10 rounds of 120 s)")
 	scenario := fs.String("scenario", "bench/steer/scale/world1000.yaml", "the scale scenario, simulated with both controllers")
 	out := fs.String("json", "", "also write the figures as JSON to this file")
 	if err := fs.Parse(args); err != nil {
