@@ -297,6 +297,46 @@ func TestControllerWritesWhatChanged(t *testing.T) {
 	}
 }
 
+// A service whose shares and decision outgrow what one write carries is written with
+// its shares and origins, the sites' rows left out and the note saying so; services
+// go in as many transactions as their sizes need.
+func TestControllerWritesWithinBounds(t *testing.T) {
+	c := startEtcd(t, 1)
+	cli := c.client()
+	api := strings.Replace(steeredWeb, "name: web", "name: api", 1)
+	if err := Import(context.Background(), cli, prefix, []store.ServiceDoc{{Name: "web", YAML: []byte(steeredWeb)}, {Name: "api", YAML: []byte(api)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	r := record("n1", "sjc", 400, wire.BackendLoad{Address: "10.1.0.11", Healthy: true}, wire.BackendLoad{Address: "10.2.0.11", Healthy: true})
+	r.Services = append(r.Services, r.Services[0])
+	r.Services[1].Name = "api"
+	putRecord(t, cli, r)
+	defer func(was int) { maxWriteBytes = was }(maxWriteBytes)
+	maxWriteBytes = 700 // below one service's document (841 bytes), above its shares and origins (607)
+	ctl := NewController(cli, prefix, "a", time.Second, 2*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	always := clientv3.Compare(clientv3.CreateRevision(prefix+"/no such key"), "=", 0)
+	if err := ctl.round(context.Background(), time.Now(), always); err != nil {
+		t.Fatal(err)
+	}
+	if st := ctl.LastRound(); st.Writes != 2 {
+		t.Fatalf("wrote %d keys, want both services", st.Writes)
+	}
+	resp, err := cli.Get(context.Background(), newKeys(prefix).steering(), clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 2 {
+		t.Fatalf("the store holds %v (%v), want both services' shares", resp, err)
+	}
+	for _, kv := range resp.Kvs {
+		var st wire.Steering
+		if err := json.Unmarshal(kv.Value, &st); err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(st.Shares["sjc"]["us"]-0.5) > 1e-9 || len(st.Decision.Origins) != 2 || len(st.Decision.Sites) != 0 ||
+			!strings.Contains(st.Decision.Note, "the sites' rows left out") || len(kv.Value) > maxWriteBytes {
+			t.Fatalf("%s: %d bytes: %s", kv.Key, len(kv.Value), kv.Value)
+		}
+	}
+}
+
 // A node applies its site's shares as weights, at once, and keeps them; the shares of
 // another site change nothing for it.
 func TestSourceAppliesShares(t *testing.T) {
