@@ -131,7 +131,6 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-
 // steerPrefix is the fleet's prefix in the bench's etcd.
 const steerPrefix = "/steerscale"
 
