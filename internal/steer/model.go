@@ -78,9 +78,6 @@ func (s Shares) covers(o Shares) bool {
 				return false
 			}
 		}
-		if _, ok := o[site]; !ok && len(m) > 0 {
-			return false
-		}
 	}
 	return true
 }

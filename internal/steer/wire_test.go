@@ -87,6 +87,7 @@ func TestSharesEqual(t *testing.T) {
 	}{
 		{Shares{"sjc": {"us": 0.75, "eu": 0.25}, "ams": {"eu": 1, "us": 0}}, true},
 		{Shares{"sjc": {"us": 0.75, "eu": 0.25}, "ams": {"eu": 1}, "sea": {}}, true},
+		{Shares{"sjc": {"us": 0.75, "eu": 0.25}, "ams": {"eu": 1}, "sea": {"eu": 0}}, true},
 		{Shares{"sjc": {"us": 0.75, "eu": 0.25}}, false},
 		{Shares{"sjc": {"us": 0.7, "eu": 0.3}, "ams": {"eu": 1}}, false},
 		{Shares{"sjc": {"us": 0.75, "eu": 0.25}, "ams": {"eu": 1}, "sea": {"eu": 1}}, false},
