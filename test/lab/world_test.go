@@ -112,6 +112,9 @@ func TestWorld(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("  tun: %s", describe(st))
+	if o := st.Decision.Origins; len(o) != 1 || o[0].Load <= 0 {
+		t.Errorf("tun's decision: origins %+v, want home taking the load", o)
+	}
 
 	before, flowsBefore := w.webClients(), newFlowsOf(t, w.regionOf())
 	homeBefore := homeClients(t, w)
@@ -180,6 +183,96 @@ func TestWorld(t *testing.T) {
 		}
 	}
 	t.Logf("steady state asserted %v after the start", time.Since(start).Round(time.Millisecond))
+
+	worldSurge(t, w, web)
+	web["ams"].SetRate(worldWebRate)
+	worldOriginFails(t, w)
+	t.Logf("done %v after the start", time.Since(start).Round(time.Millisecond))
+}
+
+// worldSurgeRate is ams's surge: 10 % above eu's capacity, the rest spills to us.
+const worldSurgeRate = 110
+
+// worldSurge: ams offers more than eu, its closest origin, takes. Within 10 s its
+// share spills to us, the next closest; once the shares settle, over a window, no
+// origin takes more than its capacity + 2 %.
+func worldSurge(t *testing.T, w *World, web map[string]*OfferedLoad) {
+	t.Helper()
+	ams := w.API["lb-ams1"]
+	t.Logf("surge: ams offers %d/s to web, eu takes %.0f/s", worldSurgeRate, worldCapacity["eu"])
+	changed := time.Now()
+	web["ams"].SetRate(worldSurgeRate)
+	if _, err := waitServiceSteering(ams, "web", 10*time.Second, func(st *wire.Steering) error {
+		if st.Shares["ams"]["us"] <= 0 {
+			return fmt.Errorf("ams's share of us is %.3f (round %d)", st.Shares["ams"]["us"], st.Round)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("no spill within 10 s of the surge: %v", err)
+	}
+	t.Logf("  ams spills to us %v after the surge", time.Since(changed).Round(time.Millisecond))
+	st, err := waitServiceSteering(ams, "web", 20*time.Second, func(st *wire.Steering) error {
+		for _, site := range st.Decision.Sites {
+			for _, sh := range site.Shares {
+				if math.Abs(sh.Share-sh.Target) > 0.005 {
+					return fmt.Errorf("%s → %s: share %.3f, target %.3f (round %d)", site.Site, sh.Origin, sh.Share, sh.Target, st.Round)
+				}
+			}
+		}
+		if us := st.Shares["ams"]["us"]; us < 0.03 || us > 0.2 {
+			return fmt.Errorf("ams's share of us is %.3f, want about %.2f", us, 1-worldCapacity["eu"]/worldSurgeRate)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("  settled %v after the surge: %s", time.Since(changed).Round(time.Millisecond), describe(st))
+	before := map[string]uint64{"eu": w.Origins["eu"].ConnsTo(WorldWebVIP), "us": w.Origins["us"].ConnsTo(WorldWebVIP)}
+	begin := time.Now()
+	time.Sleep(worldWindow) // the window: the origins count what they take meanwhile
+	elapsed := time.Since(begin).Seconds()
+	for _, origin := range []string{"eu", "us"} {
+		rate := float64(w.Origins[origin].ConnsTo(WorldWebVIP)-before[origin]) / elapsed
+		t.Logf("  %s takes %.1f new connections/s of web (capacity %.0f/s) over %.1f s", origin, rate, worldCapacity[origin], elapsed)
+		if rate > 1.02*worldCapacity[origin] {
+			t.Errorf("%s takes %.1f/s, above its capacity %.0f/s + 2 %%", origin, rate, worldCapacity[origin])
+		}
+	}
+	// closest first: eu is filled, not merely relieved
+	if rate := float64(w.Origins["eu"].ConnsTo(WorldWebVIP)-before["eu"]) / elapsed; rate < 0.9*worldCapacity["eu"] {
+		t.Errorf("eu takes %.1f/s of its %.0f/s: ams spilled more than it needed to", rate, worldCapacity["eu"])
+	}
+	if sent, failed := web["ams"].Counts(); failed > 0 {
+		t.Errorf("ams: %d of %d requests to web failed", failed, sent)
+	}
+}
+
+// worldOriginFails: eu's backend fails; every node applies shares that give eu
+// nothing within 3 s: the health check's detection (1.5 s), a node's publication (1 s)
+// and a round (0.5 s).
+func worldOriginFails(t *testing.T, w *World) {
+	t.Helper()
+	t.Log("eu fails: its share is 0 everywhere within 3 s")
+	failed := time.Now()
+	if err := w.Origins["eu"].Close(); err != nil {
+		t.Fatal(err)
+	}
+	zero := map[string]map[string]float64{"ams": {"eu": 0, "us": 1}, "nyc": {"eu": 0, "us": 1}, "sin": {"eu": 0, "us": 1}}
+	var slowest time.Duration
+	var slowestNode string
+	for role, api := range w.API { // each node's own view: the shares it applies
+		if _, err := waitServiceSteering(api, "web", 10*time.Second, shares(zero)); err != nil {
+			t.Fatalf("%s: %v", role, err)
+		}
+		if took := time.Since(failed); took > slowest {
+			slowest, slowestNode = took, role
+		}
+	}
+	t.Logf("  every node gives eu nothing %v after it failed (the last: %s)", slowest.Round(time.Millisecond), slowestNode)
+	if slowest > 3*time.Second {
+		t.Errorf("eu's share reached 0 on every node %v after it failed, more than 3 s", slowest)
+	}
 }
 
 // webClients is, for each routed origin, its connections to web by source address.
