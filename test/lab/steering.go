@@ -165,6 +165,7 @@ type OfferedLoad struct {
 	stop         chan struct{}
 	loop, flows  sync.WaitGroup
 	sent, failed atomic.Uint64
+	lastErr      atomic.Value // error: the last failure's, for the report
 }
 
 // StartOfferedLoad starts sending from ns to url, rate new connections per second.
@@ -189,6 +190,7 @@ func StartOfferedLoad(ns, url string, rate float64) *OfferedLoad {
 					l.flows.Go(func() {
 						if _, err := HTTPGet(ns, url, 0); err != nil {
 							l.failed.Add(1)
+							l.lastErr.Store(err)
 						}
 					})
 				}
@@ -205,6 +207,12 @@ func (l *OfferedLoad) SetRate(rate float64) { l.rate <- rate }
 
 // Counts is how many requests were sent so far and how many of the finished ones failed.
 func (l *OfferedLoad) Counts() (sent, failed uint64) { return l.sent.Load(), l.failed.Load() }
+
+// LastErr is the error of the last request that failed (nil: none did).
+func (l *OfferedLoad) LastErr() error {
+	err, _ := l.lastErr.Load().(error)
+	return err
+}
 
 // Stop stops sending and waits for the requests under way.
 func (l *OfferedLoad) Stop() {

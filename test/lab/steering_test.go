@@ -386,16 +386,19 @@ func TestSteering(t *testing.T) {
 }
 
 // newFlowsOf is each LB node's count of new flows (manifold_new_flows_total, over its
-// backends), by role.
+// backends), by role. A scrape that times out (a loaded machine) is tried again.
 func newFlowsOf(t *testing.T, lbs map[*Host]string) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
 	for lb := range lbs {
-		_, families, err := Scrape(lb, "127.0.0.1:9100")
+		err := Eventually(10*time.Second, 100*time.Millisecond, func() error {
+			_, families, err := Scrape(lb, "127.0.0.1:9100")
+			out[lb.Role] = MetricSum(families, "manifold_new_flows_total")
+			return err
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[lb.Role] = MetricSum(families, "manifold_new_flows_total")
 	}
 	return out
 }

@@ -78,9 +78,11 @@ const (
 const worldToken = "lab-world-token-0123456789abcdef"
 
 // WorldHealth is the routed services' health check: a backend is down after Fall
-// failed checks.
-var WorldHealth = Health{Kind: "http", Port: HealthPort, Path: "/health", Interval: 500 * time.Millisecond,
-	Timeout: 300 * time.Millisecond, Rise: 1, Fall: 2}
+// failed checks. A refused check fails at once (a dead origin is seen within 1.2 to
+// 1.6 s); a slow one gets the whole interval, and three in a row must fail, so that a
+// loaded machine's stall of a second does not take a healthy backend down.
+var WorldHealth = Health{Kind: "http", Port: HealthPort, Path: "/health", Interval: 400 * time.Millisecond,
+	Timeout: 400 * time.Millisecond, Rise: 1, Fall: 3}
 
 // WorldSpec sizes the world.
 type WorldSpec struct {
@@ -199,7 +201,38 @@ func NewWorld(spec WorldSpec) (w *World, err error) {
 		}
 		l.logf("r-%s routes %s over its site's nodes, %v after they started", r, WorldWebVIP, took.Round(time.Millisecond))
 	}
+	if err := w.waitBFD(30 * time.Second); err != nil {
+		return w, err
+	}
 	return w, w.waitConnectors(60 * time.Second)
+}
+
+// waitBFD waits until every node's BFD session with its region's router is up and
+// the routers route the VIPs over their own sites again (a session may reset once as
+// its BFD comes up).
+func (w *World) waitBFD(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	err := Eventually(timeout, 100*time.Millisecond, func() error {
+		for role, api := range w.API {
+			st, err := api.Status()
+			if err != nil {
+				return err
+			}
+			if len(st.BGP.Peers) != 1 || st.BGP.Peers[0].BFD != "up" {
+				return fmt.Errorf("%s: BFD of its session with its region's router not up: %+v", role, st.BGP.Peers)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, r := range WorldRegions {
+		if _, err := w.Routers[r].WaitNextHops(WorldWebVIP, w.SiteAddrs(r), time.Until(deadline)); err != nil {
+			return fmt.Errorf("r-%s: %w", r, err)
+		}
+	}
+	return nil
 }
 
 // SiteAddrs are the addresses of a region's nodes: the next hops of its router's
