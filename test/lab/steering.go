@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -248,4 +249,53 @@ func waitServiceSteering(a *NodeAPI, service string, timeout time.Duration, cond
 		return cond(got)
 	})
 	return got, err
+}
+
+// describe is the decision in a line: each site's demand and shares, each origin's
+// load.
+func describe(st *wire.Steering) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "round %d by %s:", st.Round, st.Leader)
+	for _, site := range st.Decision.Sites {
+		fmt.Fprintf(&b, " %s %.0f/s", site.Site, site.Demand)
+		for _, sh := range site.Shares {
+			fmt.Fprintf(&b, " %s %.1f %% (target %.1f %%)", sh.Origin, 100*sh.Share, 100*sh.Target)
+		}
+		b.WriteString(";")
+	}
+	for _, o := range st.Decision.Origins {
+		fmt.Fprintf(&b, " %s load %.0f/%.0f", o.Origin, o.Load, o.Capacity)
+	}
+	return b.String()
+}
+
+// shares is a condition on the shares: each site's share of each origin within 1e-9.
+func shares(want map[string]map[string]float64) func(*wire.Steering) error {
+	return func(st *wire.Steering) error {
+		for site, m := range want {
+			for origin, w := range m {
+				if got := st.Shares[site][origin]; math.Abs(got-w) > 1e-9 {
+					return fmt.Errorf("%s's share of %s is %.3f, want %.3f (round %d)", site, origin, got, w, st.Round)
+				}
+			}
+		}
+		return nil
+	}
+}
+
+// NewFlowsOf is each LB node's count of new flows (manifold_new_flows_total, over its
+// backends), by role. A scrape that times out (a loaded machine) is tried again.
+func NewFlowsOf(lbs map[*Host]string) (map[string]float64, error) {
+	out := map[string]float64{}
+	for lb := range lbs {
+		err := Eventually(10*time.Second, 100*time.Millisecond, func() error {
+			_, families, err := Scrape(lb, "127.0.0.1:9100")
+			out[lb.Role] = MetricSum(families, "manifold_new_flows_total")
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
