@@ -5,12 +5,13 @@
 // one-line verdict. It tears everything down at the end, on Ctrl-C or on failure (then
 // keeping the logs).
 //
-// A start of issue 27's item 4: the acts and the narration are there; the PNG plots of
-// the shares, the origins' loads and each region's latency are not yet.
+// While it runs it samples lb-ams1's shares and the origins' loads, and each region's
+// latency to web; at the end bench/world_plot.py draws them (PNG, matplotlib).
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -32,10 +34,11 @@ const webRate, tunRate = 20, 5
 
 func main() {
 	manifold := flag.String("manifold", "bin/manifold", "the manifold binary (make build)")
+	out := flag.String("out", "bin/demo-global", "where the plots (and their data) go")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, *manifold)
+	err := run(ctx, *manifold, *out)
 	switch {
 	case ctx.Err() != nil:
 		fmt.Println("\nInterrupted; the world has been removed.")
@@ -47,7 +50,7 @@ func main() {
 	fmt.Println("Done.")
 }
 
-func run(ctx context.Context, manifold string) (err error) {
+func run(ctx context.Context, manifold, out string) (err error) {
 	if err := lab.Preflight("the global demo", &manifold, hostprog.Nginx, hostprog.Ethtool, hostprog.IP, hostprog.Bird,
 		hostprog.Birdc, hostprog.Curl, hostprog.Etcd, hostprog.Nft); err != nil {
 		return err
@@ -93,6 +96,8 @@ func run(ctx context.Context, manifold string) (err error) {
 
 	loads := w.StartLoads(webRate, tunRate)
 	defer loads.Stop()
+	rec := startRecorder(w)
+	defer rec.stop()
 	everyoneOnUS := map[string]map[string]float64{"ams": {"eu": 0, "us": 1}, "nyc": {"eu": 0, "us": 1}, "sin": {"eu": 0, "us": 1}}
 	acts := []struct {
 		title, explanation string
@@ -115,6 +120,7 @@ func run(ctx context.Context, manifold string) (err error) {
 			return ctx.Err()
 		}
 		step(i+3, a.title, a.explanation)
+		rec.mark(a.title)
 		problems, err := a.act(func(format string, args ...any) { fmt.Printf("  "+format+"\n", args...) })
 		if err != nil {
 			return err
@@ -129,7 +135,145 @@ func run(ctx context.Context, manifold string) (err error) {
 		}
 	}
 	fmt.Printf("\nThe world ran for %v.\n", time.Since(start).Round(time.Second))
+	rec.stop()
+	return plot(rec, out)
+}
+
+// plot writes the recording to out/world.json and has bench/world_plot.py draw it.
+func plot(rec *recorder, out string) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	data := filepath.Join(out, "world.json")
+	b, err := json.Marshal(rec.series)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(data, b, 0o644); err != nil {
+		return err
+	}
+	cmd := hostprog.Command(hostprog.Python3, "bench/world_plot.py", data, out)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("bench/world_plot.py (python3-matplotlib, make deps): %w", err)
+	}
+	fmt.Printf("\nPlots: %s (shares and origin loads), %s (each region's latency to web); data %s\n",
+		filepath.Join(out, "world-shares.png"), filepath.Join(out, "world-latency.png"), data)
 	return nil
+}
+
+// series is what the recorder sampled, times in seconds since its start.
+type series struct {
+	Acts    []act     `json:"acts"`
+	Shares  []share   `json:"shares"`
+	Loads   []load    `json:"loads"`
+	Latency []latency `json:"latency"`
+}
+
+type act struct {
+	T     float64 `json:"t"`
+	Title string  `json:"title"`
+}
+
+type share struct {
+	T       float64 `json:"t"`
+	Service string  `json:"service"`
+	Site    string  `json:"site"`
+	Origin  string  `json:"origin"`
+	Share   float64 `json:"share"`
+}
+
+type load struct {
+	T        float64 `json:"t"`
+	Service  string  `json:"service"`
+	Origin   string  `json:"origin"`
+	Load     float64 `json:"load"`
+	Capacity float64 `json:"capacity"`
+}
+
+// latency is one request's time to answer, -1 when it failed.
+type latency struct {
+	T      float64 `json:"t"`
+	Region string  `json:"region"`
+	MS     float64 `json:"ms"`
+}
+
+// recorder samples the shares lb-ams1 applies, the origins' loads in the decision,
+// and every region's latency to web (a request on a new connection), every 250 ms.
+type recorder struct {
+	start  time.Time
+	mu     sync.Mutex
+	series series
+	done   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+const sampleEvery = 250 * time.Millisecond
+
+func startRecorder(w *lab.World) *recorder {
+	r := &recorder{start: time.Now(), done: make(chan struct{})}
+	api := w.API["lb-ams1"]
+	r.every(func(t float64) {
+		st, err := api.Steering()
+		if err != nil {
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, svc := range st.Services {
+			for site, m := range svc.Shares {
+				for origin, sh := range m {
+					r.series.Shares = append(r.series.Shares, share{t, svc.Service, site, origin, sh})
+				}
+			}
+			for _, o := range svc.Decision.Origins {
+				r.series.Loads = append(r.series.Loads, load{t, svc.Service, o.Origin, o.Load, o.Capacity})
+			}
+		}
+	})
+	for _, region := range lab.WorldRegions {
+		ns := w.Clients[region].NS
+		r.every(func(t float64) {
+			began := time.Now()
+			ms := -1.0
+			if _, err := lab.HTTPGet(ns, lab.URL(lab.WorldWebVIP, 80), 0); err == nil {
+				ms = float64(time.Since(began).Microseconds()) / 1000
+			}
+			r.mu.Lock()
+			r.series.Latency = append(r.series.Latency, latency{t, region, ms})
+			r.mu.Unlock()
+		})
+	}
+	return r
+}
+
+// every runs sample every sampleEvery until the recorder stops.
+func (r *recorder) every(sample func(t float64)) {
+	r.wg.Go(func() {
+		tick := time.NewTicker(sampleEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-r.done:
+				return
+			case now := <-tick.C:
+				sample(now.Sub(r.start).Seconds())
+			}
+		}
+	})
+}
+
+// mark records the start of an act.
+func (r *recorder) mark(title string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.series.Acts = append(r.series.Acts, act{time.Since(r.start).Seconds(), title})
+}
+
+func (r *recorder) stop() {
+	r.once.Do(func() { close(r.done) })
+	r.wg.Wait()
 }
 
 func step(n int, title, explanation string) {
