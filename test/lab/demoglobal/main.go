@@ -121,7 +121,23 @@ func run(ctx context.Context, manifold, out string) (err error) {
 		}
 		step(i+3, a.title, a.explanation)
 		rec.mark(a.title)
-		problems, err := a.act(func(format string, args ...any) { fmt.Printf("  "+format+"\n", args...) })
+		// the act runs aside, so that Ctrl-C tears the world down at once, not after it
+		type result struct {
+			problems lab.Problems
+			err      error
+		}
+		done := make(chan result, 1)
+		go func() {
+			p, err := a.act(func(format string, args ...any) { fmt.Printf("  "+format+"\n", args...) })
+			done <- result{p, err}
+		}()
+		var r result
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case r = <-done:
+		}
+		problems, err := r.problems, r.err
 		if err != nil {
 			return err
 		}
