@@ -14,7 +14,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Tests that need root (BPF, namespaces) skip with a reason without it.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all deps bench-deps build connect-cross deb generate check-generated vet test unit fuzz lab demo bench soak clean kube-apiserver image connect-image
+.PHONY: all deps bench-deps build connect-cross deb generate check-generated vet test unit fuzz lab demo demo-global bench soak clean kube-apiserver image connect-image
 
 all: build
 
@@ -141,6 +141,10 @@ lab: deps build
 
 demo: deps build
 	$(GO) run ./test/lab/demo
+
+# demo-global: the world of TestWorld narrated act by act (docs/global-accelerator.md)
+demo-global: deps build
+	$(GO) run ./test/lab/demoglobal -manifold $(BIN)
 
 # soak: the chaos soak (test/lab/soak.go), ROUNDS rounds of at most 5 s, a fault each,
 # drawn from SEED (from the clock when empty; printed first, to replay a failure). Not
