@@ -17,8 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quic-go/quic-go"
-
 	"github.com/manifoldlb/manifold/internal/listen"
 )
 
@@ -81,7 +79,7 @@ func (e *Edge) join(ctx context.Context, service string, client net.Conn, idle *
 // (another edge's relay too when relays): it waits up to QueueTimeout for one, and
 // tries another when a stream fails before carrying a byte. The caller releases the
 // slot once the stream has ended; nil when none could be had.
-func (e *Edge) connect(ctx context.Context, h streamHeader, relays bool) (*edgeTunnel, *serviceSlot, *quic.Stream) {
+func (e *Edge) connect(ctx context.Context, h streamHeader, relays bool) (*edgeTunnel, *serviceSlot, tunnelStream) {
 	service := h.Service
 	tried := map[*edgeTunnel]bool{}
 	deadline := e.cfg.Clock.NewTimer(e.cfg.QueueTimeout)
@@ -191,7 +189,7 @@ func (e *Edge) release(t *edgeTunnel, slot *serviceSlot) {
 
 // openStream opens a stream for a client connection and waits for the connector to
 // say it reached the origin.
-func openStream(conn *quic.Conn, version int, h streamHeader) (*quic.Stream, error) {
+func openStream(conn tunnelConn, version int, h streamHeader) (tunnelStream, error) {
 	header, err := h.encode(version)
 	if err != nil {
 		return nil, err
@@ -210,7 +208,7 @@ func openStream(conn *quic.Conn, version int, h streamHeader) (*quic.Stream, err
 	return s, nil
 }
 
-func readAck(s *quic.Stream, header []byte) error {
+func readAck(s tunnelStream, header []byte) error {
 	if _, err := s.Write(header); err != nil {
 		return err
 	}

@@ -145,11 +145,12 @@ type muxStream struct {
 	rstRecv    bool
 	deadline   time.Time
 	// send side
-	sendWindow int
-	opened     bool // the open flag is sent (or the peer opened it)
-	finSent    bool
-	rstSent    bool
-	removed    bool
+	writeDeadline time.Time
+	sendWindow    int
+	opened        bool // the open flag is sent (or the peer opened it)
+	finSent       bool
+	rstSent       bool
+	removed       bool
 
 	readable chan struct{} // capacity 1: data, fin, rst, deadline or the connection's end
 	writable chan struct{} // capacity 1: window, rst or the connection's end
@@ -590,23 +591,31 @@ func (s *muxStream) Read(p []byte) (int, error) {
 		if s.m.ctx.Err() != nil {
 			return 0, s.m.closeErr()
 		}
-		var timeout <-chan time.Time
-		if !deadline.IsZero() {
-			d := time.Until(deadline)
-			if d <= 0 {
-				return 0, os.ErrDeadlineExceeded
-			}
-			t := time.NewTimer(d)
-			timeout = t.C
-			defer t.Stop() // a wait or two per Read: the deadlines are the control stream's
-		}
-		select {
-		case <-s.readable:
-		case <-s.m.ctx.Done():
-		case <-timeout:
-			return 0, os.ErrDeadlineExceeded
+		if err := waitUntil(deadline, s.readable, s.m.ctx.Done()); err != nil {
+			return 0, err
 		}
 	}
+}
+
+// waitUntil waits for wake or done, or fails at deadline (the zero time: none).
+func waitUntil(deadline time.Time, wake <-chan struct{}, done <-chan struct{}) error {
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		d := time.Until(deadline)
+		if d <= 0 {
+			return os.ErrDeadlineExceeded
+		}
+		t := time.NewTimer(d) // only the control stream's reads have deadlines
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-wake:
+	case <-done:
+	case <-timeout:
+		return os.ErrDeadlineExceeded
+	}
+	return nil
 }
 
 // take copies buffered data into p; the caller holds s.mu.
@@ -641,10 +650,10 @@ func (s *muxStream) Write(p []byte) (int, error) {
 	for len(p) > 0 {
 		s.mu.Lock()
 		for s.sendWindow == 0 && !s.rstRecv && !s.rstSent && !s.finSent && s.m.ctx.Err() == nil {
+			deadline := s.writeDeadline
 			s.mu.Unlock()
-			select {
-			case <-s.writable:
-			case <-s.m.ctx.Done():
+			if err := waitUntil(deadline, s.writable, s.m.ctx.Done()); err != nil {
+				return written, err
 			}
 			s.mu.Lock()
 		}
@@ -731,4 +740,19 @@ func (s *muxStream) SetReadDeadline(t time.Time) error {
 	s.mu.Unlock()
 	wake(s.readable)
 	return nil
+}
+
+// SetWriteDeadline bounds a Write's wait for the stream's window (not a write the
+// connection itself is stuck in: that ends with the connection).
+func (s *muxStream) SetWriteDeadline(t time.Time) error {
+	s.mu.Lock()
+	s.writeDeadline = t
+	s.mu.Unlock()
+	wake(s.writable)
+	return nil
+}
+
+func (s *muxStream) SetDeadline(t time.Time) error {
+	_ = s.SetReadDeadline(t)
+	return s.SetWriteDeadline(t)
 }

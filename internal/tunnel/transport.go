@@ -48,6 +48,10 @@ type tunnelStream interface {
 	CancelRead(quic.StreamErrorCode)
 	CancelWrite(quic.StreamErrorCode)
 	SetReadDeadline(t time.Time) error
+	// SetWriteDeadline bounds a Write's wait for the peer (its flow control);
+	// SetDeadline sets both.
+	SetWriteDeadline(t time.Time) error
+	SetDeadline(t time.Time) error
 }
 
 // quicConn is a QUIC connection as a tunnelConn.
