@@ -67,11 +67,14 @@ func (e *Edge) join(ctx context.Context, service string, client net.Conn, idle *
 	// moving bytes either (QueueTimeout ends that wait far sooner anyway)
 	seen := idle.add(client)
 	defer idle.remove(seen)
-	t, slot, s := e.connect(ctx, streamHeader{Service: service, Client: addrPortOf(client.RemoteAddr()), VIP: addrPortOf(client.LocalAddr())}, true)
+	h := streamHeader{Service: service, Client: addrPortOf(client.RemoteAddr()), VIP: addrPortOf(client.LocalAddr()), Data: firstBytes(client)}
+	t, slot, s := e.connect(ctx, h, true)
 	if t == nil {
 		return
 	}
-	_ = proxy(client, s, byteCounters{&t.bytesToOrigin, &e.bytesToOrigin}, byteCounters{&t.bytesFromOrg, &e.bytesFromOrigin}, seen)
+	toOrigin := byteCounters{&t.bytesToOrigin, &e.bytesToOrigin}
+	toOrigin.add(len(h.Data))
+	_ = proxy(client, s, toOrigin, byteCounters{&t.bytesFromOrg, &e.bytesFromOrigin}, seen)
 	e.release(t, slot)
 }
 
@@ -190,6 +193,10 @@ func (e *Edge) release(t *edgeTunnel, slot *serviceSlot) {
 // openStream opens a stream for a client connection and waits for the connector to
 // say it reached the origin.
 func openStream(conn tunnelConn, version int, h streamHeader) (tunnelStream, error) {
+	data := h.Data
+	if version == 1 { // no first bytes in its header: they follow the answer
+		h.Data = nil
+	}
 	header, err := h.encode(version)
 	if err != nil {
 		return nil, err
@@ -204,6 +211,13 @@ func openStream(conn tunnelConn, version int, h streamHeader) (tunnelStream, err
 		s.CancelRead(streamAborted)
 		s.CancelWrite(streamAborted)
 		return nil, err
+	}
+	if version == 1 && len(data) > 0 {
+		if _, err := s.Write(data); err != nil {
+			s.CancelRead(streamAborted)
+			s.CancelWrite(streamAborted)
+			return nil, err
+		}
 	}
 	return s, nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"golang.org/x/sys/unix"
 )
 
 // muxPair is the two ends of a multiplexed TCP connection on loopback: the dialling
@@ -385,4 +386,24 @@ func BenchmarkMuxOneStream(b *testing.B) {
 		}
 	}
 	<-done
+}
+
+// firstBytes takes what a client has sent, and returns at once when it has sent
+// nothing (a protocol where the server speaks first).
+func TestFirstBytes(t *testing.T) {
+	client, server := tcpPair(t)
+	if got := firstBytes(server); got != nil {
+		t.Fatalf("first bytes of a silent client: %q, want none", got)
+	}
+	if _, err := client.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := server.(*net.TCPConn).SyscallConn()
+	_ = raw.Read(func(fd uintptr) bool { // wait for the bytes to be there
+		_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 10000)
+		return err == nil
+	})
+	if got := firstBytes(server); string(got) != "hello" {
+		t.Fatalf("first bytes %q, want hello", got)
+	}
 }

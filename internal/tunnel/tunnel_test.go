@@ -547,3 +547,53 @@ func TestAnEdgeWithoutAConnectorRelaysToOneWithIt(t *testing.T) {
 	a.stop()
 	waitFor(t, &far.notifier, 5*time.Second, "near's offer withdrawn", func() bool { return !far.Connected()["web"] })
 }
+
+// The client's first bytes travel with the stream's header, and go again to another
+// connector when the first cannot reach its origin: the origin gets the request whole,
+// once. The client connects and speaks before the edge accepts it, so that its bytes
+// are there when the edge opens the stream.
+func TestTheClientsFirstBytesTravelWithTheStream(t *testing.T) {
+	overTransports(t, func(t *testing.T) {
+		e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{})
+		o := startOrigin(t, "b")
+		startConnector(t, e.connectorFile(t, "a", tokenWeb, "  - {name: web, to: 127.0.0.1:1, capacity: 1000}\n"))
+		headers := make(chan streamHeader, 10)
+		startConnectorWith(t, e.connectorFile(t, "b", tokenWeb, "  - {name: web, to: "+o.addr+", capacity: 1}\n"), func(c *Connector) {
+			c.origin = func(h streamHeader) (net.Conn, error) {
+				headers <- h
+				return c.dialTo(h)
+			}
+		})
+		waitFor(t, &e.notifier, 5*time.Second, "connectors a and b attached", func() bool { return len(e.Tunnels()) == 2 })
+
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		client, err := net.Dial("tcp", ln.Addr().String()) // in the backlog: not accepted yet
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		request := "GET / HTTP/1.0\r\nHost: web\r\n\r\n"
+		if _, err := client.Write([]byte(request)); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		served := make(chan error)
+		go func() { served <- e.Serve(ctx, "web", ln) }()
+		defer func() { cancel(); <-served }()
+
+		_ = client.SetReadDeadline(time.Now().Add(20 * time.Second))
+		response, err := io.ReadAll(client)
+		if err != nil || !strings.Contains(string(response), "hello from b") {
+			t.Fatalf("response %q, error %v: want b's", response, err)
+		}
+		if h := <-headers; string(h.Data) != request {
+			t.Errorf("the stream's header carried %q, want the client's request %q", h.Data, request)
+		}
+		if c := e.Counters(); c.StreamRetries != 1 || o.served.Load() != 1 {
+			t.Errorf("%d retries, %d requests served: want a tried first (capacity 1000 to 1), the request served once", c.StreamRetries, o.served.Load())
+		}
+	})
+}
