@@ -253,8 +253,13 @@ func (c *Connector) control(ctx context.Context, conn tunnelConn, control *contr
 	received := make(chan message)
 	failed := make(chan error, 1)
 	go func() { // owned by the session: ends when conn closes or the edge falls silent
+		deadline := time.Now().Add(deadAfter)
 		for {
-			m, err := control.receive(time.Now().Add(deadAfter))
+			m, err := control.receive(deadline)
+			deadline = time.Now().Add(deadAfter)
+			if stillHeard(conn, err, &deadline) {
+				continue // the pong is behind the tunnel's data, which does arrive
+			}
 			if err != nil {
 				failed <- err
 				return

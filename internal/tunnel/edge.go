@@ -517,10 +517,14 @@ func (e *Edge) refuse(conn tunnelConn, remote, reason, msg string) {
 
 // serveControl answers pings and drains until the tunnel closes or falls silent.
 func (e *Edge) serveControl(t *edgeTunnel) {
+	deadline := time.Now().Add(deadAfter)
 	for {
-		m, err := t.control.receive(time.Now().Add(deadAfter))
+		m, err := t.control.receive(deadline)
+		deadline = time.Now().Add(deadAfter)
 		var netErr net.Error
 		switch {
+		case stillHeard(t.conn, err, &deadline):
+			continue // the ping is behind the tunnel's data, which does arrive
 		case errors.As(err, &netErr) && netErr.Timeout():
 			e.gone.Add(1)
 			e.log.Warn("tunnel gone: no ping", "tunnel", t.id, "connector", t.connector, "for", deadAfter)

@@ -104,7 +104,11 @@ type muxConn struct {
 
 	accept        chan *muxStream
 	pendingResets atomic.Int32
+	heard         atomic.Int64 // when the last frame arrived, in Unix nanoseconds
 }
+
+// lastHeard is when the last frame arrived from the peer.
+func (m *muxConn) lastHeard() time.Time { return time.Unix(0, m.heard.Load()) }
 
 // newMux runs the multiplexer over conn, the peer allowed to open at most
 // maxIncoming streams at once (more are reset). ctx's values are the connection's
@@ -335,6 +339,7 @@ func (m *muxConn) read() error {
 			}
 			return err
 		}
+		m.heard.Store(time.Now().UnixNano())
 		f := muxFrame{typ: hdr[0], flags: hdr[1], id: binary.BigEndian.Uint32(hdr[2:]), length: binary.BigEndian.Uint32(hdr[6:])}
 		if err := f.check(); err != nil {
 			return m.broken(err)
@@ -511,7 +516,8 @@ func (s *muxStream) receive(payload []byte, chunk *[]byte, flags byte) (kept boo
 			wake(s.writable)
 		}
 	}()
-	if s.finRecv || s.rstRecv {
+	// after its fin, a peer may still abort (its reader gave up): nothing else
+	if s.rstRecv || (s.finRecv && (flags != flagRst || len(payload) > 0)) {
 		return false, fmt.Errorf("stream %d: a frame after its end", s.id)
 	}
 	if len(payload) > s.recvWindow {

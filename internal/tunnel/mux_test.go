@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -222,6 +223,27 @@ func TestMuxHalfClose(t *testing.T) {
 	}
 }
 
+// A side that has sent its fin may still abort the stream (its reader gave up, as a
+// connector refusing a stream does): the peer reads the data before the fin, and the
+// connection goes on.
+func TestMuxResetAfterFin(t *testing.T) {
+	client, server := muxPair(t, 10)
+	s, _ := client.OpenStreamSync(context.Background())
+	_, _ = s.Write([]byte("refused"))
+	_ = s.Close()
+	s.CancelRead(streamAborted)
+	in := accept(t, server)
+	if got, err := io.ReadAll(in); string(got) != "refused" || err != nil {
+		t.Fatalf("read %q, %v; want the data up to the fin", got, err)
+	}
+	again, _ := client.OpenStreamSync(context.Background())
+	_, _ = again.Write([]byte("x"))
+	_ = accept(t, server)
+	if err := client.Context().Err(); err != nil {
+		t.Fatalf("the connection ended: %v", context.Cause(client.Context()))
+	}
+}
+
 // Past its limit of streams the peer opened, a side resets the new ones; an ended
 // stream gives its place back.
 func TestMuxStreamLimit(t *testing.T) {
@@ -405,5 +427,24 @@ func TestFirstBytes(t *testing.T) {
 	})
 	if got := firstBytes(server); string(got) != "hello" {
 		t.Fatalf("first bytes %q, want hello", got)
+	}
+}
+
+// A control stream's timeout over TCP is a vanished peer only if no frame at all came
+// within deadAfter: a pong behind the tunnel's data is late, not lost.
+func TestStillHeard(t *testing.T) {
+	client, _ := muxPair(t, 10)
+	var deadline time.Time
+	client.heard.Store(time.Now().UnixNano())
+	if !stillHeard(client, os.ErrDeadlineExceeded, &deadline) || time.Until(deadline) <= 0 {
+		t.Errorf("a frame just heard: still heard %v, deadline in %s; want true and a deadline ahead", false, time.Until(deadline))
+	}
+	client.heard.Store(time.Now().Add(-deadAfter).UnixNano())
+	if stillHeard(client, os.ErrDeadlineExceeded, &deadline) {
+		t.Error("nothing heard for deadAfter: still heard")
+	}
+	client.heard.Store(time.Now().UnixNano())
+	if stillHeard(client, io.EOF, &deadline) {
+		t.Error("a connection that ended: still heard")
 	}
 }
