@@ -57,7 +57,7 @@ type pki struct {
 	caFile, certFile, keyFile string
 }
 
-func newPKI(t *testing.T) pki {
+func newPKI(t testing.TB) pki {
 	t.Helper()
 	dir := t.TempDir()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -99,7 +99,7 @@ func newPKI(t *testing.T) pki {
 	return p
 }
 
-func writeFile(t *testing.T, path, contents string) {
+func writeFile(t testing.TB, path, contents string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(contents), 0o600); err != nil {
 		t.Fatal(err)

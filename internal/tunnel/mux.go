@@ -49,8 +49,10 @@ import (
 const (
 	muxHeaderLen = 10
 	// muxMaxFrame bounds a data frame's payload: the largest read the reader makes
-	// at once, in a buffer it takes from a pool.
-	muxMaxFrame = 64 << 10
+	// at once, in a buffer it takes from a pool. As large as the proxy's large copy
+	// buffer, so that a bulk stream's write is one frame, and its reader is woken once
+	// per 256 KiB (the wake-ups between threads are the larger cost of a stream).
+	muxMaxFrame = 256 << 10
 	// muxStreamWindow is each stream's receive window: what the peer may send ahead
 	// of the reader, so the most a stalled stream buffers. 1 MiB keeps one stream at
 	// wire speed on a path of a few milliseconds (and on loopback under load).
@@ -525,11 +527,13 @@ func (s *muxStream) receive(payload []byte, chunk *[]byte, flags byte) (kept boo
 	}
 	s.recvWindow -= len(payload)
 	if len(payload) > 0 && !s.rstSent {
-		if chunk != nil {
+		// a frame that fills half a buffer keeps it; smaller ones are packed, so
+		// that the buffers held are at most twice the data (and the window) bounds
+		if chunk != nil && len(payload) >= muxMaxFrame/2 {
 			s.bufs = append(s.bufs, payload)
 			kept = true
 		} else if n := len(s.bufs); n > 0 && cap(s.bufs[n-1])-len(s.bufs[n-1]) >= len(payload) {
-			s.bufs[n-1] = append(s.bufs[n-1], payload...) // small frames share a buffer
+			s.bufs[n-1] = append(s.bufs[n-1], payload...)
 		} else {
 			b := muxBuffers.Get().(*[]byte)
 			s.bufs = append(s.bufs, append((*b)[:0], payload...))

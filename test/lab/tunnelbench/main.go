@@ -9,8 +9,8 @@
 // fixed, open-loop offered rate of 1000 and 4000 requests/s: see openLoop; and new
 // connections per second, one request each: conns.go). Every round measures every
 // tool once; figures are min/median/max over the rounds, and manifold's are compared
-// with rathole's run by run. After the rounds, once: the memory of 1000 idle client
-// connections and of 10 idle tunnels (conns.go). Targets are printed, never asserted.
+// with rathole's run by run. After the rounds, once, each tool started again: the
+// memory of 1000 idle client connections and of 10 idle tunnels (conns.go). Targets are printed, never asserted.
 //
 // The tools as configured: manifold, QUIC with TLS 1.3; manifold (TCP), its TLS 1.3
 // over TCP transport (the streams multiplexed over one connection); rathole,
@@ -156,10 +156,7 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int, d time.Dura
 	}
 	defer func() {
 		for _, t := range tools {
-			for _, p := range t.processes {
-				_ = p.Process.Signal(syscall.SIGTERM)
-				_ = p.Wait()
-			}
+			stopTool(t)
 		}
 	}()
 	for _, t := range tools {
@@ -175,31 +172,6 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int, d time.Dura
 	loadBefore := loadAverage()
 	results := map[string]map[string][]float64{} // tool → metric → runs
 	notes := map[string][]string{}
-	// memory first, of processes that have carried nothing else yet: freed memory
-	// from the rounds would hide the growth
-	for _, t := range tools {
-		if results[t.name] == nil {
-			results[t.name] = map[string][]float64{}
-		}
-		kib, err := idleConnMemory(t, idleConns)
-		if err != nil {
-			notes[t.name] = append(notes[t.name], fmt.Sprintf("idle connections: %v", err))
-		} else {
-			results[t.name][metricIdleConnKiB] = []float64{kib}
-		}
-		line := fmt.Sprintf("%-15s %d idle client connections: %.1f KiB each", t.name, idleConns, kib)
-		if t.idleTunnel != nil {
-			server, client, err := idleTunnelMemory(dir, t, idleTunnels)
-			if err != nil {
-				notes[t.name] = append(notes[t.name], fmt.Sprintf("idle tunnels: %v", err))
-			} else {
-				results[t.name][metricTunnelEdgeKiB] = []float64{server}
-				results[t.name][metricTunnelConnKiB] = []float64{client}
-			}
-			line += fmt.Sprintf("; %d idle tunnels: %.0f KiB each at the server, %.0f KiB per client process", idleTunnels, server, client)
-		}
-		fmt.Println(line)
-	}
 	for round := 1; round <= rounds; round++ {
 		for _, t := range tools {
 			if ctx.Err() != nil {
@@ -240,10 +212,44 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int, d time.Dura
 			fmt.Println(line)
 		}
 	}
+	// memory last, of each tool started again: memory freed in the rounds would hide
+	// the growth, and a tool left with 1000 idle connections may not serve the rounds
+	// as before (rathole's Noise transport did not)
+	for _, t := range tools {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		stopTool(t)
+		t.broken = ""
+		if err := starts[t.name](dir, t); err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
+		}
+		if err := waitServing(t, 20*time.Second); err != nil {
+			return fmt.Errorf("%s started again: %w", t.name, err)
+		}
+		kib, err := idleConnMemory(t, idleConns)
+		if err != nil {
+			notes[t.name] = append(notes[t.name], fmt.Sprintf("idle connections: %v", err))
+		} else {
+			results[t.name][metricIdleConnKiB] = []float64{kib}
+		}
+		line := fmt.Sprintf("%-15s %d idle client connections: %.1f KiB each", t.name, idleConns, kib)
+		if t.idleTunnel != nil {
+			server, client, err := idleTunnelMemory(dir, t, idleTunnels)
+			if err != nil {
+				notes[t.name] = append(notes[t.name], fmt.Sprintf("idle tunnels: %v", err))
+			} else {
+				results[t.name][metricTunnelEdgeKiB] = []float64{server}
+				results[t.name][metricTunnelConnKiB] = []float64{client}
+			}
+			line += fmt.Sprintf("; %d idle tunnels: %.0f KiB each at the server, %.0f KiB per client process", idleTunnels, server, client)
+		}
+		fmt.Println(line)
+	}
 	part := bench.Part{Name: "tunnel", Method: fmt.Sprintf("Loopback, one machine, every tool in the same %d rounds: iperf3 -c 127.0.0.1 -t %d "+
 		"through each tunnel (one TCP stream); HTTP GET of a 13-byte answer at a fixed open-loop rate (latency counted from each request's "+
 		"due time, a failed request counted as the client's 5 s timeout; keep-alive connections, 1 s unrecorded warm-up); new connections/s: "+
-		"16 workers opening a connection per request, back to back. Once after the rounds: resident memory (VmRSS) growth of the tool's processes "+
+		"16 workers opening a connection per request, back to back. Once after the rounds, each tool started again: resident memory (VmRSS) growth of the tool's processes "+
 		"per idle client connection (1000, one request each), and per idle tunnel (10 more clients) at the server, with a client process's own. "+
 		"manifold: QUIC + TLS 1.3; manifold (TCP): TLS 1.3 over TCP, streams multiplexed; rathole: TCP, no encryption; "+
 		"rathole (Noise): TCP with its Noise transport (Noise_NK_25519_ChaChaPoly_BLAKE2s); bore: TCP.",
@@ -384,6 +390,15 @@ func startOrigins(dir string) (func(), error) {
 	}, nil
 }
 
+// stopTool ends the tool's processes.
+func stopTool(t *tool) {
+	for _, p := range t.processes {
+		_ = p.Process.Signal(syscall.SIGTERM)
+		_ = p.Wait()
+	}
+	t.processes = nil
+}
+
 func startLogged(dir, name string, cmd *exec.Cmd) error {
 	log, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
@@ -397,7 +412,7 @@ func startLogged(dir, name string, cmd *exec.Cmd) error {
 func startManifold(manifold, transport string, edgePort int) func(string, *tool) error {
 	return func(dir string, t *tool) error {
 		dir = filepath.Join(dir, "manifold-"+transport)
-		if err := os.Mkdir(dir, 0o755); err != nil {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
 		ca, cert, key, err := lab.TunnelPKI(dir, netip.MustParseAddr("127.0.0.1"))
