@@ -157,6 +157,7 @@ type muxStream struct {
 	finSent       bool
 	rstSent       bool
 	removed       bool
+	aborting      bool // an abort waits to send its reset: a Write waiting for window gives up
 
 	readable chan struct{} // capacity 1: data, fin, rst, deadline or the connection's end
 	writable chan struct{} // capacity 1: window, rst or the connection's end
@@ -659,7 +660,7 @@ func (s *muxStream) Write(p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
 		s.mu.Lock()
-		for s.sendWindow == 0 && !s.rstRecv && !s.rstSent && !s.finSent && s.m.ctx.Err() == nil {
+		for s.sendWindow == 0 && !s.rstRecv && !s.rstSent && !s.aborting && !s.finSent && s.m.ctx.Err() == nil {
 			deadline := s.writeDeadline
 			s.mu.Unlock()
 			if err := waitUntil(deadline, s.writable, s.m.ctx.Done()); err != nil {
@@ -673,7 +674,7 @@ func (s *muxStream) Write(p []byte) (int, error) {
 			err = s.m.closeErr()
 		case s.rstRecv:
 			err = errStreamReset
-		case s.rstSent, s.finSent:
+		case s.rstSent, s.aborting, s.finSent:
 			err = errStreamClosed
 		}
 		if err != nil {
@@ -713,6 +714,12 @@ func (s *muxStream) CancelRead(quic.StreamErrorCode)  { _ = s.finish(flagRst) }
 func (s *muxStream) CancelWrite(quic.StreamErrorCode) { _ = s.finish(flagRst) }
 
 func (s *muxStream) finish(flag byte) error {
+	if flag == flagRst { // a Write waiting for the peer's window must not hold the reset back
+		s.mu.Lock()
+		s.aborting = true
+		s.mu.Unlock()
+		wake(s.writable)
+	}
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	s.mu.Lock()

@@ -213,6 +213,46 @@ func TestMuxReset(t *testing.T) {
 	}
 }
 
+// An abort from another goroutine is not held back by a Write waiting for the peer's
+// window (a proxy tearing down both directions while one of them is stuck): the Write
+// fails, and the peer reads the data it had, then the reset.
+func TestMuxAbortDuringAWriteWaitingForWindow(t *testing.T) {
+	client, server := muxPair(t, 10)
+	s, _ := client.OpenStreamSync(context.Background())
+	written := make(chan error, 1)
+	go func() {
+		_, err := s.Write(make([]byte, 2*muxStreamWindow)) // the peer reads none of it
+		written <- err
+	}()
+	in := accept(t, server).(*muxStream)
+	for { // a whole window arrived: the writer waits for more
+		in.mu.Lock()
+		full := in.buffered == muxStreamWindow
+		in.mu.Unlock()
+		if full {
+			break
+		}
+		<-in.readable
+	}
+	aborted := make(chan struct{})
+	go func() {
+		s.CancelWrite(streamAborted)
+		close(aborted)
+	}()
+	select {
+	case <-aborted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the abort waited for the peer's window")
+	}
+	if err := <-written; !errors.Is(err, errStreamClosed) {
+		t.Errorf("the waiting write: %v, want closed", err)
+	}
+	got, err := io.ReadAll(in)
+	if len(got) != muxStreamWindow || !errors.Is(err, errStreamReset) {
+		t.Errorf("the peer read %d bytes, %v; want its window, then the reset", len(got), err)
+	}
+}
+
 // A fin ends one direction only: the other still carries data (a half-close).
 func TestMuxHalfClose(t *testing.T) {
 	client, server := muxPair(t, 10)
