@@ -597,3 +597,27 @@ func TestTheClientsFirstBytesTravelWithTheStream(t *testing.T) {
 		}
 	})
 }
+
+// A connector of transport auto dials QUIC where it passes, and TCP for an edge where
+// QUIC had no answer a while ago (the choice it remembers): both attach, each shown
+// with its transport on both sides.
+func TestAutoTransportDialsQUICOrTheRememberedTCP(t *testing.T) {
+	e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{})
+	o := startOrigin(t, "a")
+	startConnector(t, e.connectorFile(t, "quic", tokenWeb, web(o)))
+	remembered := startConnectorWith(t, e.connectorFile(t, "tcp", tokenWeb, web(o)), func(c *Connector) {
+		for _, l := range c.links {
+			l.tcpUntil = time.Now().Add(time.Hour)
+		}
+	})
+	waitFor(t, &e.notifier, 10*time.Second, "both connectors attached", func() bool { return len(e.Tunnels()) == 2 })
+	for name, want := range map[string]string{"quic": TransportQUIC, "tcp": TransportTCP} {
+		if s, _ := e.tunnelOf(name); s.Transport != want {
+			t.Errorf("connector %s's tunnel over %q, want %s", name, s.Transport, want)
+		}
+	}
+	waitFor(t, &remembered.notifier, 10*time.Second, "the connector's tunnel up", func() bool { return remembered.Links()[0].Up })
+	if links := remembered.Links(); len(links) != 1 || links[0].Transport != TransportTCP {
+		t.Errorf("the connector's links %+v, want its edge over tcp", links)
+	}
+}
