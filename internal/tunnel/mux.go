@@ -83,8 +83,26 @@ var (
 	errMuxClosed    = errors.New("tunnel connection closed")
 )
 
-// muxBuffers hold the data frames the reader reads whole: a bulk stream's.
-var muxBuffers = sync.Pool{New: func() any { b := make([]byte, muxMaxFrame); return &b }}
+// muxBuffers hold the data frames the reader reads whole: a bulk stream's; the small
+// ones pack the small frames (a request, an answer) of the many streams that carry
+// little, so that each holds 16 KiB while its reader is behind, not a frame's buffer.
+var (
+	muxBuffers      = sync.Pool{New: func() any { b := make([]byte, muxMaxFrame); return &b }}
+	muxSmallBuffers = sync.Pool{New: func() any { b := make([]byte, muxSmallBuffer); return &b }}
+)
+
+const muxSmallBuffer = 16 << 10
+
+// putBuffer gives a stream's buffer back to its pool.
+func putBuffer(b []byte) {
+	b = b[:0]
+	switch cap(b) {
+	case muxMaxFrame:
+		muxBuffers.Put(&b)
+	case muxSmallBuffer:
+		muxSmallBuffers.Put(&b)
+	}
+}
 
 // muxConn is one multiplexed connection.
 type muxConn struct {
@@ -536,7 +554,11 @@ func (s *muxStream) receive(payload []byte, chunk *[]byte, flags byte) (kept boo
 		} else if n := len(s.bufs); n > 0 && cap(s.bufs[n-1])-len(s.bufs[n-1]) >= len(payload) {
 			s.bufs[n-1] = append(s.bufs[n-1], payload...)
 		} else {
-			b := muxBuffers.Get().(*[]byte)
+			pool := &muxSmallBuffers
+			if len(payload) > muxSmallBuffer {
+				pool = &muxBuffers
+			}
+			b := pool.Get().(*[]byte)
 			s.bufs = append(s.bufs, append((*b)[:0], payload...))
 		}
 		s.buffered += len(payload)
@@ -637,8 +659,7 @@ func (s *muxStream) take(p []byte) int {
 		n += k
 		s.off += k
 		if s.off == len(s.bufs[0]) {
-			b := s.bufs[0][:0]
-			muxBuffers.Put(&b)
+			putBuffer(s.bufs[0])
 			s.bufs[0] = nil
 			s.bufs = s.bufs[1:]
 			s.off = 0
@@ -730,8 +751,7 @@ func (s *muxStream) finish(flag byte) error {
 	if flag == flagRst {
 		s.rstSent = true
 		for _, b := range s.bufs {
-			b = b[:0]
-			muxBuffers.Put(&b)
+			putBuffer(b)
 		}
 		s.bufs, s.off, s.buffered = nil, 0, 0
 	} else {
