@@ -62,6 +62,10 @@ const (
 	// muxMaxPendingResets bounds the resets of refused streams being sent at once; a
 	// peer that opens past the limit faster than it reads is broken, and closed.
 	muxMaxPendingResets = 64
+	// muxQueuedFrame: frames with at most this much payload are queued and written
+	// together (writeFrame); muxMaxQueue bounds the queue.
+	muxQueuedFrame = 4 << 10
+	muxMaxQueue    = 256 << 10
 	// tlsRecord is TLS's largest record: a frame's header is sent with the first
 	// record of its payload, so that it costs no record (and no syscall) of its own.
 	tlsRecord = 16 << 10
@@ -112,8 +116,11 @@ type muxConn struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 
-	wmu  sync.Mutex // one frame at a time; held across the write
-	wbuf []byte     // a frame's header and first record, under wmu
+	wmu      sync.Mutex // the socket: one write at a time; held across it
+	wbuf     []byte     // a large frame's header and first record, under wmu
+	flushing []byte     // the queue being written, under wmu
+	qmu      sync.Mutex
+	queue    []byte // small frames to write, in order (writeFrame)
 
 	mu          sync.Mutex
 	streams     map[uint32]*muxStream
@@ -308,25 +315,89 @@ func (m *muxConn) fail(err error) {
 }
 
 // writeFrame sends one frame; length is the payload's but for a window frame's.
+//
+// A small frame (a request, an answer, a window, a fin) is queued, and written by
+// whichever writer holds the socket, with every other frame queued meanwhile, in one
+// write (group commit): a writer that finds the socket taken does not wait for it, and
+// many streams' small frames cost one TLS write, as QUIC packs them into one packet,
+// instead of a convoy of writers each waiting for the lock (its holder descheduled on a
+// loaded machine holds them all). A large frame takes the socket, after the queue.
 func (m *muxConn) writeFrame(typ, flags byte, id, length uint32, payload []byte) error {
-	m.wmu.Lock()
-	defer m.wmu.Unlock()
 	if err := m.ctx.Err(); err != nil {
 		return m.closeErr()
 	}
-	if err := m.writeFrameLocked(typ, flags, id, length, payload); err != nil {
+	if len(payload) <= muxQueuedFrame {
+		m.qmu.Lock()
+		m.queue = appendFrameHeader(m.queue, typ, flags, id, length)
+		m.queue = append(m.queue, payload...)
+		full := len(m.queue) >= muxMaxQueue
+		m.qmu.Unlock()
+		if full {
+			m.wmu.Lock() // the queue is bounded: past it, a writer waits its turn
+		} else if !m.wmu.TryLock() {
+			return nil // the socket's holder writes the frame before it lets go
+		}
+		return m.flushUnlock()
+	}
+	m.wmu.Lock()
+	err := m.flushLocked() // the frames queued before this one go first
+	if err == nil {
+		err = m.writeFrameLocked(typ, flags, id, length, payload)
+	}
+	if err != nil {
+		m.wmu.Unlock()
 		m.fail(err)
 		return err
 	}
-	return nil
+	return m.flushUnlock()
+}
+
+// flushLocked writes the queued frames; the caller holds wmu.
+func (m *muxConn) flushLocked() error {
+	for {
+		m.qmu.Lock()
+		if len(m.queue) == 0 {
+			m.qmu.Unlock()
+			return nil
+		}
+		m.queue, m.flushing = m.flushing[:0], m.queue
+		m.qmu.Unlock()
+		if _, err := m.conn.Write(m.flushing); err != nil {
+			return err
+		}
+	}
+}
+
+// flushUnlock writes the queue and lets the socket go; a frame queued between the
+// last write and the unlock found the socket taken, so it takes the socket again for
+// it (unless another writer did).
+func (m *muxConn) flushUnlock() error {
+	for {
+		err := m.flushLocked()
+		m.wmu.Unlock()
+		if err != nil {
+			m.fail(err)
+			return err
+		}
+		m.qmu.Lock()
+		pending := len(m.queue) > 0
+		m.qmu.Unlock()
+		if !pending || !m.wmu.TryLock() {
+			return nil
+		}
+	}
+}
+
+func appendFrameHeader(b []byte, typ, flags byte, id, length uint32) []byte {
+	b = append(b, typ, flags)
+	b = binary.BigEndian.AppendUint32(b, id)
+	return binary.BigEndian.AppendUint32(b, length)
 }
 
 // writeFrameLocked writes the header with the payload's first record in one write,
 // the rest straight from the caller's buffer: one copy of at most a record.
 func (m *muxConn) writeFrameLocked(typ, flags byte, id, length uint32, payload []byte) error {
-	b := append(m.wbuf[:0], typ, flags)
-	b = binary.BigEndian.AppendUint32(b, id)
-	b = binary.BigEndian.AppendUint32(b, length)
+	b := appendFrameHeader(m.wbuf[:0], typ, flags, id, length)
 	first := min(len(payload), tlsRecord-muxHeaderLen)
 	b = append(b, payload[:first]...)
 	if _, err := m.conn.Write(b); err != nil {
