@@ -7,7 +7,9 @@ package tunnel
 //	Write (the caller's goroutine) ── waits for the stream's send window, then
 //	                                   writes the frame itself under the connection's
 //	                                   write lock: no writer goroutine, no copy but the
-//	                                   frame's first record
+//	                                   frame's first record; a small frame is queued
+//	                                   and written with the others queued by whichever
+//	                                   writer holds the lock (writeFrame)
 //	readLoop (one goroutine per connection) ── reads a frame, appends its data to the
 //	                                   stream's buffer (at most its window), wakes its
 //	                                   reader; never writes, so it never waits on the
