@@ -187,6 +187,11 @@ func TestAKilledConnectorGetsNoNewConnectionWithinASecond(t *testing.T) {
 			if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
+			// stopped for sure before the clock starts, as a killed one is reaped
+			var ws syscall.WaitStatus
+			if _, err := syscall.Wait4(child.Process.Pid, &ws, syscall.WUNTRACED, nil); err != nil || !ws.Stopped() {
+				t.Fatalf("waiting for the connector to stop: %v, status %v", err, ws)
+			}
 		} else {
 			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
