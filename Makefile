@@ -172,7 +172,7 @@ bench: deps bench-deps build
 	$(GO) run ./test/lab/cpbench -manifold $(BIN) -json $(PARTS)/convergence.json
 	$(GO) run ./test/lab/fleetbench -manifold $(BIN) -json $(PARTS)/fleet.json
 	$(GO) run ./test/lab/linkbench -manifold $(BIN) -json $(PARTS)/link.json
-	$(GO) run ./test/lab/tunnelbench -manifold $(BIN) -json $(PARTS)/tunnel.json
+	$(GO) run ./test/lab/tunnelbench -connect $(CONNECT) -json $(PARTS)/tunnel.json
 	./$(BENCH) report --out bench/results --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
 		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/sizes.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/steerscale.json $(PARTS)/convergence.json $(PARTS)/fleet.json $(PARTS)/link.json $(PARTS)/tunnel.json
 	/usr/bin/python3 bench/plot.py bench/results/latest.json bench/results
