@@ -171,6 +171,20 @@ var maxWriteBytes = 1 << 20
 
 const maxWriteOps = 128
 
+// decisionRefresh bounds how old a decision in the store gets while its shares do not
+// change (at least this, or ten intervals, whichever is longer): the decision beside the
+// shares — each site's demand, the origins' loads, the reasons — is what `manifold ctl
+// steering` shows, and an operator must not read a demand of long ago. Writes while
+// nothing changes: one per service per refresh.
+const decisionRefresh = 10 * time.Second
+
+// stale reports whether the decision in force was written too long ago to stand for
+// the fleet now.
+func (c *Controller) stale(cur wire.Steering, now time.Time) bool {
+	at, err := time.Parse(time.RFC3339Nano, cur.At)
+	return err != nil || now.Sub(at) >= max(decisionRefresh, 10*c.interval)
+}
+
 // round reads the fleet, decides every service with origins and writes the shares
 // that changed, if held still holds. A term's first round writes every service: the
 // leader they name changes.
@@ -230,7 +244,7 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 		cur, had := current[spec.Name]
 		d := c.law.Decide(now, obs, steer.Shares(cur.Shares))
 		shares := d.Shares()
-		if had && !all && steer.Shares(cur.Shares).Equal(shares) {
+		if had && !all && steer.Shares(cur.Shares).Equal(shares) && !c.stale(cur, now) {
 			written = append(written, cur) // in force already: the nodes have nothing to do
 			continue
 		}

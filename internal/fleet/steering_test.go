@@ -295,6 +295,14 @@ func TestControllerWritesWhatChanged(t *testing.T) {
 	if moved == 0 {
 		t.Fatal("api's shares did not move")
 	}
+	// unchanged shares are written again once their decision is decisionRefresh old, so
+	// that the demand and loads it shows are of now
+	if err := ctl.round(context.Background(), time.Now().Add(decisionRefresh), always); err != nil {
+		t.Fatal(err)
+	}
+	if st := ctl.LastRound(); st.Writes != 2 {
+		t.Fatalf("a round %s after the last writes wrote %d services, want both, their decisions refreshed", decisionRefresh, st.Writes)
+	}
 }
 
 // A service whose shares and decision outgrow what one write carries is written with
