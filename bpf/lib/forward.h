@@ -148,6 +148,13 @@ static __always_inline int forward(struct xdp_md *ctx, struct lb_packet *pkt,
 
 	if (!bc)
 		return -LB_DROP_NO_ROUTE;
+	/* The local pseudo-backend of a service that mixes routed and tunnelled origins:
+	 * its share of the flows goes up to the node's stack, where the tunnel edge ends
+	 * them. Pinned in the flow table like any backend, so a flow stays on the stack. */
+	if (c->backend->encap == LB_ENCAP_LOCAL) {
+		count_forward(&bc->stats, pkt->l3_len, c->new_flow);
+		return XDP_PASS;
+	}
 	rc = route_to_backend(ctx, pkt, c->backend, &bc->nh, pkt->l3_len + overhead, &mtu);
 	if (rc == -LB_DROP_TOO_BIG)
 		return icmp_too_big(ctx, pkt, mtu - overhead);
