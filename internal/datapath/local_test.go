@@ -98,4 +98,3 @@ func TestLocalBackendPassesItsShare(t *testing.T) {
 		t.Errorf("local backend counted %d new flows, want %d", c.NewFlows, len(passed))
 	}
 }
-

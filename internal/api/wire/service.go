@@ -17,16 +17,16 @@ type ServiceSpec struct {
 	// BackendPort is the NAT backends' port; absent: the service's port.
 	BackendPort uint16 `json:"backend_port,omitempty" yaml:"backend_port,omitempty"`
 	// ProxyProtocol is a tunnel service's PROXY header version, v1 or v2; absent: none.
-	ProxyProtocol string        `json:"proxy_protocol,omitempty" yaml:"proxy_protocol,omitempty"`
-	Scheduler     string        `json:"scheduler" yaml:"scheduler"`
-	TableSize     uint32        `json:"table_size" yaml:"table_size"`
-	Origins       []OriginSpec  `json:"origins,omitempty" yaml:"origins,omitempty"` // none: no steering
+	ProxyProtocol string       `json:"proxy_protocol,omitempty" yaml:"proxy_protocol,omitempty"`
+	Scheduler     string       `json:"scheduler" yaml:"scheduler"`
+	TableSize     uint32       `json:"table_size" yaml:"table_size"`
+	Origins       []OriginSpec `json:"origins,omitempty" yaml:"origins,omitempty"` // none: no steering
 	// Backends and Health are absent from a tunnel service, which has neither (its
 	// connectors are its backends); a service of another kind shows both, backends: []
 	// when it has none.
 	Backends []BackendSpec `json:"backends,omitzero" yaml:"backends,omitempty"`
 	Health   HealthSpec    `json:"health,omitzero" yaml:"health,omitempty"`
-	BGP           BGPSpec       `json:"bgp" yaml:"bgp,omitempty"`
+	BGP      BGPSpec       `json:"bgp" yaml:"bgp,omitempty"`
 }
 
 // BGPSpec is what a service adds to its VIP's announcement.
