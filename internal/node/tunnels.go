@@ -228,10 +228,7 @@ func (n *Node) syncTunnels() {
 		}
 		if n.fleet != nil {
 			if sh := n.fleet.SharesOf(s.Name, at); sh != nil {
-				// only the origins the edge reaches: a routed origin's share is its
-				// backends', taken in XDP
-				maps.DeleteFunc(sh, func(o string, _ float64) bool { return !slices.Contains(origins[s.Name], o) })
-				shares[s.Name] = sh
+				shares[s.Name] = sharesAmong(sh, at)
 			}
 		}
 		if s.ProxyProtocol != "" {
@@ -265,6 +262,16 @@ func edgeOrigins(s *config.Service) []config.Origin {
 		return s.Origins
 	}
 	return slices.DeleteFunc(slices.Clone(s.Origins), func(o config.Origin) bool { return !o.Tunnel })
+}
+
+// sharesAmong keeps of shares (the caller's own) those of origins: the edge round-robins
+// over the origins it is given, and a routed origin's share is its backends', taken
+// in XDP — given to the edge, it would send streams to an origin without connectors.
+func sharesAmong(shares map[string]float64, origins []config.Origin) map[string]float64 {
+	maps.DeleteFunc(shares, func(name string, _ float64) bool {
+		return !slices.ContainsFunc(origins, func(o config.Origin) bool { return o.Name == name })
+	})
+	return shares
 }
 
 func (n *Node) serveTunnel(s *config.Service) error {
