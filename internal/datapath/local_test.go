@@ -97,4 +97,14 @@ func TestLocalBackendPassesItsShare(t *testing.T) {
 	if c.NewFlows != uint64(len(passed)) {
 		t.Errorf("local backend counted %d new flows, want %d", c.NewFlows, len(passed))
 	}
+	// an ICMP error about a flow on the stack (the node's own connection: path MTU)
+	// passes to the stack too; one about a routed flow goes to its backend
+	router := netip.MustParseAddr("192.0.2.1")
+	fragNeeded := func(p dptest.Packet) []byte { return icmpTo(router, p.Dst, 3, 4, 1400, reply(p, 28+40)) }
+	if verdict, _ := b.run(t, fragNeeded(passed[0])); verdict != dptest.XDPPass {
+		t.Errorf("frag-needed quoting a flow on the stack: verdict %d, want XDP_PASS", verdict)
+	}
+	if verdict, out := b.run(t, fragNeeded(forwarded[0])); verdict != dptest.XDPTX || outerDst(t, out) != dptest.Backend4(30) {
+		t.Errorf("frag-needed quoting a routed flow: verdict %d, want XDP_TX to its backend %s", verdict, dptest.Backend4(30))
+	}
 }
