@@ -45,6 +45,10 @@ func TestTunnelledOriginIsTheLocalBackend(t *testing.T) {
 	if n := owners[s.VIP]; n < 251*2/5 || n > 251*3/5 {
 		t.Errorf("the local backend holds %d of 251 slots at weight 2 of 4 (owners %v)", n, owners)
 	}
+	snap := r.Snapshot()
+	if l := snap[0].Local; l == nil || l.Address != s.VIP || l.Weight != 2 || l.State != datapath.BackendUp || len(snap[0].Backends) != 2 {
+		t.Errorf("snapshot: local %+v, %d backends: want the local pseudo-backend apart, at the vip, weight 2, up", l, len(snap[0].Backends))
+	}
 	// nothing changed: nothing written
 	n := f.writes
 	if err := r.Apply(cfgOf(mixed(2)), upAll); err != nil {

@@ -152,6 +152,19 @@ func TestMixedOrigins(t *testing.T) {
 		t.Errorf("60 connections answered %v: want both origins, about half each", count)
 	}
 
+	// the flow table pins both kinds: to dc, and to the node's stack (named by the VIP)
+	var flows wire.FlowsView
+	if err := api.Get("/api/v1/flows?service=web&limit=1000", &flows); err != nil {
+		t.Fatal(err)
+	}
+	pinned := map[string]int{}
+	for _, f := range flows.Flows {
+		pinned[f.Backend]++
+	}
+	if pinned[dc.Addr4.String()] == 0 || pinned[mixedVIP.String()] == 0 {
+		t.Errorf("web's flows pinned to %v: want some to dc (%s) and some to the stack (%s)", pinned, dc.Addr4, mixedVIP)
+	}
+
 	// home's share 0: the local pseudo-backend drains, every new connection goes to dc
 	setShares(map[string]float64{"dc": 1, "home": 0})
 	err = Eventually(20*time.Second, 50*time.Millisecond, func() error {
