@@ -9,7 +9,7 @@ package node
 // flows its ring gives the tunnelled origins' share (the local pseudo-backend), which
 // the edge hands to those origins' connectors by their shares.
 //
-//	controller's view (tunnel services) ─► syncTunnels (run loop): listener, Edge.Serve
+//	controller's View.Edge (tunnel and mixed services) ─► syncTunnels (run loop): listener, Edge.Serve
 //	Edge state changes ─► watchTunnels ─► run loop: Controller.TunnelsConnected (announce)
 
 import (
@@ -205,8 +205,9 @@ func (n *Node) watchTunnels(ctx context.Context) {
 	}
 }
 
-// syncTunnels listens on the VIP:port of every tunnel service served and stops the
-// listeners of those gone or moved. Called on the run loop after every change.
+// syncTunnels listens on the VIP:port of every service served that the edge ends
+// connections of (tunnel services, mixed services) and stops the listeners of those
+// gone or moved. Called on the run loop after every change.
 func (n *Node) syncTunnels() {
 	services := n.ctrl.View().Edge
 	if n.edge == nil {
