@@ -14,7 +14,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Tests that need root (BPF, namespaces) skip with a reason without it.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all deps bench-deps build connect-cross deb generate check-generated vet test unit fuzz lab demo bench soak clean kube-apiserver image connect-image
+.PHONY: all deps bench-deps build connect-cross deb generate check-generated vet test unit fuzz lab demo demo-global bench soak clean kube-apiserver image connect-image
 
 all: build
 
@@ -142,6 +142,10 @@ lab: deps build
 demo: deps build
 	$(GO) run ./test/lab/demo
 
+# demo-global: the world of TestWorld narrated act by act (docs/global-accelerator.md)
+demo-global: deps build
+	$(GO) run ./test/lab/demoglobal -manifold $(BIN)
+
 # soak: the chaos soak (test/lab/soak.go), ROUNDS rounds of at most 5 s, a fault each,
 # drawn from SEED (from the clock when empty; printed first, to replay a failure). Not
 # part of make test, which runs TestSoak's 20 rounds. Writes bench/results/soak.md and
@@ -164,12 +168,13 @@ bench: deps bench-deps build
 	./$(BENCH) sizes --json $(PARTS)/sizes.json
 	$(GO) run ./test/lab/httpbench -manifold $(BIN) -json $(PARTS)/http.json
 	./$(BENCH) controlplane --json $(PARTS)/controlplane.json
+	./$(BENCH) steerscale --json $(PARTS)/steerscale.json
 	$(GO) run ./test/lab/cpbench -manifold $(BIN) -json $(PARTS)/convergence.json
 	$(GO) run ./test/lab/fleetbench -manifold $(BIN) -json $(PARTS)/fleet.json
 	$(GO) run ./test/lab/linkbench -manifold $(BIN) -json $(PARTS)/link.json
-	$(GO) run ./test/lab/tunnelbench -manifold $(BIN) -json $(PARTS)/tunnel.json
+	$(GO) run ./test/lab/tunnelbench -connect $(CONNECT) -json $(PARTS)/tunnel.json
 	./$(BENCH) report --out bench/results --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
-		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/sizes.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/convergence.json $(PARTS)/fleet.json $(PARTS)/link.json $(PARTS)/tunnel.json
+		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/sizes.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/steerscale.json $(PARTS)/convergence.json $(PARTS)/fleet.json $(PARTS)/link.json $(PARTS)/tunnel.json
 	/usr/bin/python3 bench/plot.py bench/results/latest.json bench/results
 	@mkdir -p bench/results/steer && for f in bench/steer/*.yaml; do n=$$(basename $$f .yaml); ./$(BIN) steer simulate --scenario $$f --json bench/results/steer/$$n.json --plot bench/results/steer/$$n.png > bench/results/steer/$$n.txt || exit 1; done
 

@@ -99,6 +99,7 @@ var sectionTitles = []struct{ key, title string }{
 	{"http", "HTTP requests/s and latency"},
 	{"control_plane", "Control plane"},
 	{"fleet", "Fleet: propagation through etcd"},
+	{"steering", "Steering at scale: a round of 1 000 sites × 100 origins × 10 services"},
 	{"link", "Site-to-site link: throughput over WireGuard tunnels"},
 	{"tunnel", "Tunnels: throughput and open-loop HTTP latency, against rathole and bore"},
 	{"binary_size", "Binary sizes, as shipped (stripped), per binary and target"},

@@ -4,6 +4,7 @@
 //	manifold-bench pktrate        packets/s through one node in a namespace lab
 //	manifold-bench transit        transit packets/s routed in XDP or by the kernel, 10 and 800 000 routes
 //	manifold-bench controlplane   Maglev builds and programming services into the kernel
+//	manifold-bench steerscale     a steering round at 1 000 sites × 100 origins × 10 services, simulated and live on etcd
 //	manifold-bench sizes          the shipped binaries' sizes, per binary and target
 //	manifold-bench report         merge the parts' JSON into latest.json and latest.md
 //	manifold-bench profile        a perf profile's samples inside a loaded program, by source line
@@ -32,6 +33,7 @@ Usage:
   manifold-bench pktrate [--rounds N] [--seconds S] [--paths P1,P2] [--json FILE]
   manifold-bench transit [--rounds N] [--seconds S] [--json FILE]
   manifold-bench controlplane [--runs N] [--json FILE]
+  manifold-bench steerscale [--runs N] [--live-runs N] [--scenario FILE] [--json FILE]
   manifold-bench sizes [--repo DIR] [--json FILE]
   manifold-bench report [--out DIR] [--commit REV] PART.json...
   perf script -F ip,sym | manifold-bench profile [--prog NAME] [--top N]
@@ -53,6 +55,8 @@ func main() {
 		err = transit(args, os.Stdout)
 	case "controlplane":
 		err = controlplane(args, os.Stdout)
+	case "steerscale":
+		err = steerscale(args, os.Stdout)
 	case "sizes":
 		err = sizes(args, os.Stdout)
 	case "report":
@@ -150,6 +154,26 @@ func controlplane(args []string, w io.Writer) error {
 	}
 	if *out == "" {
 		return nil
+	}
+	return bench.WritePart(*out, part)
+}
+
+// steerscale measures a steering round at internet scale.
+func steerscale(args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("manifold-bench steerscale", flag.ContinueOnError)
+	runs := fs.Int("runs", 5, "simulated rounds measured per size")
+	liveRuns := fs.Int("live-runs", 1, "live rounds measured with nothing changed, and changes measured (each but the last waits until the shares settle, about 10 rounds of 120 s)")
+	scenario := fs.String("scenario", "bench/steer/scale/world1000.yaml", "the scale scenario, simulated with both controllers")
+	out := fs.String("json", "", "also write the figures as JSON to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *runs < 1 || *liveRuns < 1 {
+		return errors.New("--runs and --live-runs must be at least 1")
+	}
+	part, err := bench.SteerScale(w, *runs, *liveRuns, *scenario)
+	if err != nil || *out == "" {
+		return err
 	}
 	return bench.WritePart(*out, part)
 }

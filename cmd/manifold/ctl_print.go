@@ -357,7 +357,7 @@ func printFlows(w io.Writer, v *wire.FlowsView) {
 }
 
 func printTunnels(w io.Writer, st *wire.TunnelsStatus) {
-	fmt.Fprintf(w, "Tunnel edge on %s (QUIC)\n\n", st.Listen)
+	fmt.Fprintf(w, "Tunnel edge on %s (QUIC and TCP)\n\n", st.Listen)
 	tw := table(w)
 	fmt.Fprintln(tw, "SERVICE\tVIP\tCONNECTORS\tIN USE/CAPACITY\tANNOUNCED")
 	for _, s := range st.Services {
@@ -383,7 +383,7 @@ func printTunnels(w io.Writer, st *wire.TunnelsStatus) {
 			if t.Draining {
 				state = "draining"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%.1f ms\t%s\n", t.Connector, t.ID, t.Remote, t.Token, strings.Join(shares, ", "),
+			fmt.Fprintf(tw, "%s\t%d\t%s/%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%.1f ms\t%s\n", t.Connector, t.ID, t.Remote, t.Transport, t.Token, strings.Join(shares, ", "),
 				t.StreamsOpen, t.StreamLimit, t.Streams, humanBytes(t.BytesToOrigin), humanBytes(t.BytesFromOrigin),
 				float64(t.RTT)/float64(time.Millisecond), state)
 		}

@@ -111,10 +111,10 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(200, wire.TunnelsStatus{Listen: "0.0.0.0:7443",
 			Services: []wire.TunnelService{{Name: "home", VIP: "198.51.100.20", Port: 443, Connectors: 1, Capacity: 100, Open: 2, Announced: true}},
 			Tunnels: []wire.Tunnel{
-				{ID: 3, Connector: "nas", Remote: "203.0.113.9:40000", Token: "sha256:0123456789ab", Services: []wire.TunnelShare{{Name: "home", Capacity: 100, Open: 2}},
+				{ID: 3, Connector: "nas", Remote: "203.0.113.9:40000", Token: "sha256:0123456789ab", Transport: "quic", Services: []wire.TunnelShare{{Name: "home", Capacity: 100, Open: 2}},
 					StreamsOpen: 2, StreamLimit: 10000, Streams: 41, BytesToOrigin: 5300, BytesFromOrigin: 7 << 20, RTT: 3200 * time.Microsecond,
 					Since: time.Date(2026, 11, 23, 15, 0, 0, 0, time.UTC)},
-				{ID: 4, Connector: "vm2", Remote: "203.0.113.10:50000", Token: "sha256:ba9876543210", Services: []wire.TunnelShare{{Name: "home", Origin: "vm", Capacity: 200, Open: 3}},
+				{ID: 4, Connector: "vm2", Remote: "203.0.113.10:50000", Token: "sha256:ba9876543210", Transport: "tcp", Services: []wire.TunnelShare{{Name: "home", Origin: "vm", Capacity: 200, Open: 3}},
 					StreamsOpen: 3, StreamLimit: 10000, Streams: 80, BytesToOrigin: 900, BytesFromOrigin: 3 << 30, RTT: 12 * time.Millisecond, Draining: true,
 					Since: time.Date(2026, 11, 23, 15, 1, 0, 0, time.UTC)}},
 			Counters: wire.TunnelCounters{Attached: 5, Gone: 1, Streams: 121, StreamRetries: 1, ClientsRefused: 0,

@@ -500,7 +500,7 @@ func TestConformance(t *testing.T) {
 	e.srv.Tunnels = func() wire.TunnelsStatus {
 		return wire.TunnelsStatus{Listen: "0.0.0.0:7443",
 			Services: []wire.TunnelService{{Name: "home", VIP: "198.51.100.20", Port: 443, Connectors: 1, Capacity: 100, Open: 3, Announced: true}},
-			Tunnels: []wire.Tunnel{{ID: 1, Connector: "nas", Remote: "203.0.113.9:40000", Token: "sha256:0123456789ab",
+			Tunnels: []wire.Tunnel{{ID: 1, Connector: "nas", Remote: "203.0.113.9:40000", Token: "sha256:0123456789ab", Transport: "tcp",
 				Services: []wire.TunnelShare{{Name: "home", Capacity: 100, Open: 3}}, StreamsOpen: 3, StreamLimit: 10000, Streams: 40,
 				BytesToOrigin: 1000, BytesFromOrigin: 90000, RTT: 3 * time.Millisecond, Since: time.Date(2026, 11, 23, 15, 0, 0, 0, time.UTC)}},
 			Counters: wire.TunnelCounters{Attached: 2, Refused: map[string]uint64{tunnel.RefusedUnknownToken: 1}, Streams: 40}}

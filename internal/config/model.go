@@ -38,7 +38,7 @@ type Kubernetes struct {
 
 // Tunnels is where an edge takes the tunnels of connectors (manifold connect).
 type Tunnels struct {
-	Listen            string // UDP host:port where connectors dial in (QUIC)
+	Listen            string // host:port where connectors dial in: UDP (QUIC) and TCP
 	CertFile, KeyFile string // the edge's TLS certificate chain and key
 	TokensFile        string // token → the services it may serve
 	// RelayTokenFile holds the secret the edges of a fleet relay to each other with;

@@ -150,7 +150,7 @@ var NodeSchema = []Field{
 		Doc: "also the Services with no spec.loadBalancerClass (as kube-controller --default-class)"},
 	{Path: "tunnels", Type: TypeMapping, Doc: "optional; the node is an edge of reverse tunnels (see Tunnels)"},
 	{Path: "tunnels.listen", Type: TypeString, Default: def(DefaultTunnelListen), Example: DefaultTunnelListen,
-		Doc: "UDP host:port where connectors dial in (QUIC, TLS 1.3)"},
+		Doc: "host:port where connectors dial in, UDP (QUIC) and TCP (TLS 1.3 over TCP), the same port number"},
 	{Path: "tunnels.cert_file", Type: TypeString, File: FileCertificate, Required: true, Example: "/etc/manifold/edge.crt", Doc: "the edge's certificate chain (PEM)"},
 	{Path: "tunnels.key_file", Type: TypeString, File: FilePrivateKey, Required: true, Example: "/etc/manifold/edge.key", Doc: "its key (PEM)"},
 	{Path: "tunnels.tokens_file", Type: TypeString, File: FileAny, Required: true, Example: "/etc/manifold/tunnel-tokens.yaml",

@@ -28,8 +28,9 @@ import (
 //	leader: every Interval, one round:
 //	    read P/services/, P/nodes/, P/alive/, P/steering/ at one revision
 //	    per service with origins: the alive nodes' records ─► steer.Observation
-//	    steer.Manifold.Decide(observation, the shares in force) ─► P/steering/<service>,
-//	    written only while this controller still holds the leader key
+//	    steer.Manifold.Decide(observation, the shares in force) ─► P/steering/<service>
+//	    when its shares changed (every service in a term's first round), written only
+//	    while this controller still holds the leader key
 //	standby: waits in the campaign; takes over when the leader's lease ends
 //
 // Nothing moves while no controller leads: the shares stay in the store, the nodes
@@ -48,7 +49,27 @@ type Controller struct {
 	mu      sync.Mutex
 	leading bool
 	rounds  uint64
-	written []wire.Steering // by the last round of the current term
+	written []wire.Steering // in force after the last round of the current term
+	last    RoundStats
+}
+
+// RoundStats is what a round cost: its time by phase, and what it wrote.
+type RoundStats struct {
+	// Read is reading the fleet (one etcd transaction) and decoding the records;
+	// Decide the control law over every service; Write the transactions that wrote.
+	Read, Decide, Write time.Duration
+	Records, Services   int // the alive nodes' records read, the services decided
+	// Revision is the store's revision the round read.
+	Revision int64
+	// Writes counts the keys put or deleted, Bytes the values put.
+	Writes, Bytes int
+}
+
+// LastRound is the cost of the last round that completed.
+func (c *Controller) LastRound() RoundStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
 }
 
 // NewController makes a controller named name (its identity in the election).
@@ -63,15 +84,16 @@ func (c *Controller) Leading() bool {
 	return c.leading
 }
 
-// Rounds counts the rounds this controller has written.
+// Rounds counts the rounds this controller has completed (written what changed).
 func (c *Controller) Rounds() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.rounds
 }
 
-// Written is what the controller's last round wrote, while it leads; nil while it
-// stands by (what it once wrote may have been replaced since).
+// Written is, while the controller leads, each service's shares in force after its
+// last round: written by that round, or by an earlier one of the term when they did
+// not change; nil while it stands by (what it once wrote may have been replaced since).
 func (c *Controller) Written() []wire.Steering {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -140,9 +162,21 @@ func (c *Controller) setLeading(v bool) {
 
 var errNotLeader = errors.New("no longer the leader")
 
-// round reads the fleet, decides every service with origins and writes the shares, if
-// held still holds.
+// maxWriteBytes bounds the values one write transaction carries: etcd refuses a
+// request above 1.5 MiB (its --max-request-bytes), and a service of 1 000 sites ×
+// 100 origins is about 0.9 MB of shares and decision (steer.MaxWireRows). A variable
+// for the test that writes a service above it. maxWriteOps is etcd's default
+// --max-txn-ops.
+var maxWriteBytes = 1 << 20
+
+const maxWriteOps = 128
+
+// round reads the fleet, decides every service with origins and writes the shares
+// that changed, if held still holds. A term's first round writes every service: the
+// leader they name changes.
 func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp) error {
+	var stats RoundStats
+	began := time.Now()
 	resp, err := c.cli.Txn(ctx).Then(
 		clientv3.OpGet(c.keys.services(), clientv3.WithPrefix()),
 		clientv3.OpGet(c.keys.nodes(), clientv3.WithPrefix()),
@@ -171,7 +205,15 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 			current[strings.TrimPrefix(string(kv.Key), c.keys.steering())] = st
 		}
 	}
+	stats.Records, stats.Revision = len(records), resp.Header.Revision
+	decided := time.Now()
+	stats.Read = decided.Sub(began)
+
+	c.mu.Lock()
+	all := c.written == nil
+	c.mu.Unlock()
 	var ops []clientv3.Op
+	var sizes []int
 	var written []wire.Steering
 	withOrigins := map[string]bool{}
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
@@ -184,36 +226,65 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 		if !ok {
 			continue // no alive node carries it: nothing to decide on, the shares stay
 		}
-		cur := current[spec.Name]
+		stats.Services++
+		cur, had := current[spec.Name]
 		d := c.law.Decide(now, obs, steer.Shares(cur.Shares))
+		shares := d.Shares()
+		if had && !all && steer.Shares(cur.Shares).Equal(shares) {
+			written = append(written, cur) // in force already: the nodes have nothing to do
+			continue
+		}
 		st := wire.Steering{Service: spec.Name, Round: cur.Round + 1, At: now.UTC().Format(time.RFC3339Nano), Leader: c.name,
-			Shares: wire.Shares(d.Shares()), Decision: steer.WireDecision(d)}
+			Shares: wire.Shares(shares), Decision: steer.WireDecision(d)}
 		value, err := json.Marshal(st)
 		if err != nil {
 			return err
 		}
+		if len(value) > maxWriteBytes {
+			// the shares go in, their explanation gives way: the sites' rows are left out
+			st.Decision.Note = strings.TrimPrefix(st.Decision.Note+fmt.Sprintf(
+				"; the sites' rows left out: %d bytes with them, above the %d a write carries", len(value), maxWriteBytes), "; ")
+			st.Decision.Sites = []wire.SteeringSite{}
+			if value, err = json.Marshal(st); err != nil {
+				return err
+			}
+		}
 		ops = append(ops, clientv3.OpPut(c.keys.steeringOf(spec.Name), string(value)))
+		sizes = append(sizes, len(value))
 		written = append(written, st)
 	}
 	// a service that lost its origins (or was deleted) goes back to its own weights
 	for name := range current {
 		if !withOrigins[name] {
 			ops = append(ops, clientv3.OpDelete(c.keys.steeringOf(name)))
+			sizes = append(sizes, 0)
 		}
 	}
-	if len(ops) == 0 {
-		return nil
+	wrote := time.Now()
+	stats.Decide = wrote.Sub(decided)
+	// in transactions within etcd's bounds, each held to the leader key
+	for len(ops) > 0 {
+		n, size := 0, 0
+		for n < len(ops) && n < maxWriteOps && (n == 0 || size+sizes[n] <= maxWriteBytes) {
+			size += sizes[n]
+			n++
+		}
+		w, err := c.cli.Txn(ctx).If(held).Then(ops[:n]...).Commit()
+		if err != nil {
+			return fmt.Errorf("write the shares: %w", err)
+		}
+		if !w.Succeeded {
+			return errNotLeader
+		}
+		stats.Writes += n
+		stats.Bytes += size
+		ops, sizes = ops[n:], sizes[n:]
 	}
-	w, err := c.cli.Txn(ctx).If(held).Then(ops...).Commit()
-	if err != nil {
-		return fmt.Errorf("write the shares: %w", err)
-	}
-	if !w.Succeeded {
-		return errNotLeader
-	}
+	stats.Write = time.Since(wrote)
 	c.mu.Lock()
 	c.rounds++
 	c.written = written
+	c.last = stats
 	c.mu.Unlock()
 	return nil
 }

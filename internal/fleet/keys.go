@@ -39,6 +39,13 @@ func (k keys) steering() string              { return k.prefix + "/steering/" }
 func (k keys) steeringOf(name string) string { return k.steering() + name }
 func (k keys) election() string              { return k.prefix + "/steer/leader" }
 
+// NodeKeys are the keys of a node's record and of its alive key under prefix, for a
+// tool that publishes records as nodes do (manifold-bench steerscale).
+func NodeKeys(prefix, name string) (record, alive string) {
+	k := newKeys(prefix)
+	return k.node(name), k.alive(name)
+}
+
 // generationValue says who made the last change of the services, for an operator
 // reading the store with etcdctl; the time to the nanosecond makes it the mark of one
 // write. It stays on the wall clock: a fake one that stands still would give two

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -255,7 +256,9 @@ func TestControllerLeadsAndFailsOver(t *testing.T) {
 	if !reflect.DeepEqual(took.Shares, first.Shares) || took.Round <= first.Round {
 		t.Fatalf("the standby moved the shares: %+v after %+v", took, first)
 	}
-	// the count follows the write: read it once the standby's next round is written
+	// the count follows the write: read it once the standby's next round is written,
+	// which a change of the demand makes (a round whose shares stay writes nothing)
+	putRecord(t, cli, record("n1", "sjc", 300, wire.BackendLoad{Address: "10.1.0.11", Healthy: true, NewFlowsPerSecond: 300}, wire.BackendLoad{Address: "10.2.0.11", Healthy: true}))
 	next := nextSteering(t, watch)
 	if next.Leader != standby || !ctls[standby].Leading() || ctls[standby].Rounds() == 0 {
 		t.Fatalf("the standby wrote but does not say it leads")
@@ -263,6 +266,104 @@ func TestControllerLeadsAndFailsOver(t *testing.T) {
 	// what it says it wrote (its metrics): its first round or a later one
 	if w := ctls[standby].Written(); len(w) != 1 || w[0].Leader != standby || w[0].Round < took.Round || w[0].Decision.Sites == nil {
 		t.Fatalf("the new leader says it wrote %+v, after its round %d", w, took.Round)
+	}
+}
+
+// A round writes the services whose shares changed, and only those: all of them in
+// the term's first round (the leader they name changes), none while nothing moves,
+// and only api's while a change of api's demand moves its shares to their target.
+func TestControllerWritesWhatChanged(t *testing.T) {
+	c := startEtcd(t, 1)
+	cli := c.client()
+	api := strings.Replace(steeredWeb, "name: web", "name: api", 1)
+	if err := Import(context.Background(), cli, prefix, []store.ServiceDoc{{Name: "web", YAML: []byte(steeredWeb)}, {Name: "api", YAML: []byte(api)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	// both services at 100/s per site: all on us (200/s), the first of equal RTTs
+	both := func(name, site string, apiDemand float64) wire.NodeRecord {
+		r := record(name, site, 100, wire.BackendLoad{Address: "10.1.0.11", Healthy: true}, wire.BackendLoad{Address: "10.2.0.11", Healthy: true})
+		r.Services = append(r.Services, r.Services[0])
+		r.Services[1].Name, r.Services[1].NewFlowsPerSecond = "api", apiDemand
+		return r
+	}
+	putRecord(t, cli, both("n1", "sjc", 100))
+	putRecord(t, cli, both("n2", "ams", 100))
+	ctl := NewController(cli, prefix, "a", time.Second, 2*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	always := clientv3.Compare(clientv3.CreateRevision(prefix+"/no such key"), "=", 0)
+	round := func() RoundStats {
+		t.Helper()
+		if err := ctl.round(context.Background(), time.Now(), always); err != nil {
+			t.Fatal(err)
+		}
+		st := ctl.LastRound()
+		if st.Records != 2 || st.Services != 2 || (st.Bytes == 0) != (st.Writes == 0) {
+			t.Fatalf("a round read %d records, decided %d services and wrote %d keys of %d bytes", st.Records, st.Services, st.Writes, st.Bytes)
+		}
+		return st
+	}
+	if st := round(); st.Writes != 2 {
+		t.Fatalf("the term's first round wrote %d services, want both", st.Writes)
+	}
+	if st := round(); st.Writes != 0 {
+		t.Fatalf("a round with nothing changed wrote %d services", st.Writes)
+	}
+	putRecord(t, cli, both("n2", "ams", 300)) // api: 400/s for us's 200: half spills
+	moved := 0
+	for st := round(); st.Writes > 0; st = round() {
+		if st.Writes != 1 {
+			t.Fatalf("api's demand moved, and a round wrote %d services", st.Writes)
+		}
+		if moved++; moved > 20 {
+			t.Fatal("api's shares still move after 20 rounds")
+		}
+	}
+	var st wire.Steering
+	resp, err := cli.Get(context.Background(), newKeys(prefix).steeringOf("web"))
+	if err != nil || len(resp.Kvs) != 1 || json.Unmarshal(resp.Kvs[0].Value, &st) != nil || st.Round != 1 {
+		t.Fatalf("web's shares: %v %v, want those of the first round alone", resp, err)
+	}
+	if moved == 0 {
+		t.Fatal("api's shares did not move")
+	}
+}
+
+// A service whose shares and decision outgrow what one write carries is written with
+// its shares and origins, the sites' rows left out and the note saying so; services
+// go in as many transactions as their sizes need.
+func TestControllerWritesWithinBounds(t *testing.T) {
+	c := startEtcd(t, 1)
+	cli := c.client()
+	api := strings.Replace(steeredWeb, "name: web", "name: api", 1)
+	if err := Import(context.Background(), cli, prefix, []store.ServiceDoc{{Name: "web", YAML: []byte(steeredWeb)}, {Name: "api", YAML: []byte(api)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	r := record("n1", "sjc", 400, wire.BackendLoad{Address: "10.1.0.11", Healthy: true}, wire.BackendLoad{Address: "10.2.0.11", Healthy: true})
+	r.Services = append(r.Services, r.Services[0])
+	r.Services[1].Name = "api"
+	putRecord(t, cli, r)
+	defer func(was int) { maxWriteBytes = was }(maxWriteBytes)
+	maxWriteBytes = 700 // below one service's document (841 bytes), above its shares and origins (607)
+	ctl := NewController(cli, prefix, "a", time.Second, 2*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	always := clientv3.Compare(clientv3.CreateRevision(prefix+"/no such key"), "=", 0)
+	if err := ctl.round(context.Background(), time.Now(), always); err != nil {
+		t.Fatal(err)
+	}
+	if st := ctl.LastRound(); st.Writes != 2 {
+		t.Fatalf("wrote %d keys, want both services", st.Writes)
+	}
+	resp, err := cli.Get(context.Background(), newKeys(prefix).steering(), clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 2 {
+		t.Fatalf("the store holds %v (%v), want both services' shares", resp, err)
+	}
+	for _, kv := range resp.Kvs {
+		var st wire.Steering
+		if err := json.Unmarshal(kv.Value, &st); err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(st.Shares["sjc"]["us"]-0.5) > 1e-9 || len(st.Decision.Origins) != 2 || len(st.Decision.Sites) != 0 ||
+			!strings.Contains(st.Decision.Note, "the sites' rows left out") || len(kv.Value) > maxWriteBytes {
+			t.Fatalf("%s: %d bytes: %s", kv.Key, len(kv.Value), kv.Value)
+		}
 	}
 }
 

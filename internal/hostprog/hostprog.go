@@ -129,7 +129,7 @@ var files = []File{
 	{"/usr/include/bpf/bpf_helpers.h", "libbpf-dev", "bpf/include/refresh.sh copies libbpf's headers"},
 	{"/usr/include/linux/bpf.h", "linux-libc-dev", "bpf/include/refresh.sh copies the kernel's uapi headers"},
 	{"/usr/lib/nginx/modules/ngx_stream_module.so", "libnginx-mod-stream", "nginx as a TCP proxy in the HTTP comparison"},
-	{"/usr/lib/python3/dist-packages/matplotlib/__init__.py", "python3-matplotlib", "bench/plot.py draws the plots"},
+	{"/usr/lib/python3/dist-packages/matplotlib/__init__.py", "python3-matplotlib", "bench/plot.py and bench/world_plot.py (make demo-global) draw the plots"},
 	{"/usr/lib/python3/dist-packages/scapy/__init__.py", "python3-scapy", "the wire format test decodes its captures with scapy"},
 }
 

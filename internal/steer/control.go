@@ -49,8 +49,6 @@ package steer
 // would count the last move's effect twice (a gain of 1 - (1-g)² instead of g).
 
 import (
-	"fmt"
-	"maps"
 	"math"
 	"time"
 )
@@ -79,67 +77,62 @@ func (m Manifold) Decide(_ time.Time, obs Observation, current Shares) Decision 
 	if g <= 0 || g > 1 {
 		g = DefaultGain
 	}
-	t := SolveTarget(obs)
-	next := Shares{}
-	for _, s := range obs.Sites {
-		target, ok := t.Shares[s.Name]
-		cur, stranded, known := currentOf(s, current[s.Name], target, t)
+	x := index(obs)
+	t := solve(x)
+	nO := x.nO
+	next := make([]float64, len(obs.Sites)*nO)
+	cur := make([]float64, nO)
+	for i, s := range obs.Sites {
+		y, target := next[i*nO:(i+1)*nO], t.share[i*nO:(i+1)*nO]
+		stranded, known := currentOf(x, t, i, current[s.Name], cur)
 		switch {
-		case !ok:
-			next[s.Name] = cur
+		case !t.has[i]:
+			// no target: the shares in force over the origins of a target, none
 			continue
 		case !known || stranded >= 1:
-			next[s.Name] = maps.Clone(target)
+			copy(y, target)
 			continue
 		}
-		y := map[string]float64{}
 		worst := 0.0
-		for o, tv := range target {
-			if !usable(s, o, t) {
-				y[o] = 0
+		for j, tv := range target {
+			if !t.usable(x, i, j) {
 				continue
 			}
-			y[o] = cur[o] + g*(tv-cur[o]) + (1-g)*stranded*tv
-			worst = max(worst, math.Abs(y[o]-tv))
+			y[j] = cur[j] + g*(tv-cur[j]) + (1-g)*stranded*tv
+			worst = max(worst, math.Abs(y[j]-tv))
 		}
 		if worst < settleWithin {
-			y = maps.Clone(target)
+			copy(y, target)
 		}
-		next[s.Name] = y
 	}
-	moving := func(from, to, target float64) string {
-		return fmt.Sprintf("moving from %s toward %s, %s of the gap per round", pct(from), pct(target), pct(g))
-	}
-	return decide(obs, t, next, moving, current)
+	return decide(x, t, next, current, pct(g)+" of the gap per round")
 }
 
-// usable tells whether the target could send flows of s to origin o: it is healthy and
-// s measures an RTT to it.
-func usable(s Site, o string, t Target) bool {
-	_, healthy := t.Limit[o]
-	_, reachable := s.RTT[o]
-	return healthy && reachable
-}
-
-// currentOf reads a site's shares in force, normalised to sum 1, over the origins of
-// target (the observation's). stranded is the part the target cannot keep where it is:
-// on origins it cannot use, or that the observation no longer has. known is false when
-// the site has no shares yet.
-func currentOf(s Site, current, target map[string]float64, t Target) (cur map[string]float64, stranded float64, known bool) {
+// currentOf reads site i's shares in force, normalised to sum 1, over the
+// observation's origins into cur. stranded is the part the target cannot keep where it
+// is: on origins it cannot use, or that the observation no longer has. known is false
+// when the site has no shares yet.
+func currentOf(x *indexed, t *target, i int, current map[string]float64, cur []float64) (stranded float64, known bool) {
+	clear(cur)
 	var total float64
 	for _, v := range current {
 		total += max(v, 0)
 	}
 	if total <= 0 {
-		return nil, 0, false
+		return 0, false
 	}
-	cur = map[string]float64{}
-	stranded = 1
-	for o := range target {
-		cur[o] = max(current[o], 0) / total
-		if usable(s, o, t) {
-			stranded -= cur[o]
+	// the shares in force name few origins (a site is on one or two): read them, not
+	// every origin
+	for o, v := range current {
+		if j, ok := x.pos[o]; ok {
+			cur[j] = max(v, 0) / total
 		}
 	}
-	return cur, max(stranded, 0), true
+	stranded = 1
+	for j, v := range cur {
+		if v != 0 && t.usable(x, i, j) {
+			stranded -= v
+		}
+	}
+	return max(stranded, 0), true
 }

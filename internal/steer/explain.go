@@ -8,54 +8,115 @@ import (
 	"time"
 )
 
-// decide assembles a Decision from the new shares, saying for each share why its target
-// is what it is and, through moving, how the controller approaches it.
-func decide(obs Observation, t Target, next Shares, moving func(cur, next, target float64) string, current Shares) Decision {
-	d := Decision{Note: t.Note}
-	predicted := map[string]float64{}
-	for _, s := range obs.Sites {
-		for o, v := range next[s.Name] {
-			predicted[o] += v * s.Demand
+// decide assembles a Decision from the new shares (site-major, as t's): the numbers
+// now, the reasons when asked (Decision.Explain). approach says how the controller
+// moves toward the target ("50 % of the gap per round").
+func decide(x *indexed, t *target, next []float64, current Shares, approach string) Decision {
+	obs, nO := x.obs, x.nO
+	d := Decision{Note: t.note, why: &explanation{x: x, t: t, current: current, approach: approach}}
+	predicted := make([]float64, nO)
+	for i, s := range obs.Sites {
+		for j, v := range next[i*nO : (i+1)*nO] {
+			predicted[j] += v * s.Demand
 		}
 	}
-	origins := map[string]Origin{}
-	for _, o := range obs.Origins {
-		origins[o.Name] = o
-		d.Origins = append(d.Origins, OriginDecision{
+	d.Origins = make([]OriginDecision, nO)
+	for j, o := range obs.Origins {
+		d.Origins[j] = OriginDecision{
 			Origin: o.Name, Healthy: o.Healthy, Capacity: o.Capacity, Load: o.Load,
-			TargetLoad: t.Load[o.Name], PredictedLoad: predicted[o.Name],
-			Reason: originReason(o, t),
-		})
-	}
-	for _, s := range obs.Sites {
-		sd := SiteDecision{Site: s.Name, Demand: s.Demand}
-		for _, o := range obs.Origins {
-			share, target := next[s.Name][o.Name], t.Shares[s.Name][o.Name]
-			reason := shareReason(s, o, t)
-			if _, ok := t.Shares[s.Name]; ok && math.Abs(share-target) > 0.0005 {
-				reason += "; " + moving(current[s.Name][o.Name], share, target)
-			}
-			sd.Shares = append(sd.Shares, ShareDecision{
-				Origin: o.Name, Share: share, Target: target, Load: o.Load, Capacity: o.Capacity,
-				RTTMs: ms(s.RTT[o.Name]), Reason: reason,
-			})
+			TargetLoad: t.load[j], PredictedLoad: predicted[j],
 		}
-		d.Sites = append(d.Sites, sd)
+	}
+	// one array for every site's rows: a round at scale has 100 000 of them
+	rows := make([]ShareDecision, len(obs.Sites)*nO)
+	d.Sites = make([]SiteDecision, len(obs.Sites))
+	for i, s := range obs.Sites {
+		sd := SiteDecision{Site: s.Name, Demand: s.Demand, Shares: rows[i*nO : (i+1)*nO : (i+1)*nO]}
+		for j, o := range obs.Origins {
+			rtt := x.rtt[i*nO+j]
+			if math.IsNaN(rtt) {
+				rtt = 0
+			}
+			sd.Shares[j] = ShareDecision{
+				Origin: o.Name, Share: next[i*nO+j], Target: t.share[i*nO+j], Load: o.Load, Capacity: o.Capacity, RTTMs: rtt,
+			}
+		}
+		d.Sites[i] = sd
 	}
 	return d
 }
 
-func originReason(o Origin, t Target) string {
+// explanation is what a decision's reasons are worked out from, kept with it until
+// they are asked for: a round at scale decides 100 000 shares, and words for each
+// would cost more than deciding them.
+type explanation struct {
+	x        *indexed
+	t        *target
+	current  Shares
+	approach string
+}
+
+// Explain returns d with the reason of every origin and share it holds. A decision
+// not made by a controller of this package (decoded, or built by hand) is returned as
+// it is.
+func (d Decision) Explain() Decision {
+	e := d.why
+	if e == nil {
+		return d
+	}
+	x, t := e.x, e.t
+	out := d
+	out.why = nil
+	out.Origins = slices.Clone(d.Origins)
+	for k, od := range out.Origins {
+		if j, ok := x.pos[od.Origin]; ok {
+			out.Origins[k].Reason = originReason(x.obs.Origins[j], t, j)
+		}
+	}
+	byName := make([]int, x.nO) // the origins by name: ties between equal RTTs go to the first
+	for j := range byName {
+		byName[j] = j
+	}
+	slices.SortStableFunc(byName, func(a, b int) int { return strings.Compare(x.obs.Origins[a].Name, x.obs.Origins[b].Name) })
+	out.Sites = slices.Clone(d.Sites)
+	for i, sd := range out.Sites {
+		if i >= len(x.obs.Sites) || sd.Site != x.obs.Sites[i].Name {
+			continue
+		}
+		w := siteWhy(x, t, i, byName)
+		sd.Shares = slices.Clone(sd.Shares)
+		for k, sh := range sd.Shares {
+			j, ok := x.pos[sh.Origin]
+			if !ok {
+				continue
+			}
+			reason := w.share(j)
+			if t.has[i] && math.Abs(sh.Share-sh.Target) > 0.0005 {
+				reason += fmt.Sprintf("; moving from %s toward %s, %s", pct(e.current[sd.Site][sh.Origin]), pct(sh.Target), e.approach)
+			}
+			sd.Shares[k].Reason = reason
+		}
+		out.Sites[i] = sd
+	}
+	return out
+}
+
+// full tells whether the target fills origin j to its limit.
+func (t *target) full(j int) bool {
+	return t.load[j] >= t.limit[j]-epsilon(t.limit[j])-1e-6*t.limit[j]
+}
+
+func originReason(o Origin, t *target, j int) string {
 	if !o.Healthy {
 		return "unhealthy (no healthy backend, no connector attached): gets no flows, at once"
 	}
-	limit, load := t.Limit[o.Name], t.Load[o.Name]
+	limit, load := t.limit[j], t.load[j]
 	var b strings.Builder
 	fmt.Fprintf(&b, "observed %s/s of capacity %s/s; ", rate(o.Load), rate(o.Capacity))
 	switch {
-	case t.Overcommit > 1:
-		fmt.Fprintf(&b, "target %s/s, %s of capacity like every healthy origin: demand exceeds capacity", rate(load), pct(t.Overcommit))
-	case load >= limit-epsilon(limit)-1e-6*limit:
+	case t.overcommit > 1:
+		fmt.Fprintf(&b, "target %s/s, %s of capacity like every healthy origin: demand exceeds capacity", rate(load), pct(t.overcommit))
+	case t.full(j):
 		fmt.Fprintf(&b, "target %s/s: full, the rest spills to the next closest", rate(load))
 	default:
 		fmt.Fprintf(&b, "target %s/s: room for %s/s more", rate(load), rate(limit-load))
@@ -63,7 +124,37 @@ func originReason(o Origin, t Target) string {
 	return b.String()
 }
 
-func shareReason(s Site, o Origin, t Target) string {
+// maxNamed is how many closer full origins a reason names.
+const maxNamed = 3
+
+// siteReasons is what the reasons of one site's shares have in common.
+type siteReasons struct {
+	x       *indexed
+	t       *target
+	i       int
+	closest int   // the closest usable origin, -1 when none
+	usable  []int // by name
+}
+
+func siteWhy(x *indexed, t *target, i int, byName []int) siteReasons {
+	w := siteReasons{x: x, t: t, i: i, closest: -1}
+	for _, j := range byName {
+		if t.usable(x, i, j) {
+			w.usable = append(w.usable, j)
+			if w.closest < 0 || w.rtt(j) < w.rtt(w.closest) {
+				w.closest = j
+			}
+		}
+	}
+	return w
+}
+
+func (w siteReasons) rtt(j int) time.Duration { return w.x.obs.Sites[w.i].RTT[w.x.obs.Origins[j].Name] }
+
+// share is why the target gives site i what it gives origin j.
+func (w siteReasons) share(j int) string {
+	x, t, i := w.x, w.t, w.i
+	s, o := x.obs.Sites[i], x.obs.Origins[j]
 	if !o.Healthy {
 		return fmt.Sprintf("%s unhealthy: none of %s's flows", o.Name, s.Name)
 	}
@@ -71,57 +162,38 @@ func shareReason(s Site, o Origin, t Target) string {
 	if !reachable {
 		return fmt.Sprintf("%s unreachable from %s (no RTT measured)", o.Name, s.Name)
 	}
-	shares, ok := t.Shares[s.Name]
-	if !ok {
+	if !t.has[i] {
 		return fmt.Sprintf("no healthy origin reachable from %s: shares left as they are", s.Name)
 	}
-	var closest string
-	var used []string
-	for _, other := range usableNames(s, t) {
-		if closest == "" || s.RTT[other] < s.RTT[closest] {
-			closest = other
-		}
-		if shares[other] > 0 {
-			used = append(used, other)
-		}
-	}
-	share := shares[o.Name]
-	extra := ms(rtt - s.RTT[closest])
-	full := func(name string) bool { return t.Load[name] >= t.Limit[name]-epsilon(t.Limit[name])-1e-6*t.Limit[name] }
+	shares := t.share[i*x.nO : (i+1)*x.nO]
+	share, closest := shares[j], w.closest
+	extra := ms(rtt - w.rtt(closest))
 	switch {
-	case share > 0 && o.Name == closest && share > 1-1e-9:
+	case share > 0 && j == closest && share > 1-1e-9:
 		return fmt.Sprintf("closest healthy origin (%s) with room: all of %s", msText(rtt), s.Name)
-	case share > 0 && o.Name == closest:
+	case share > 0 && j == closest:
 		return fmt.Sprintf("closest healthy origin (%s), full at %s/s: %s of %s here, the rest spilled",
-			msText(rtt), rate(t.Limit[o.Name]), pct(share), s.Name)
+			msText(rtt), rate(t.limit[j]), pct(share), s.Name)
 	case share > 0:
 		var fuller []string
-		for _, other := range usableNames(s, t) {
-			if s.RTT[other] < rtt && full(other) {
-				fuller = append(fuller, fmt.Sprintf("%s at capacity %s/s", other, rate(t.Limit[other])))
+		for _, k := range w.usable {
+			if w.rtt(k) < rtt && t.full(k) {
+				fuller = append(fuller, fmt.Sprintf("%s at capacity %s/s", x.obs.Origins[k].Name, rate(t.limit[k])))
 			}
 		}
 		if len(fuller) == 0 {
 			return fmt.Sprintf("%s of %s to %s, +%.0f ms", pct(share), s.Name, o.Name, extra)
 		}
-		return fmt.Sprintf("%s: %s of %s spilled to %s, +%.0f ms", strings.Join(fuller, ", "), pct(share), s.Name, o.Name, extra)
-	case slices.ContainsFunc(used, func(u string) bool { return s.RTT[u] > rtt }):
-		return fmt.Sprintf("%s at capacity %s/s with sites that would lose more RTT elsewhere: none of %s", o.Name, rate(t.Limit[o.Name]), s.Name)
-	default:
-		return fmt.Sprintf("not needed: %s is closer by %.0f ms and has room", closest, extra)
-	}
-}
-
-// usableNames are the healthy origins s reaches, as the target saw them.
-func usableNames(s Site, t Target) []string {
-	var out []string
-	for name := range t.Limit {
-		if _, ok := s.RTT[name]; ok {
-			out = append(out, name)
+		if len(fuller) > maxNamed {
+			// a site of a hundred origins may pass dozens of full ones
+			fuller = append(fuller[:maxNamed], fmt.Sprintf("%d more closer ones", len(fuller)-maxNamed))
 		}
+		return fmt.Sprintf("%s: %s of %s spilled to %s, +%.0f ms", strings.Join(fuller, ", "), pct(share), s.Name, o.Name, extra)
+	case slices.ContainsFunc(w.usable, func(k int) bool { return shares[k] > 0 && w.rtt(k) > rtt }):
+		return fmt.Sprintf("%s at capacity %s/s with sites that would lose more RTT elsewhere: none of %s", o.Name, rate(t.limit[j]), s.Name)
+	default:
+		return fmt.Sprintf("not needed: %s is closer by %.0f ms and has room", x.obs.Origins[closest].Name, extra)
 	}
-	slices.Sort(out)
-	return out
 }
 
 // rate prints flows per second: whole above 10, one decimal below.

@@ -65,6 +65,24 @@ func (s Shares) Clone() Shares {
 	return out
 }
 
+// Equal tells whether s and o send every site's flows alike; an origin without an
+// entry has a share of 0, as a site absent has none.
+func (s Shares) Equal(o Shares) bool {
+	return s.covers(o) && o.covers(s)
+}
+
+// covers tells whether every share of s is o's too.
+func (s Shares) covers(o Shares) bool {
+	for site, m := range s {
+		for origin, v := range m {
+			if o[site][origin] != v {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // A Controller decides the next shares from an observation and the shares in force.
 // The live controller calls Decide once per round, after fresh observations; the
 // simulator once per step. now is the round's time: a controller that limits its moves
@@ -81,6 +99,10 @@ type Decision struct {
 	Note    string           `json:"note,omitempty"`
 	Origins []OriginDecision `json:"origins"`
 	Sites   []SiteDecision   `json:"sites"`
+
+	// why is what Explain works the reasons out from; nil once they are (or for a
+	// decision made elsewhere).
+	why *explanation
 }
 
 // OriginDecision is one origin's side of a decision.
@@ -115,13 +137,16 @@ type ShareDecision struct {
 	Reason   string  `json:"reason"`
 }
 
-// Shares returns the decided shares.
+// Shares returns the decided shares. An origin a site sends nothing has no entry:
+// a site is on one origin or a few of a hundred, and a share's absence reads as 0.
 func (d Decision) Shares() Shares {
 	out := make(Shares, len(d.Sites))
 	for _, s := range d.Sites {
-		m := make(map[string]float64, len(s.Shares))
+		m := map[string]float64{}
 		for _, sh := range s.Shares {
-			m[sh.Origin] = sh.Share
+			if sh.Share != 0 {
+				m[sh.Origin] = sh.Share
+			}
 		}
 		out[s.Site] = m
 	}

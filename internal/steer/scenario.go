@@ -80,6 +80,12 @@ type scenarioFile struct {
 			Rate yaml.Node `yaml:"rate"`
 		} `yaml:"demand"`
 	} `yaml:"sites"`
+	World struct {
+		Sites       yaml.Node `yaml:"sites"`
+		Origins     yaml.Node `yaml:"origins"`
+		Seed        yaml.Node `yaml:"seed"`
+		Utilisation yaml.Node `yaml:"utilisation"`
+	} `yaml:"world"`
 	Events []struct {
 		At       yaml.Node `yaml:"at"`
 		Origin   yaml.Node `yaml:"origin"`
@@ -90,6 +96,14 @@ type scenarioFile struct {
 
 // maxSteps bounds a run's length, so that a typo (step: 1ns) is refused rather than run.
 const maxSteps = 1_000_000
+
+// maxWorldSites, maxWorldOrigins and maxWorldPairs bound a generated fleet: its RTTs
+// are map entries, about 100 bytes each, and a run's series holds every share.
+const (
+	maxWorldSites   = 10_000
+	maxWorldOrigins = 1_000
+	maxWorldPairs   = 1_000_000
+)
 
 // LoadScenario reads and validates a scenario file.
 func LoadScenario(path string) (*Scenario, error) {
@@ -130,10 +144,35 @@ func ParseScenario(path string, data []byte) (*Scenario, error) {
 		p.fail(&f.Elasticity, "elasticity", "%g is not within 0 to 1", sc.Elasticity)
 	}
 
-	if len(f.Origins) == 0 {
-		p.errs = append(p.errs, fmt.Errorf("%s: origins: at least one origin is required", path))
+	if wf := &f.World; wf.Sites.Kind != 0 || wf.Origins.Kind != 0 || wf.Seed.Kind != 0 || wf.Utilisation.Kind != 0 {
+		// a generated fleet (World) stands for origins and sites
+		w := World{Sites: p.count(&wf.Sites, "world.sites", maxWorldSites), Origins: p.count(&wf.Origins, "world.origins", maxWorldOrigins),
+			Utilisation: p.number(&wf.Utilisation, "world.utilisation", false)}
+		if seed := p.number(&wf.Seed, "world.seed", false); seed < 0 || seed != math.Trunc(seed) {
+			p.fail(&wf.Seed, "world.seed", "%g is not a whole number of at least 0", seed)
+		} else {
+			w.Seed = uint64(seed)
+		}
+		if w.Utilisation < 0 || w.Utilisation > 10 {
+			p.fail(&wf.Utilisation, "world.utilisation", "%g is not within 0 to 10", w.Utilisation)
+		}
+		if len(f.Origins) > 0 || len(f.Sites) > 0 {
+			p.fail(&wf.Sites, "world", "stands for origins and sites: give one or the other")
+		}
+		if w.Sites*w.Origins > maxWorldPairs {
+			p.fail(&wf.Sites, "world", "%d sites × %d origins is more than %d RTTs", w.Sites, w.Origins, maxWorldPairs)
+		} else if w.Sites > 0 && w.Origins > 0 {
+			gen := w.Scenario(sc.Name, sc.Duration, sc.Step, sc.Elasticity)
+			sc.Origins, sc.Sites = gen.Origins, gen.Sites
+		}
 	}
 	origins := map[string]bool{}
+	for _, o := range sc.Origins {
+		origins[o.Name] = true
+	}
+	if len(f.Origins) == 0 && len(sc.Origins) == 0 {
+		p.errs = append(p.errs, fmt.Errorf("%s: origins: at least one origin is required", path))
+	}
 	for i, o := range f.Origins {
 		field := fmt.Sprintf("origins[%d]", i)
 		name := p.name(&o.Name, field+".name", origins)
@@ -148,7 +187,7 @@ func ParseScenario(path string, data []byte) (*Scenario, error) {
 		sc.Origins = append(sc.Origins, ScenarioOrigin{Name: name, Capacity: c, Healthy: healthy})
 	}
 
-	if len(f.Sites) == 0 {
+	if len(f.Sites) == 0 && len(sc.Sites) == 0 {
 		p.errs = append(p.errs, fmt.Errorf("%s: sites: at least one site is required", path))
 	}
 	sites := map[string]bool{}
@@ -268,6 +307,18 @@ func (p *scenarioParser) number(n *yaml.Node, field string, required bool) float
 		return 0
 	}
 	return v
+}
+
+// count reads a required whole number within 1 to limit.
+func (p *scenarioParser) count(n *yaml.Node, field string, limit int) int {
+	v := p.number(n, field, true)
+	if v < 1 || v > float64(limit) || v != math.Trunc(v) {
+		if n.Kind != 0 {
+			p.fail(n, field, "%q is not a whole number within 1 to %d", n.Value, limit)
+		}
+		return 0
+	}
+	return int(v)
 }
 
 func (p *scenarioParser) boolean(n *yaml.Node, field string) bool {

@@ -61,3 +61,33 @@ func TestScenarioErrorsNameTheField(t *testing.T) {
 		}
 	}
 }
+
+// A world: section generates the origins and sites (steer.World); it stands for them,
+// and its bounds are checked like any field's.
+func TestScenarioWorld(t *testing.T) {
+	const world = "duration: 60s\nstep: 1s\nworld: {sites: 30, origins: 7, seed: 2}\nevents:\n  - {at: 30s, origin: origin003, healthy: false}\n"
+	sc, err := ParseScenario("w.yaml", []byte(world))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.Sites) != 30 || len(sc.Origins) != 7 || len(sc.Sites[29].RTT) != 7 || sc.Sites[0].Demand[0].Rate <= 0 || sc.Origins[6].Capacity <= 0 {
+		t.Fatalf("parsed %d sites, %d origins: %+v", len(sc.Sites), len(sc.Origins), sc.Sites[0])
+	}
+	again, _ := ParseScenario("w.yaml", []byte(world))
+	if again.Sites[17].RTT["origin005"] != sc.Sites[17].RTT["origin005"] {
+		t.Error("the same seed gave another world")
+	}
+	for _, tc := range []struct{ old, new, want string }{
+		{"sites: 30", "sites: 0", `w.yaml:3: world.sites: "0" is not a whole number within 1 to 10000`},
+		{"origins: 7", "origins: 2.5", `world.origins: "2.5" is not a whole number`},
+		{"sites: 30, origins: 7", "sites: 10000, origins: 1000", "is more than 1000000 RTTs"},
+		{"seed: 2", "seed: -1", "world.seed: -1 is not a whole number"},
+		{"seed: 2}", "seed: 2}\norigins: [{name: a, capacity: 1}]", "world: stands for origins and sites"},
+		{"origin003", "origin007", `events[0].origin: no origin is named "origin007"`},
+	} {
+		data := strings.Replace(world, tc.old, tc.new, 1)
+		if _, err := ParseScenario("w.yaml", []byte(data)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("replacing %q by %q: error %v, want one containing %q", tc.old, tc.new, err, tc.want)
+		}
+	}
+}

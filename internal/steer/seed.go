@@ -2,7 +2,6 @@ package steer
 
 import (
 	"fmt"
-	"maps"
 	"math"
 	"time"
 )
@@ -34,43 +33,38 @@ func (*Seed) Name() string { return "seed" }
 // that none exceeds MaxMove (the shares keep summing to 1); between cycles it only drops
 // unusable origins.
 func (sd *Seed) Decide(now time.Time, obs Observation, current Shares) Decision {
-	t := SolveTarget(obs)
+	x := index(obs)
+	t := solve(x)
 	cycle := !sd.began || now.Sub(sd.last) >= sd.Interval
 	if cycle {
 		sd.last, sd.began = now, true
 	}
-	next := Shares{}
-	for _, s := range obs.Sites {
-		target, ok := t.Shares[s.Name]
-		cur, stranded, known := currentOf(s, current[s.Name], target, t)
+	nO := x.nO
+	next := make([]float64, len(obs.Sites)*nO)
+	cur := make([]float64, nO)
+	for i, s := range obs.Sites {
+		y, target := next[i*nO:(i+1)*nO], t.share[i*nO:(i+1)*nO]
+		stranded, known := currentOf(x, t, i, current[s.Name], cur)
 		switch {
-		case !ok:
-			next[s.Name] = cur
+		case !t.has[i]:
 			continue
 		case !known || stranded >= 1:
-			next[s.Name] = maps.Clone(target)
+			copy(y, target)
 			continue
 		}
-		y := map[string]float64{}
 		var largest float64
-		for o := range target {
-			if usable(s, o, t) {
-				y[o] = cur[o] / (1 - stranded)
-				largest = max(largest, math.Abs(target[o]-y[o]))
-			} else {
-				y[o] = 0
+		for j := range y {
+			if t.usable(x, i, j) {
+				y[j] = cur[j] / (1 - stranded)
+				largest = max(largest, math.Abs(target[j]-y[j]))
 			}
 		}
 		if cycle && largest > 0 {
 			k := min(1, sd.MaxMove/largest)
-			for o := range y {
-				y[o] += k * (target[o] - y[o])
+			for j := range y {
+				y[j] += k * (target[j] - y[j])
 			}
 		}
-		next[s.Name] = y
 	}
-	moving := func(from, to, target float64) string {
-		return fmt.Sprintf("moving from %s toward %s, at most %.0f points per %s", pct(from), pct(target), sd.MaxMove*100, sd.Interval)
-	}
-	return decide(obs, t, next, moving, current)
+	return decide(x, t, next, current, fmt.Sprintf("at most %.0f points per %s", sd.MaxMove*100, sd.Interval))
 }

@@ -140,7 +140,7 @@ func Simulate(sc *Scenario, ctl Controller) Run {
 		final = ctl.Decide(epoch.Add(at), observe(demand, load), shares)
 		shares = final.Shares()
 	}
-	return Run{Algorithm: ctl.Name(), Summary: Summarize(series), Series: series, Final: final}
+	return Run{Algorithm: ctl.Name(), Summary: Summarize(series), Series: series, Final: final.Explain()}
 }
 
 // offeredAt is the rate of the last demand step at or before at, 0 before the first.

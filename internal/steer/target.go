@@ -29,225 +29,200 @@ type Target struct {
 
 // SolveTarget computes the target of obs. An unhealthy origin gets nothing.
 func SolveTarget(obs Observation) Target {
-	t := Target{Shares: Shares{}, Load: map[string]float64{}, Limit: map[string]float64{}, Overcommit: 1}
+	x := index(obs)
+	t := solve(x)
+	out := Target{Shares: Shares{}, Load: map[string]float64{}, Limit: map[string]float64{}, Overcommit: t.overcommit, Note: t.note}
+	for j, o := range obs.Origins {
+		out.Load[o.Name] = t.load[j]
+		if t.healthy[j] {
+			out.Limit[o.Name] = t.limit[j]
+		}
+	}
+	for i, s := range obs.Sites {
+		if !t.has[i] {
+			continue
+		}
+		m := make(map[string]float64, x.nO)
+		for j, o := range obs.Origins {
+			m[o.Name] = t.share[i*x.nO+j]
+		}
+		out.Shares[s.Name] = m
+	}
+	return out
+}
+
+// indexed is an observation laid out for a round: origins and sites by position, each
+// site's RTT to each origin in one row, so that the inner loops read slices rather
+// than maps (a round at 1 000 sites × 100 origins touches each pair several times).
+type indexed struct {
+	obs Observation
+	nO  int
+	// rtt is site-major, len(Sites) × nO, in ms; NaN where the site has no RTT to the
+	// origin (it is unreachable from there).
+	rtt []float64
+	// pos is each origin's position by name.
+	pos map[string]int
+}
+
+func index(obs Observation) *indexed {
+	nO := len(obs.Origins)
+	x := &indexed{obs: obs, nO: nO, rtt: make([]float64, len(obs.Sites)*nO), pos: make(map[string]int, nO)}
+	for j, o := range obs.Origins {
+		if _, dup := x.pos[o.Name]; !dup {
+			x.pos[o.Name] = j
+		}
+	}
+	for i, s := range obs.Sites {
+		row := x.rtt[i*nO : (i+1)*nO]
+		for j, o := range obs.Origins {
+			if d, ok := s.RTT[o.Name]; ok {
+				row[j] = ms(d)
+			} else {
+				row[j] = math.NaN()
+			}
+		}
+	}
+	return x
+}
+
+// target is Target laid out as indexed is.
+type target struct {
+	// share is the target share of each site × origin (site-major); a site's row
+	// counts only where has says it has a target (it reaches a healthy origin).
+	share []float64
+	has   []bool
+	// load and limit are by origin; limit only where healthy.
+	load, limit []float64
+	healthy     []bool
+	overcommit  float64
+	note        string
+}
+
+// usable tells whether the target could send flows of site i to origin j: it is
+// healthy and i measures an RTT to it.
+func (t *target) usable(x *indexed, i, j int) bool {
+	return t.healthy[j] && !math.IsNaN(x.rtt[i*x.nO+j])
+}
+
+func solve(x *indexed) *target {
+	obs, nO, nS := x.obs, x.nO, len(x.obs.Sites)
+	t := &target{share: make([]float64, nS*nO), has: make([]bool, nS), load: make([]float64, nO), limit: make([]float64, nO),
+		healthy: make([]bool, nO), overcommit: 1}
 	var demand, capacity float64
-	var healthy []Origin
-	for _, o := range obs.Origins {
-		t.Load[o.Name] = 0
+	healthy := 0
+	for j, o := range obs.Origins {
 		if o.Healthy {
-			healthy = append(healthy, o)
+			t.healthy[j] = true
+			healthy++
 			capacity += o.Capacity
 		}
 	}
 	for _, s := range obs.Sites {
 		demand += s.Demand
 	}
-	if len(healthy) == 0 {
-		t.Note = "no healthy origin: shares left as they are"
+	if healthy == 0 {
+		t.note = "no healthy origin: shares left as they are"
 		return t
 	}
-	for _, o := range healthy {
-		t.Limit[o.Name] = o.Capacity
+	for j, o := range obs.Origins {
+		if t.healthy[j] {
+			t.limit[j] = o.Capacity
+		}
 	}
 	switch {
 	case capacity <= 0:
 		// Nothing to be proportional to: the healthy origins share equally.
-		for _, o := range healthy {
-			t.Limit[o.Name] = demand / float64(len(healthy))
+		for j := range t.limit {
+			if t.healthy[j] {
+				t.limit[j] = demand / float64(healthy)
+			}
 		}
-		t.Note = fmt.Sprintf("demand %s/s, healthy capacity 0: spread equally over %d healthy origins", rate(demand), len(healthy))
+		t.note = fmt.Sprintf("demand %s/s, healthy capacity 0: spread equally over %d healthy origins", rate(demand), healthy)
 	case demand > capacity:
-		t.Overcommit = demand / capacity
-		for _, o := range healthy {
-			t.Limit[o.Name] = o.Capacity * t.Overcommit
+		t.overcommit = demand / capacity
+		for j, o := range obs.Origins {
+			if t.healthy[j] {
+				t.limit[j] = o.Capacity * t.overcommit
+			}
 		}
-		t.Note = fmt.Sprintf("demand %s/s exceeds healthy capacity %s/s: every healthy origin takes %s of its capacity",
-			rate(demand), rate(capacity), pct(t.Overcommit))
+		t.note = fmt.Sprintf("demand %s/s exceeds healthy capacity %s/s: every healthy origin takes %s of its capacity",
+			rate(demand), rate(capacity), pct(t.overcommit))
 	}
 
-	flows := assign(obs.Sites, healthy, t.Limit)
-	for si, s := range obs.Sites {
-		usable := usableOrigins(s, healthy)
-		if len(usable) == 0 {
+	flows := assign(x, t, epsilon(demand))
+	var used []float64 // by origin, for the sites without demand; summed once
+	for i, s := range obs.Sites {
+		row, frow := t.share[i*nO:(i+1)*nO], flows[i*nO:(i+1)*nO]
+		var routed, usableCap float64
+		usable := 0
+		for j := range nO {
+			if t.usable(x, i, j) {
+				usable++
+				routed += frow[j]
+				usableCap += t.limit[j]
+			}
+		}
+		if usable == 0 {
 			continue
 		}
-		m := map[string]float64{}
-		for _, o := range obs.Origins {
-			m[o.Name] = 0
-		}
-		var routed float64
-		for _, o := range usable {
-			routed += flows[si][o.Name]
-		}
-		switch {
-		case s.Demand <= 0:
-			m[marginalOrigin(s, usable, t.Limit, flows)] = 1
-		default:
-			// Demand the flow could not place (its reachable origins are full while
-			// others have room) is spread over what it reaches, by capacity.
-			left := s.Demand - routed
-			var usableCap float64
-			for _, o := range usable {
-				usableCap += t.Limit[o.Name]
-			}
-			for _, o := range usable {
-				f := flows[si][o.Name]
-				if left > 0 {
-					if usableCap > 0 {
-						f += left * t.Limit[o.Name] / usableCap
-					} else {
-						f += left / float64(len(usable))
+		t.has[i] = true
+		if s.Demand <= 0 {
+			if used == nil {
+				used = make([]float64, nO)
+				for k := range nS {
+					for j, f := range flows[k*nO : (k+1)*nO] {
+						used[j] += f
 					}
 				}
-				m[o.Name] = f / s.Demand
-				t.Load[o.Name] += f
 			}
+			row[marginalOrigin(x, t, i, used)] = 1
+			continue
 		}
-		t.Shares[s.Name] = m
+		// Demand the flow could not place (its reachable origins are full while
+		// others have room) is spread over what it reaches, by capacity.
+		left := s.Demand - routed
+		for j := range nO {
+			if !t.usable(x, i, j) {
+				continue
+			}
+			f := frow[j]
+			if left > 0 {
+				if usableCap > 0 {
+					f += left * t.limit[j] / usableCap
+				} else {
+					f += left / float64(usable)
+				}
+			}
+			row[j] = f / s.Demand
+			t.load[j] += f
+		}
 	}
 	return t
 }
 
-// usableOrigins are the healthy origins that s has an RTT to, in observation order.
-func usableOrigins(s Site, healthy []Origin) []Origin {
-	var out []Origin
-	for _, o := range healthy {
-		if _, ok := s.RTT[o.Name]; ok {
-			out = append(out, o)
+// marginalOrigin is where site i, without demand, would send its first flows: the
+// closest usable origin with room left, else the closest (the first in the
+// observation's order among equals).
+func marginalOrigin(x *indexed, t *target, i int, used []float64) int {
+	best, bestRoom := -1, -1
+	rtt := x.rtt[i*x.nO : (i+1)*x.nO]
+	for j := range x.nO {
+		if !t.usable(x, i, j) {
+			continue
+		}
+		if best < 0 || rtt[j] < rtt[best] {
+			best = j
+		}
+		if t.limit[j]-used[j] > epsilon(t.limit[j]) && (bestRoom < 0 || rtt[j] < rtt[bestRoom]) {
+			bestRoom = j
 		}
 	}
-	return out
-}
-
-// marginalOrigin is where a site without demand would send its first flows: the
-// closest origin with room left, else the closest.
-func marginalOrigin(s Site, usable []Origin, limit map[string]float64, flows []map[string]float64) string {
-	used := map[string]float64{}
-	for _, f := range flows {
-		for o, v := range f {
-			used[o] += v
-		}
-	}
-	best, bestRoom := "", ""
-	for _, o := range usable {
-		if best == "" || s.RTT[o.Name] < s.RTT[best] {
-			best = o.Name
-		}
-		if limit[o.Name]-used[o.Name] > epsilon(limit[o.Name]) && (bestRoom == "" || s.RTT[o.Name] < s.RTT[bestRoom]) {
-			bestRoom = o.Name
-		}
-	}
-	if bestRoom != "" {
+	if bestRoom >= 0 {
 		return bestRoom
 	}
 	return best
 }
 
 func epsilon(scale float64) float64 { return 1e-9 * (1 + math.Abs(scale)) }
-
-// assign solves the transportation problem by successive shortest paths: each
-// augmentation sends flow along the cheapest path of the residual graph, whose reverse
-// edges let a later site push an earlier one off an origin when that lowers the total.
-// It returns, per site (by index), the flow to each origin.
-func assign(sites []Site, healthy []Origin, limit map[string]float64) []map[string]float64 {
-	nS, nO := len(sites), len(healthy)
-	src, sink := 0, 1+nS+nO
-	g := newFlowGraph(sink + 1)
-	var total float64
-	type link struct{ site, origin, edge int }
-	var links []link
-	for si, s := range sites {
-		total += s.Demand
-		if s.Demand > 0 {
-			g.add(src, 1+si, s.Demand, 0)
-		}
-		for oi, o := range healthy {
-			if rtt, ok := s.RTT[o.Name]; ok {
-				links = append(links, link{si, oi, g.add(1+si, 1+nS+oi, math.Inf(1), ms(rtt))})
-			}
-		}
-	}
-	for oi, o := range healthy {
-		g.add(1+nS+oi, sink, limit[o.Name], 0)
-	}
-	g.minCostFlow(src, sink, epsilon(total))
-	out := make([]map[string]float64, nS)
-	for i := range out {
-		out[i] = map[string]float64{}
-	}
-	for _, l := range links {
-		out[l.site][healthy[l.origin].Name] = g.flow(l.edge)
-	}
-	return out
-}
-
-type flowEdge struct {
-	to        int
-	cap, cost float64
-}
-
-type flowGraph struct {
-	edges []flowEdge // edge i's reverse is i^1
-	adj   [][]int
-}
-
-func newFlowGraph(n int) *flowGraph { return &flowGraph{adj: make([][]int, n)} }
-
-func (g *flowGraph) add(u, v int, capacity, cost float64) int {
-	g.adj[u] = append(g.adj[u], len(g.edges))
-	g.edges = append(g.edges, flowEdge{to: v, cap: capacity, cost: cost})
-	g.adj[v] = append(g.adj[v], len(g.edges))
-	g.edges = append(g.edges, flowEdge{to: u, cap: 0, cost: -cost})
-	return len(g.edges) - 2
-}
-
-func (g *flowGraph) flow(e int) float64 { return g.edges[e^1].cap }
-
-// minCostFlow pushes as much flow as fits from src to sink, cheapest paths first.
-// Bellman-Ford finds each path (the residual graph has negative edges); the graph has
-// a handful of nodes per site and origin.
-func (g *flowGraph) minCostFlow(src, sink int, eps float64) {
-	n := len(g.adj)
-	for {
-		dist := make([]float64, n)
-		via := make([]int, n)
-		for i := range dist {
-			dist[i], via[i] = math.Inf(1), -1
-		}
-		dist[src] = 0
-		for range n {
-			changed := false
-			for u := range n {
-				if math.IsInf(dist[u], 1) {
-					continue
-				}
-				for _, e := range g.adj[u] {
-					ed := g.edges[e]
-					if ed.cap > eps && dist[u]+ed.cost < dist[ed.to]-1e-9 {
-						dist[ed.to], via[ed.to] = dist[u]+ed.cost, e
-						changed = true
-					}
-				}
-			}
-			if !changed {
-				break
-			}
-		}
-		if via[sink] < 0 {
-			return
-		}
-		push := math.Inf(1)
-		for v := sink; v != src; v = g.edges[via[v]^1].to {
-			push = min(push, g.edges[via[v]].cap)
-		}
-		if push <= eps {
-			return
-		}
-		for v := sink; v != src; v = g.edges[via[v]^1].to {
-			g.edges[via[v]].cap -= push
-			g.edges[via[v]^1].cap += push
-		}
-	}
-}
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

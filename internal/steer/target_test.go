@@ -35,7 +35,7 @@ func TestTargetSpillsExactlyAtCapacity(t *testing.T) {
 	if !near(tg.Load["us"], 200) || !near(tg.Load["eu"], 200) {
 		t.Errorf("loads %v, want us 200 (its capacity), eu 200", tg.Load)
 	}
-	d := Manifold{}.Decide(time.Time{}, twoOrigins(400, true), tg.Shares)
+	d := Manifold{}.Decide(time.Time{}, twoOrigins(400, true), tg.Shares).Explain()
 	want := "us at capacity 200/s: 50 % of sjc spilled to eu, +140 ms"
 	if r := d.Sites[0].Shares[1].Reason; r != want {
 		t.Errorf("eu's reason %q, want %q", r, want)

@@ -18,8 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quic-go/quic-go"
-
 	"github.com/manifoldlb/manifold/internal/listen"
 )
 
@@ -71,12 +69,15 @@ func (e *Edge) join(ctx context.Context, service string, client net.Conn, idle *
 	seen := idle.add(client)
 	defer idle.remove(seen)
 	e.countClient(service)
-	t, slot, s := e.connect(ctx, streamHeader{Service: service, Client: addrPortOf(client.RemoteAddr()), VIP: addrPortOf(client.LocalAddr()),
-		Proxy: e.proxyProtocolOf(service)}, true)
+	h := streamHeader{Service: service, Client: addrPortOf(client.RemoteAddr()), VIP: addrPortOf(client.LocalAddr()), Data: firstBytes(client),
+		Proxy: e.proxyProtocolOf(service)}
+	t, slot, s := e.connect(ctx, h, true)
 	if t == nil {
 		return
 	}
-	_ = proxy(client, s, byteCounters{&t.bytesToOrigin, &e.bytesToOrigin}, byteCounters{&t.bytesFromOrg, &e.bytesFromOrigin}, seen)
+	toOrigin := byteCounters{&t.bytesToOrigin, &e.bytesToOrigin}
+	toOrigin.add(len(h.Data))
+	_ = proxy(client, s, toOrigin, byteCounters{&t.bytesFromOrg, &e.bytesFromOrigin}, seen)
 	e.release(t, slot)
 }
 
@@ -84,7 +85,7 @@ func (e *Edge) join(ctx context.Context, service string, client net.Conn, idle *
 // (another edge's relay too when relays): it waits up to QueueTimeout for one, and
 // tries another when a stream fails before carrying a byte. The caller releases the
 // slot once the stream has ended; nil when none could be had.
-func (e *Edge) connect(ctx context.Context, h streamHeader, relays bool) (*edgeTunnel, *serviceSlot, *quic.Stream) {
+func (e *Edge) connect(ctx context.Context, h streamHeader, relays bool) (*edgeTunnel, *serviceSlot, tunnelStream) {
 	service := h.Service
 	tried := map[*edgeTunnel]bool{}
 	deadline := e.cfg.Clock.NewTimer(e.cfg.QueueTimeout)
@@ -257,7 +258,11 @@ func (e *Edge) release(t *edgeTunnel, slot *serviceSlot) {
 
 // openStream opens a stream for a client connection and waits for the connector to
 // say it reached the origin.
-func openStream(conn *quic.Conn, version int, h streamHeader) (*quic.Stream, error) {
+func openStream(conn tunnelConn, version int, h streamHeader) (tunnelStream, error) {
+	data := h.Data
+	if version == 1 { // no first bytes in its header: they follow the answer
+		h.Data = nil
+	}
 	header, err := h.encode(version)
 	if err != nil {
 		return nil, err
@@ -273,10 +278,17 @@ func openStream(conn *quic.Conn, version int, h streamHeader) (*quic.Stream, err
 		s.CancelWrite(streamAborted)
 		return nil, err
 	}
+	if version == 1 && len(data) > 0 {
+		if _, err := s.Write(data); err != nil {
+			s.CancelRead(streamAborted)
+			s.CancelWrite(streamAborted)
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
-func readAck(s *quic.Stream, header []byte) error {
+func readAck(s tunnelStream, header []byte) error {
 	if _, err := s.Write(header); err != nil {
 		return err
 	}

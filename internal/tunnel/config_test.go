@@ -155,6 +155,7 @@ name: laptop
 edges: [127.0.0.1:7443, "edge2.example:7443"]
 token_file: `+tokenFile+`
 ca_file: `+p.caFile+`
+transport: tcp
 services:
   - {name: web, to: 127.0.0.1:8000, capacity: 30}
   - {name: api, to: "[::1]:9000", origin: home}
@@ -162,7 +163,7 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Name != "laptop" || len(c.Edges) != 2 || c.Token != tokenWeb || c.CAs == nil || c.DrainTime != DefaultDrainTime ||
+	if c.Name != "laptop" || len(c.Edges) != 2 || c.Token != tokenWeb || c.CAs == nil || c.DrainTime != DefaultDrainTime || c.Transport != TransportTCP ||
 		len(c.Services) != 2 || c.Services[0] != (ServiceConfig{Name: "web", To: "127.0.0.1:8000", Capacity: 30}) ||
 		c.Services[1] != (ServiceConfig{Name: "api", To: "[::1]:9000", Capacity: DefaultCapacity, Origin: "home"}) {
 		t.Fatalf("config %+v", c)
@@ -212,6 +213,7 @@ services:
 		{"bad origin", map[string]string{"services": "services: [{name: web, to: a:1, origin: a/b}]"}, `services[0].origin: "a/b" is not an origin name`},
 		{"origin not text", map[string]string{"services": "services: [{name: web, to: a:1, origin: [x]}]"}, `services[0].origin: must be a string`},
 		{"bad drain time", map[string]string{"services": valid["services"] + "\ndrain_time: 1h"}, `drain_time: "1h" is not a duration from 0s to 5m0s`},
+		{"bad transport", map[string]string{"services": valid["services"] + "\ntransport: udp"}, `connect.yaml:5: transport: "udp" is not auto, quic or tcp`},
 		{"unknown top field", map[string]string{"services": valid["services"] + "\ntoken: x"}, "connect.yaml:5: token: unknown field"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -220,6 +222,10 @@ services:
 				t.Fatalf("error %v, want one saying %q", err, tc.want)
 			}
 		})
+	}
+
+	if c, err := ParseConnectorConfig("connect.yaml", []byte(file(nil)), nil); err != nil || c.Transport != TransportAuto {
+		t.Errorf("a file without transport: %v, %v; want auto", c.Transport, err)
 	}
 
 	// Every problem at once, in line order.

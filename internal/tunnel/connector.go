@@ -65,12 +65,15 @@ type Connector struct {
 // the atomics.
 type edgeLink struct {
 	edge      string
-	conn      *quic.Conn // nil while not attached
+	conn      tunnelConn // nil while not attached
 	tunnel    uint64
 	since     time.Time
 	draining  bool
 	lastError string
-	open      atomic.Int64
+	// tcpUntil: an auto connector dials this edge over TCP until then (QUIC had no
+	// answer, tcp.go)
+	tcpUntil time.Time
+	open     atomic.Int64
 }
 
 // NewConnector makes a connector of a validated config.
@@ -179,11 +182,11 @@ func (c *Connector) keep(ctx context.Context, link *edgeLink) {
 // session dials one edge and serves the tunnel until it ends; when ctx ends first,
 // it drains the tunnel and returns nil.
 func (c *Connector) session(ctx context.Context, link *edgeLink) error {
-	conn, control, tunnelID, err := c.dial(ctx, link.edge)
+	conn, control, tunnelID, err := c.dial(ctx, link)
 	if err != nil {
 		return err
 	}
-	version := versionOf(conn.ConnectionState().TLS.NegotiatedProtocol)
+	version := versionOf(conn.Protocol())
 	var streams sync.WaitGroup
 	defer func() {
 		_ = conn.CloseWithError(codeDone, "connector leaving")
@@ -197,31 +200,27 @@ func (c *Connector) session(ctx context.Context, link *edgeLink) error {
 	link.conn, link.tunnel, link.since, link.lastError = conn, tunnelID, time.Now(), ""
 	c.mu.Unlock()
 	c.notify()
-	c.log.Info("tunnel up", "edge", link.edge, "tunnel", tunnelID, "version", version)
+	c.log.Info("tunnel up", "edge", link.edge, "tunnel", tunnelID, "version", version, "transport", conn.Transport())
 	streams.Go(func() { c.acceptStreams(conn, version, link, &streams) })
 	return c.control(ctx, conn, control, link)
 }
 
-// dial sets up a tunnel: QUIC handshake, hello, welcome.
-func (c *Connector) dial(ctx context.Context, edge string) (*quic.Conn, *controlStream, uint64, error) {
+// dial sets up a tunnel: the transport's handshake (tcp.go), hello, welcome.
+func (c *Connector) dial(ctx context.Context, link *edgeLink) (tunnelConn, *controlStream, uint64, error) {
 	c.dials.Add(1)
+	edge := link.edge
 	serverName := c.cfg.ServerName
 	if serverName == "" {
 		serverName, _, _ = net.SplitHostPort(edge)
 	}
-	tlsConf := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: c.cfg.CAs, ServerName: serverName, NextProtos: c.protocols}
-	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	defer cancel()
-	conn, err := quic.DialAddr(dctx, edge, tlsConf, c.quicConf)
+	tlsConf := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: c.cfg.CAs, ServerName: serverName, NextProtos: c.protocols,
+		DynamicRecordSizingDisabled: true}
+	conn, err := c.dialTransport(ctx, link, tlsConf)
 	if err != nil {
 		c.dialFailures.Add(1)
-		var te *quic.TransportError
-		if errors.As(err, &te) && te.ErrorCode >= 0x100 && te.ErrorCode < 0x200 { // a TLS alert
-			c.tlsFailures.Add(1)
-		}
 		return nil, nil, 0, fmt.Errorf("dial %s: %w", edge, err)
 	}
-	fail := func(err error) (*quic.Conn, *controlStream, uint64, error) {
+	fail := func(err error) (tunnelConn, *controlStream, uint64, error) {
 		_ = conn.CloseWithError(codeBroken, "")
 		var ae *quic.ApplicationError
 		if errors.As(err, &ae) && ae.Remote && ae.ErrorCode == codeRefused {
@@ -231,12 +230,12 @@ func (c *Connector) dial(ctx context.Context, edge string) (*quic.Conn, *control
 		c.dialFailures.Add(1)
 		return nil, nil, 0, fmt.Errorf("edge %s: %w", edge, err)
 	}
-	s, err := conn.OpenStream()
+	s, err := conn.OpenStreamSync(ctx)
 	if err != nil {
 		return fail(err)
 	}
 	control := &controlStream{s: s}
-	version := versionOf(conn.ConnectionState().TLS.NegotiatedProtocol)
+	version := versionOf(conn.Protocol())
 	hello := message{Type: "hello", Version: version, Token: c.cfg.Token, Name: c.cfg.Name}
 	hello.Services, _ = c.announced()
 	if version < 2 {
@@ -271,12 +270,17 @@ func (c *Connector) withoutOrigins(edge string, services []announcedService) []a
 }
 
 // control pings the edge and watches for its pongs; on ctx's end it drains.
-func (c *Connector) control(ctx context.Context, conn *quic.Conn, control *controlStream, link *edgeLink) error {
+func (c *Connector) control(ctx context.Context, conn tunnelConn, control *controlStream, link *edgeLink) error {
 	received := make(chan message)
 	failed := make(chan error, 1)
 	go func() { // owned by the session: ends when conn closes or the edge falls silent
+		deadline := time.Now().Add(deadAfter)
 		for {
-			m, err := control.receive(time.Now().Add(deadAfter))
+			m, err := control.receive(deadline)
+			deadline = time.Now().Add(deadAfter)
+			if stillHeard(conn, err, &deadline) {
+				continue // the pong is behind the tunnel's data, which does arrive
+			}
 			if err != nil {
 				failed <- err
 				return
@@ -345,7 +349,7 @@ func (c *Connector) control(ctx context.Context, conn *quic.Conn, control *contr
 	}
 }
 
-func (c *Connector) acceptStreams(conn *quic.Conn, version int, link *edgeLink, streams *sync.WaitGroup) {
+func (c *Connector) acceptStreams(conn tunnelConn, version int, link *edgeLink, streams *sync.WaitGroup) {
 	for {
 		s, err := conn.AcceptStream(context.Background())
 		if err != nil {
@@ -357,7 +361,7 @@ func (c *Connector) acceptStreams(conn *quic.Conn, version int, link *edgeLink, 
 
 // serveStream connects one stream to its service's origin. A stream that arrives
 // while draining is served too: the edge picked it before it learnt of the drain.
-func (c *Connector) serveStream(s *quic.Stream, version int, link *edgeLink) {
+func (c *Connector) serveStream(s tunnelStream, version int, link *edgeLink) {
 	_ = s.SetReadDeadline(time.Now().Add(helloTimeout))
 	h, err := readStreamHeader(s, version)
 	if err != nil {
@@ -392,7 +396,7 @@ func (c *Connector) serveStream(s *quic.Stream, version int, link *edgeLink) {
 	_ = proxy(origin, s, byteCounters{&c.bytesFromOrigin}, byteCounters{&c.bytesToOrigin}, nil)
 }
 
-func refuseStream(s *quic.Stream, reason string) {
+func refuseStream(s tunnelStream, reason string) {
 	if len(reason) > 255 {
 		reason = reason[:255]
 	}
@@ -405,7 +409,8 @@ func refuseStream(s *quic.Stream, reason string) {
 type EdgeLinkStatus struct {
 	Edge        string        `json:"edge"`
 	Up          bool          `json:"up"`
-	Tunnel      uint64        `json:"tunnel,omitempty"` // the edge's id of it
+	Transport   string        `json:"transport,omitempty"` // quic or tcp, while up
+	Tunnel      uint64        `json:"tunnel,omitempty"`    // the edge's id of it
 	Since       time.Time     `json:"since,omitzero"`
 	Draining    bool          `json:"draining"`
 	StreamsOpen int64         `json:"streams_open"`
@@ -436,7 +441,7 @@ func (c *Connector) Links() []EdgeLinkStatus {
 		l := c.links[edge]
 		s := EdgeLinkStatus{Edge: edge, Up: l.conn != nil, Draining: l.draining, StreamsOpen: l.open.Load(), LastError: l.lastError}
 		if l.conn != nil {
-			s.Tunnel, s.Since, s.RTT = l.tunnel, l.since, l.conn.ConnectionStats().SmoothedRTT
+			s.Tunnel, s.Since, s.RTT, s.Transport = l.tunnel, l.since, l.conn.RTT(), l.conn.Transport()
 		}
 		out = append(out, s)
 	}

@@ -40,6 +40,9 @@ type ConnectorConfig struct {
 	ServerName string
 	// DrainTime bounds how long a draining connector waits for its open streams.
 	DrainTime time.Duration
+	// Transport is the tunnels' transport: TransportAuto (QUIC, TCP where UDP does
+	// not pass; "" is auto), TransportQUIC or TransportTCP.
+	Transport string
 	Services  []ServiceConfig
 	// Clock drives the reconnection backoff, the pings and the drain time (nil: the
 	// real one; not read from the file). The network's deadlines stay on the real clock.
@@ -56,7 +59,7 @@ type ServiceConfig struct {
 	Origin string
 }
 
-var connectorKeys = []string{"name", "edges", "token_file", "ca_file", "server_name", "drain_time", "services"}
+var connectorKeys = []string{"name", "edges", "token_file", "ca_file", "server_name", "drain_time", "transport", "services"}
 
 // LoadConnectorConfig reads and validates a connector's config file, and the token
 // and CA files it names. On any problem it returns an error listing all of them, each
@@ -82,7 +85,7 @@ func ParseConnectorConfig(file string, data []byte, log *slog.Logger) (*Connecto
 	if !ok {
 		return nil, y.err()
 	}
-	c := &ConnectorConfig{DrainTime: DefaultDrainTime}
+	c := &ConnectorConfig{DrainTime: DefaultDrainTime, Transport: TransportAuto}
 	if n := fields["name"]; n != nil {
 		if s, ok := y.text(n, "name"); ok {
 			if s == "" || strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) || len(s) > 63 {
@@ -128,6 +131,14 @@ func ParseConnectorConfig(file string, data []byte, log *slog.Logger) (*Connecto
 	if n := fields["drain_time"]; n != nil {
 		if d, ok := y.duration(n, "drain_time", 0, MaxDrainTime); ok {
 			c.DrainTime = d
+		}
+	}
+	if n := fields["transport"]; n != nil {
+		if t, ok := y.text(n, "transport"); ok {
+			if !slices.Contains([]string{TransportAuto, TransportQUIC, TransportTCP}, t) {
+				y.add(n.Line, "transport", "%q is not auto, quic or tcp", t)
+			}
+			c.Transport = t
 		}
 	}
 	if n := fields["services"]; n == nil {

@@ -7,25 +7,29 @@
 //	                   │ pick: an origin by the site's shares (steering.go), then a
 //	                   │       connector by free capacity, never draining or gone
 //	                   ▼
-//	                 QUIC stream ══ tunnel (one QUIC connection) ══▶ Connector ──TCP──▶ origin (to)
+//	                 stream ══ tunnel (one QUIC or TLS-over-TCP connection) ══▶ Connector ──TCP──▶ origin (to)
 //
-// # Transport: QUIC
+// # Transports: QUIC, and TLS over TCP
 //
-// A tunnel is one QUIC connection (TLS 1.3, ALPN "manifold-tunnel/3", "/2" or "/1"), dialled
-// by the connector, and each client connection is one bidirectional QUIC stream opened by
-// the edge. QUIC rather than TLS over TCP with a multiplexer of our own because:
-//   - streams are independent: a lost packet stalls only the streams whose data it
-//     carried, where one TCP connection stalls every client behind it (head-of-line
-//     blocking, the weakness of yamux/smux-style tunnels over lossy paths);
-//   - the peer's stream limit is part of the protocol: the connector grants the edge
-//     as many concurrent streams as its capacity, so even a broken edge cannot push
-//     more, and per-stream flow control keeps one slow origin from starving the rest;
-//   - the transport measures the RTT (reported per tunnel) and survives the NAT
-//     rebinding the connector's port (connection migration);
-//   - no multiplexer to write, test and keep correct.
+// A tunnel is one connection dialled by the connector, and each client connection is
+// one bidirectional stream over it opened by the edge. The protocol (protocol.go,
+// edge.go, connector.go, balance.go) is written once against tunnelConn and
+// tunnelStream (transport.go); two transports carry it, served by the edge on one port
+// number, and chosen by the connector (transport: auto|quic|tcp, tcp.go):
 //
-// The cost: UDP must pass outbound from the origin's network; a network that lets only
-// TCP out cannot run a connector (a TLS-over-TCP fallback would be the remedy).
+//   - QUIC (TLS 1.3, ALPN "manifold-tunnel/3", "/2" or "/1"; the same over TCP): streams are independent, so a
+//     lost packet stalls only the streams whose data it carried, where one TCP
+//     connection stalls every client behind it; the peer's stream limit is part of the
+//     protocol (the connector grants the edge as many concurrent streams as its
+//     capacity); the transport measures the RTT and survives the NAT rebinding the
+//     connector's port.
+//   - TLS 1.3 over kernel TCP, the streams multiplexed by mux.go (per-stream windows,
+//     so one slow stream stops only itself): where UDP does not pass, and faster for
+//     bulk data (the kernel's TCP and AES-GCM against QUIC's user-space packets). A
+//     ping or pong late behind the data is not a vanished peer while frames arrive
+//     (stillHeard).
+//
+// auto, the default, dials QUIC and takes TCP when QUIC has no answer.
 //
 // # Protocol
 //
@@ -81,8 +85,8 @@
 // connects into the origin's network but through a stream the connector accepted.
 //
 // What anyone can send is bounded: connections that have not said hello
-// (MaxPendingHellos, refused at their first packet past it, helloTimeout each), a
-// client address's connections to a service (MaxConnsPerSource), a client connection
+// (MaxPendingHellos, refused at their first packet past it, or at accept over TCP;
+// helloTimeout each), a client address's connections to a service (MaxConnsPerSource), a client connection
 // that moves no byte (IdleTimeout, idle.go); accept errors that pass are waited out
 // (internal/listen), and refusals are logged at a bounded rate (internal/ratelog).
 package tunnel

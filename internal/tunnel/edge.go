@@ -41,7 +41,7 @@ const (
 
 // EdgeConfig is what an edge needs to take tunnels.
 type EdgeConfig struct {
-	Listen            string // UDP host:port where connectors dial in
+	Listen            string // host:port where connectors dial in, over QUIC (UDP) and TCP
 	CertFile, KeyFile string // the edge's TLS certificate (its chain) and key
 	TokensFile        string // see LoadTokens
 	// MaxTunnelsPerToken bounds the tunnels attached with one token at once, so that a
@@ -110,6 +110,8 @@ type Edge struct {
 	log       *slog.Logger
 	transport *quic.Transport
 	ln        *quic.Listener
+	tcpLn     *listen.Listener // the same port over TCP (tcp.go)
+	tlsConf   *tls.Config
 	tokens    tokenSet
 	// refusals and clientRefusals log the refused connectors and clients at a bounded
 	// rate each: they are anyone's to cause
@@ -161,7 +163,7 @@ type edgeTunnel struct {
 	id                uint64
 	connector, remote string
 	token             string // fingerprint
-	conn              *quic.Conn
+	conn              tunnelConn
 	control           *controlStream
 	since             time.Time
 	version           int // the protocol version negotiated (ALPN)
@@ -239,7 +241,8 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{cert},
 		// the server's order decides: the newest version both sides speak
-		NextProtos: alpns,
+		NextProtos:                  alpns,
+		DynamicRecordSizingDisabled: true, // TCP: the multiplexer's frames fill whole records
 		// Counted here because a failed handshake never reaches Accept.
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 			if !slices.ContainsFunc(hello.SupportedProtos, func(p string) bool { return versionOf(p) != 0 }) {
@@ -250,14 +253,12 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 			return nil, nil
 		},
 	}
-	addr, err := net.ResolveUDPAddr("udp", cfg.Listen)
+	e.tlsConf = tlsConf
+	udp, tcp, err := listenBoth(cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("tunnel listen %s: %w", cfg.Listen, err)
 	}
-	udp, err := net.ListenUDP("udp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("tunnel listen %s: %w", cfg.Listen, err)
-	}
+	e.tcpLn = listen.Limit(tcp, listen.Limits{})
 	// A transport of our own, so that Run's end frees the port at once (a listener
 	// of quic.ListenAddr keeps it until its closed connections have drained).
 	e.transport = &quic.Transport{Conn: udp, ConnContext: e.admitHello}
@@ -269,6 +270,7 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 	})
 	if err != nil {
 		udp.Close()
+		tcp.Close()
 		return nil, fmt.Errorf("tunnel listen %s: %w", cfg.Listen, err)
 	}
 	return e, nil
@@ -303,19 +305,28 @@ func (p *pendingHello) done() { p.once.Do(func() { p.e.pendingHellos.Add(-1) }) 
 // past MaxPendingHellos connections that have not said hello, the new one is refused
 // there, before the handshake's work and goroutines.
 func (e *Edge) admitHello(ctx context.Context, info *quic.ClientInfo) (context.Context, error) {
-	if e.pendingHellos.Add(1) > int64(e.cfg.MaxPendingHellos) {
-		e.pendingHellos.Add(-1)
-		e.refuse(nil, info.RemoteAddr.String(), RefusedHelloLimit,
-			fmt.Sprintf("%d connections have not said hello yet, the limit", e.cfg.MaxPendingHellos))
+	p, ok := e.admit(info.RemoteAddr.String())
+	if !ok {
 		return nil, errors.New("too many connections waiting for their hello")
 	}
-	p := &pendingHello{e: e}
 	context.AfterFunc(ctx, p.done) // closed, or the handshake failed, before the hello
 	return context.WithValue(ctx, pendingHelloKey{}, p), nil
 }
 
+// admit takes a pending hello slot for a new connection from remote, over either
+// transport; past MaxPendingHellos it refuses the connection, counted and logged.
+func (e *Edge) admit(remote string) (*pendingHello, bool) {
+	if e.pendingHellos.Add(1) > int64(e.cfg.MaxPendingHellos) {
+		e.pendingHellos.Add(-1)
+		e.refuse(nil, remote, RefusedHelloLimit,
+			fmt.Sprintf("%d connections have not said hello yet, the limit", e.cfg.MaxPendingHellos))
+		return nil, false
+	}
+	return &pendingHello{e: e}, true
+}
+
 // helloDone gives back conn's pending hello slot.
-func helloDone(conn *quic.Conn) {
+func helloDone(conn tunnelConn) {
 	if p, ok := conn.Context().Value(pendingHelloKey{}).(*pendingHello); ok {
 		p.done()
 	}
@@ -335,8 +346,10 @@ func (e *Edge) Addr() net.Addr { return e.ln.Addr() }
 // tunnel's goroutine has ended.
 func (e *Edge) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
+	wg.Go(func() { e.acceptTCP(ctx, &wg) })
 	defer func() {
 		e.ln.Close()
+		e.tcpLn.Close()
 		wg.Wait()
 		e.transport.Close()
 		e.transport.Conn.Close()
@@ -349,12 +362,12 @@ func (e *Edge) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("tunnel accept: %w", err)
 		}
-		wg.Go(func() { e.attach(ctx, conn) })
+		wg.Go(func() { e.attach(ctx, quicConn{conn}) })
 	}
 }
 
 // attach authenticates a new tunnel and serves its control stream until it ends.
-func (e *Edge) attach(ctx context.Context, conn *quic.Conn) {
+func (e *Edge) attach(ctx context.Context, conn tunnelConn) {
 	stop := context.AfterFunc(ctx, func() { _ = conn.CloseWithError(codeDone, "edge stopping") })
 	defer stop()
 	t, hello := e.greet(ctx, conn)
@@ -362,7 +375,7 @@ func (e *Edge) attach(ctx context.Context, conn *quic.Conn) {
 		return
 	}
 	defer e.detach(t)
-	e.log.Info("tunnel attached", "tunnel", t.id, "connector", t.connector, "remote", t.remote,
+	e.log.Info("tunnel attached", "tunnel", t.id, "connector", t.connector, "remote", t.remote, "transport", conn.Transport(),
 		"token", t.token, "services", hello.Services)
 	if err := t.control.send(message{Type: "welcome", Tunnel: t.id}); err != nil {
 		return
@@ -372,7 +385,7 @@ func (e *Edge) attach(ctx context.Context, conn *quic.Conn) {
 
 // greet waits up to helloTimeout for a new tunnel's hello and registers the tunnel;
 // nil when it is refused. The connection holds its pending hello slot until then.
-func (e *Edge) greet(ctx context.Context, conn *quic.Conn) (*edgeTunnel, message) {
+func (e *Edge) greet(ctx context.Context, conn tunnelConn) (*edgeTunnel, message) {
 	defer helloDone(conn)
 	remote := conn.RemoteAddr().String()
 	deadline := time.Now().Add(helloTimeout)
@@ -385,7 +398,7 @@ func (e *Edge) greet(ctx context.Context, conn *quic.Conn) (*edgeTunnel, message
 	}
 	control := &controlStream{s: s}
 	hello, err := control.receive(deadline)
-	version := versionOf(conn.ConnectionState().TLS.NegotiatedProtocol)
+	version := versionOf(conn.Protocol())
 	switch {
 	case err != nil:
 		e.refuse(conn, remote, RefusedProtocol, "no hello: "+err.Error())
@@ -404,7 +417,7 @@ func (e *Edge) greet(ctx context.Context, conn *quic.Conn) (*edgeTunnel, message
 
 // register checks a hello and, when it passes, makes the tunnel available to the
 // balancer. Otherwise it returns the refusal's reason and message (without the token).
-func (e *Edge) register(conn *quic.Conn, control *controlStream, remote string, version int, hello message) (*edgeTunnel, string, string) {
+func (e *Edge) register(conn tunnelConn, control *controlStream, remote string, version int, hello message) (*edgeTunnel, string, string) {
 	fp := fingerprint(hello.Token)
 	relay := e.cfg.RelayToken != "" && subtle.ConstantTimeCompare([]byte(hello.Token), []byte(e.cfg.RelayToken)) == 1
 	token, ok := e.tokens.lookup(hello.Token)
@@ -566,7 +579,7 @@ func (e *Edge) offer(t *edgeTunnel, announced []announcedService) error {
 
 // refuse counts and logs (at a bounded rate) a refused peer and closes its
 // connection (conn is nil when the connection itself or its handshake is refused).
-func (e *Edge) refuse(conn *quic.Conn, remote, reason, msg string) {
+func (e *Edge) refuse(conn tunnelConn, remote, reason, msg string) {
 	e.refused[reason].Add(1)
 	e.notify()
 	e.refusals.Warn("tunnel refused", "remote", remote, "reason", reason, "detail", msg)
@@ -577,10 +590,14 @@ func (e *Edge) refuse(conn *quic.Conn, remote, reason, msg string) {
 
 // serveControl answers pings and drains until the tunnel closes or falls silent.
 func (e *Edge) serveControl(t *edgeTunnel) {
+	deadline := time.Now().Add(deadAfter)
 	for {
-		m, err := t.control.receive(time.Now().Add(deadAfter))
+		m, err := t.control.receive(deadline)
+		deadline = time.Now().Add(deadAfter)
 		var netErr net.Error
 		switch {
+		case stillHeard(t.conn, err, &deadline):
+			continue // the ping is behind the tunnel's data, which does arrive
 		case errors.As(err, &netErr) && netErr.Timeout():
 			e.gone.Add(1)
 			e.log.Warn("tunnel gone: no ping", "tunnel", t.id, "connector", t.connector, "for", deadAfter)

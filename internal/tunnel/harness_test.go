@@ -57,7 +57,7 @@ type pki struct {
 	caFile, certFile, keyFile string
 }
 
-func newPKI(t *testing.T) pki {
+func newPKI(t testing.TB) pki {
 	t.Helper()
 	dir := t.TempDir()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -99,7 +99,7 @@ func newPKI(t *testing.T) pki {
 	return p
 }
 
-func writeFile(t *testing.T, path, contents string) {
+func writeFile(t testing.TB, path, contents string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(contents), 0o600); err != nil {
 		t.Fatal(err)
@@ -264,6 +264,28 @@ func (o *origin) releaseHeld() {
 	}
 }
 
+// transports are the transports the tests of the tunnel's main paths run over.
+var transports = []string{TransportQUIC, TransportTCP}
+
+// overTransports runs test once per transport, as subtests named after them: the
+// connectors a subtest configures (connectorFile) use its transport.
+func overTransports(t *testing.T, test func(t *testing.T)) {
+	for _, tr := range transports {
+		t.Run(tr, test)
+	}
+}
+
+// transportOf is the transport of the subtest t is (or is under), auto outside
+// overTransports.
+func transportOf(t *testing.T) string {
+	for _, tr := range transports {
+		if strings.HasSuffix(t.Name(), "/"+tr) || strings.Contains(t.Name(), "/"+tr+"/") {
+			return tr
+		}
+	}
+	return TransportAuto
+}
+
 // connectorFile writes a connector's config, with its token file, and returns its path.
 func connectorFile(t *testing.T, name, token, caFile string, edges []string, services string) string {
 	t.Helper()
@@ -271,8 +293,8 @@ func connectorFile(t *testing.T, name, token, caFile string, edges []string, ser
 	tokenFile := filepath.Join(dir, "token")
 	writeFile(t, tokenFile, token+"\n")
 	path := filepath.Join(dir, "connect.yaml")
-	writeFile(t, path, fmt.Sprintf("name: %s\nedges: [%s]\ntoken_file: %s\nca_file: %s\ndrain_time: 10s\nservices:\n%s",
-		name, strings.Join(edges, ", "), tokenFile, caFile, services))
+	writeFile(t, path, fmt.Sprintf("name: %s\nedges: [%s]\ntoken_file: %s\nca_file: %s\ndrain_time: 10s\ntransport: %s\nservices:\n%s",
+		name, strings.Join(edges, ", "), tokenFile, caFile, transportOf(t), services))
 	return path
 }
 

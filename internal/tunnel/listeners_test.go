@@ -162,60 +162,62 @@ func exhaustDescriptors(t *testing.T) (release func()) {
 // the idle timeout: then they are closed, their streams given back, and a real
 // request goes through.
 func TestIdleClientsAreClosedAndTheirStreamsGivenBack(t *testing.T) {
-	clk := clock.NewFake(time.Unix(0, 0))
-	const timeout = 340 * time.Second
-	const queue = 300 * time.Millisecond
-	e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{IdleTimeout: timeout, Clock: clk, QueueTimeout: queue})
-	o := startOrigin(t, "a")
-	startConnector(t, e.connectorFile(t, "a", tokenWeb, "  - {name: web, to: "+o.addr+", capacity: 10}\n"))
-	addr := e.serve(t, "web")
-	waitFor(t, &e.notifier, 5*time.Second, "connector a attached", func() bool { _, ok := e.tunnelOf("a"); return ok })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := clk.BlockUntilContext(ctx, 1); err != nil {
-		t.Fatal("the service has no idle timeout's ticker")
-	}
-
-	var idle []net.Conn
-	for range 10 {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
+	overTransports(t, func(t *testing.T) {
+		clk := clock.NewFake(time.Unix(0, 0))
+		const timeout = 340 * time.Second
+		const queue = 300 * time.Millisecond
+		e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{IdleTimeout: timeout, Clock: clk, QueueTimeout: queue})
+		o := startOrigin(t, "a")
+		startConnector(t, e.connectorFile(t, "a", tokenWeb, "  - {name: web, to: "+o.addr+", capacity: 10}\n"))
+		addr := e.serve(t, "web")
+		waitFor(t, &e.notifier, 5*time.Second, "connector a attached", func() bool { _, ok := e.tunnelOf("a"); return ok })
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := clk.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatal("the service has no idle timeout's ticker")
 		}
-		defer c.Close()
-		idle = append(idle, c)
-	}
-	waitFor(t, &e.notifier, 5*time.Second, "the 10 idle clients took the connector's 10 streams", func() bool {
-		s, _ := e.tunnelOf("a")
-		return s.StreamsOpen == 10
+
+		var idle []net.Conn
+		for range 10 {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			idle = append(idle, c)
+		}
+		waitFor(t, &e.notifier, 5*time.Second, "the 10 idle clients took the connector's 10 streams", func() bool {
+			s, _ := e.tunnelOf("a")
+			return s.StreamsOpen == 10
+		})
+		client, url := newClient(), "http://"+addr+"/"
+		// The request waits for a stream, QueueTimeout long on the edge's clock. The idle
+		// clients' own queue timers (armed at 0, due at QueueTimeout, stopped once their
+		// streams were acked) may still be armed: the request's is told apart by arming it
+		// later, and theirs are fired before it is counted.
+		clk.Advance(queue / 3)
+		refused := make(chan error, 1)
+		go func() { _, err := get(client, url); refused <- err }()
+		clk.Advance(queue - queue/3)                          // fires whatever is left of the idle clients' timers
+		if err := clk.BlockUntilContext(ctx, 2); err != nil { // the idle ticker, the request's queue timer
+			t.Fatal("the request did not wait for a stream")
+		}
+		clk.Advance(queue) // past the request's deadline, armed at queue/3 or at queue
+		if err := <-refused; err == nil {
+			t.Fatal("a request went through a connector whose capacity idle clients hold")
+		}
+
+		clk.Advance(timeout + timeout/idleTicksPerTimeout*2)
+		waitFor(t, &e.notifier, 10*time.Second, "the idle clients closed", func() bool { return e.Counters().ClientsIdle == 10 })
+		for i, c := range idle {
+			if !closedByEdge(t, c) {
+				t.Fatalf("idle client %d is still connected", i)
+			}
+		}
+		if from, err := get(client, url); err != nil || from != "a" {
+			t.Fatalf("a request after the idle clients were closed: origin %q, error %v", from, err)
+		}
 	})
-	client, url := newClient(), "http://"+addr+"/"
-	// The request waits for a stream, QueueTimeout long on the edge's clock. The idle
-	// clients' own queue timers (armed at 0, due at QueueTimeout, stopped once their
-	// streams were acked) may still be armed: the request's is told apart by arming it
-	// later, and theirs are fired before it is counted.
-	clk.Advance(queue / 3)
-	refused := make(chan error, 1)
-	go func() { _, err := get(client, url); refused <- err }()
-	clk.Advance(queue - queue/3)                          // fires whatever is left of the idle clients' timers
-	if err := clk.BlockUntilContext(ctx, 2); err != nil { // the idle ticker, the request's queue timer
-		t.Fatal("the request did not wait for a stream")
-	}
-	clk.Advance(queue) // past the request's deadline, armed at queue/3 or at queue
-	if err := <-refused; err == nil {
-		t.Fatal("a request went through a connector whose capacity idle clients hold")
-	}
-
-	clk.Advance(timeout + timeout/idleTicksPerTimeout*2)
-	waitFor(t, &e.notifier, 10*time.Second, "the idle clients closed", func() bool { return e.Counters().ClientsIdle == 10 })
-	for i, c := range idle {
-		if !closedByEdge(t, c) {
-			t.Fatalf("idle client %d is still connected", i)
-		}
-	}
-	if from, err := get(client, url); err != nil || from != "a" {
-		t.Fatalf("a request after the idle clients were closed: origin %q, error %v", from, err)
-	}
 }
 
 // closedByEdge reports whether the edge closed c (end of stream or reset) without
@@ -272,34 +274,36 @@ func TestIdleCutterKeepsTheConnectionsThatMoveBytes(t *testing.T) {
 // One client address holds at most MaxConnsPerSource connections to a service;
 // another address is served beside it.
 func TestConnectionsPerSourceAreBounded(t *testing.T) {
-	e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{MaxConnsPerSource: 2})
-	o := startOrigin(t, "a")
-	startConnector(t, e.connectorFile(t, "a", tokenWeb, web(o)))
-	addr := e.serve(t, "web")
-	waitFor(t, &e.notifier, 5*time.Second, "connector a attached", func() bool { _, ok := e.tunnelOf("a"); return ok })
+	overTransports(t, func(t *testing.T) {
+		e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{MaxConnsPerSource: 2})
+		o := startOrigin(t, "a")
+		startConnector(t, e.connectorFile(t, "a", tokenWeb, web(o)))
+		addr := e.serve(t, "web")
+		waitFor(t, &e.notifier, 5*time.Second, "connector a attached", func() bool { _, ok := e.tunnelOf("a"); return ok })
 
-	held := make(chan error, 2)
-	for range 2 {
-		go func() { _, err := get(clientFrom("127.0.0.1"), "http://"+addr+"/hold"); held <- err }()
-	}
-	for range 2 {
-		<-o.held
-	}
-	if _, err := get(clientFrom("127.0.0.1"), "http://"+addr+"/"); err == nil {
-		t.Error("a third connection from 127.0.0.1 was served, its address holding 2 already")
-	}
-	if from, err := get(clientFrom("127.0.0.2"), "http://"+addr+"/"); err != nil || from != "a" {
-		t.Errorf("a connection from 127.0.0.2: origin %q, error %v; want it served", from, err)
-	}
-	if c := e.Counters(); c.ClientsRefusedPerSource != 1 {
-		t.Errorf("edge counters %+v: want 1 client refused per source", c)
-	}
-	o.releaseHeld()
-	for range 2 {
-		if err := <-held; err != nil {
-			t.Errorf("a request within the limit failed: %v", err)
+		held := make(chan error, 2)
+		for range 2 {
+			go func() { _, err := get(clientFrom("127.0.0.1"), "http://"+addr+"/hold"); held <- err }()
 		}
-	}
+		for range 2 {
+			<-o.held
+		}
+		if _, err := get(clientFrom("127.0.0.1"), "http://"+addr+"/"); err == nil {
+			t.Error("a third connection from 127.0.0.1 was served, its address holding 2 already")
+		}
+		if from, err := get(clientFrom("127.0.0.2"), "http://"+addr+"/"); err != nil || from != "a" {
+			t.Errorf("a connection from 127.0.0.2: origin %q, error %v; want it served", from, err)
+		}
+		if c := e.Counters(); c.ClientsRefusedPerSource != 1 {
+			t.Errorf("edge counters %+v: want 1 client refused per source", c)
+		}
+		o.releaseHeld()
+		for range 2 {
+			if err := <-held; err != nil {
+				t.Errorf("a request within the limit failed: %v", err)
+			}
+		}
+	})
 }
 
 // clientFrom is newClient with connections from the address src.
@@ -370,4 +374,74 @@ func TestSilentQUICPeersAreBounded(t *testing.T) {
 	for _, c := range silent {
 		c.CloseWithError(0, "")
 	}
+}
+
+// The edge's TCP listener for connectors has the bounds of its QUIC one: peers that
+// connect and never finish their hello hold at most MaxPendingHellos connections, the
+// others closed at accept and counted; a peer that finished TLS but says nothing is
+// closed after the hello's deadline; a peer of another protocol is refused at TLS. A
+// real connector attaches all the same.
+func TestSilentTCPPeersAreBounded(t *testing.T) {
+	const limit, peers = 8, 100
+	e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{MaxPendingHellos: limit})
+	addr := e.Addr().String() // the same port over TCP
+
+	if _, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}); err == nil {
+		t.Fatal("a TCP peer offering another ALPN was taken")
+	}
+	if got := e.Counters().Refused[RefusedTLS]; got != 1 {
+		t.Errorf("%d TCP peers refused at TLS, want 1", got)
+	}
+
+	// a peer that speaks TLS and the protocol's ALPN, then nothing
+	mute, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: alpns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	var silent []net.Conn
+	for range peers { // peers that do not even start TLS
+		c, err := net.Dial("tcp", addr)
+		if err != nil { // reset before the connect returned: refused at once
+			continue
+		}
+		defer c.Close()
+		silent = append(silent, c)
+	}
+	waitFor(t, &e.notifier, 10*time.Second, "the peers past the limit refused", func() bool {
+		return e.Counters().Refused[RefusedHelloLimit] >= peers-limit
+	})
+	if got := e.Counters().Refused[RefusedHelloLimit]; got > peers {
+		t.Errorf("%d refused for the hello limit, more than the %d peers", got, peers)
+	}
+	// every silent peer is closed by the edge: at once past the limit, at the hello's
+	// deadline within it
+	for i, c := range append(silent, mute) {
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		var ne net.Error
+		if _, err := c.Read(make([]byte, 1)); errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("silent peer %d still connected after 20 s", i)
+		}
+	}
+	waitFor(t, &e.notifier, 10*time.Second, "the TLS peer without hello refused", func() bool {
+		return e.Counters().Refused[RefusedProtocol] >= 1
+	})
+
+	o := startOrigin(t, "a")
+	path := connectorFile(t, "a", tokenWeb, e.pki.caFile, []string{addr}, web(o))
+	writeFile(t, path, strings.Replace(readFile(t, path), "transport: auto", "transport: tcp", 1))
+	startConnector(t, path)
+	waitFor(t, &e.notifier, 30*time.Second, "connector a attached over TCP after the silent peers", func() bool {
+		s, ok := e.tunnelOf("a")
+		return ok && s.Transport == TransportTCP
+	})
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

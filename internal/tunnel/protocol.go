@@ -102,7 +102,7 @@ type announcedService struct {
 
 // controlStream sends and receives the control messages of one tunnel.
 type controlStream struct {
-	s  *quic.Stream
+	s  tunnelStream
 	mu sync.Mutex // writers: the ping loop, the drain request, the pong answers
 }
 

@@ -223,84 +223,91 @@ func TestAVersion1ConnectorKeepsWorking(t *testing.T) {
 // A connector of version 2 or later names the origin it serves a service for; the edge shows it,
 // and the connector gets the client's address and the VIP's in the stream header.
 func TestAConnectorNamesItsOrigin(t *testing.T) {
-	e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{})
-	e.SetServiceOrigins(map[string][]string{"api": {"home", "office"}})
-	o := startOrigin(t, "home")
-	headers := make(chan streamHeader, 1)
-	startConnectorWith(t, e.connectorFile(t, "new", tokenHome, "  - {name: api, to: "+o.addr+", origin: home}\n"), func(c *Connector) {
-		dial := c.origin
-		c.origin = func(h streamHeader) (net.Conn, error) {
-			select {
-			case headers <- h:
-			default:
+	overTransports(t, func(t *testing.T) {
+		e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{})
+		e.SetServiceOrigins(map[string][]string{"api": {"home", "office"}})
+		o := startOrigin(t, "home")
+		headers := make(chan streamHeader, 1)
+		startConnectorWith(t, e.connectorFile(t, "new", tokenHome, "  - {name: api, to: "+o.addr+", origin: home}\n"), func(c *Connector) {
+			dial := c.origin
+			c.origin = func(h streamHeader) (net.Conn, error) {
+				select {
+				case headers <- h:
+				default:
+				}
+				return dial(h)
 			}
-			return dial(h)
+		})
+		waitFor(t, &e.notifier, 10*time.Second, "the connector attached", func() bool {
+			_, ok := e.tunnelOf("new")
+			return ok
+		})
+		s, _ := e.tunnelOf("new")
+		if s.Version != protocolVersion || len(s.Services) != 1 || s.Services[0].Origin != "home" {
+			t.Fatalf("tunnel %+v: want version %d, api for origin home", s, protocolVersion)
+		}
+		if w := WireTunnels([]TunnelStatus{s}); w[0].Version != protocolVersion || w[0].Services[0].Origin != "home" {
+			t.Errorf("on the wire %+v: want version %d and origin home", w[0], protocolVersion)
+		}
+
+		at := e.serve(t, "api")
+		client := &net.Dialer{}
+		conn, err := client.Dial("tcp", at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		request := "GET / HTTP/1.0\r\n\r\n"
+		if _, err := conn.Write([]byte(request)); err != nil {
+			t.Fatal(err)
+		}
+		h := <-headers
+		// the request's first bytes travel with the header if they had arrived when the
+		// edge opened the stream (initialdata.go): the client raced the edge for them
+		want := streamHeader{Service: "api", Client: netip.MustParseAddrPort(conn.LocalAddr().String()), VIP: netip.MustParseAddrPort(at), Data: h.Data}
+		if !reflect.DeepEqual(h, want) || !strings.HasPrefix(request, string(h.Data)) {
+			t.Errorf("the connector got the header %+v, want %+v", h, want)
 		}
 	})
-	waitFor(t, &e.notifier, 10*time.Second, "the connector attached", func() bool {
-		_, ok := e.tunnelOf("new")
-		return ok
-	})
-	s, _ := e.tunnelOf("new")
-	if s.Version != protocolVersion || len(s.Services) != 1 || s.Services[0].Origin != "home" {
-		t.Fatalf("tunnel %+v: want version %d, api for origin home", s, protocolVersion)
-	}
-	if w := WireTunnels([]TunnelStatus{s}); w[0].Version != protocolVersion || w[0].Services[0].Origin != "home" {
-		t.Errorf("on the wire %+v: want version %d and origin home", w[0], protocolVersion)
-	}
-
-	at := e.serve(t, "api")
-	client := &net.Dialer{}
-	conn, err := client.Dial("tcp", at)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte("GET / HTTP/1.0\r\n\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	h := <-headers
-	want := streamHeader{Service: "api", Client: netip.MustParseAddrPort(conn.LocalAddr().String()), VIP: netip.MustParseAddrPort(at)}
-	if !reflect.DeepEqual(h, want) {
-		t.Errorf("the connector got the header %+v, want %+v", h, want)
-	}
 }
 
 // A token binds its connectors to the origins it names; an origin the service does
 // not have is refused too.
 func TestOriginRefusals(t *testing.T) {
-	e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{})
-	e.SetServiceOrigins(map[string][]string{"api": {"home"}})
-	o := startOrigin(t, "a")
-	for _, tc := range []struct {
-		name, token, origin string
-		edgeRefusal         string
-		connectorSays       string
-	}{
-		{"a token without origins", tokenBoth, "home", RefusedOutOfScope, `may not serve origin "home" (its origins: [])`},
-		{"an origin the token does not name", tokenHome, "garage", RefusedOutOfScope, `may not serve origin "garage" (its origins: [home office])`},
-		{"an origin the service does not have", tokenHome, "office", RefusedUnknownOrigin, `service "api" has no origin "office" here`},
-		{"no origin for a service with origins", tokenHome, "", RefusedNoOrigin, `service "api" has origins here`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			before := e.Counters().Refused[tc.edgeRefusal]
-			entry := "  - {name: api, to: " + o.addr + "}\n"
-			if tc.origin != "" {
-				entry = "  - {name: api, to: " + o.addr + ", origin: " + tc.origin + "}\n"
-			}
-			c := startConnector(t, e.connectorFile(t, "refused", tc.token, entry))
-			waitFor(t, &c.notifier, 10*time.Second, "the connector's first attempt", func() bool {
-				return c.Links()[0].LastError != ""
+	overTransports(t, func(t *testing.T) {
+		e := startEdge(t, newPKI(t), tokensFile, EdgeConfig{})
+		e.SetServiceOrigins(map[string][]string{"api": {"home"}})
+		o := startOrigin(t, "a")
+		for _, tc := range []struct {
+			name, token, origin string
+			edgeRefusal         string
+			connectorSays       string
+		}{
+			{"a token without origins", tokenBoth, "home", RefusedOutOfScope, `may not serve origin "home" (its origins: [])`},
+			{"an origin the token does not name", tokenHome, "garage", RefusedOutOfScope, `may not serve origin "garage" (its origins: [home office])`},
+			{"an origin the service does not have", tokenHome, "office", RefusedUnknownOrigin, `service "api" has no origin "office" here`},
+			{"no origin for a service with origins", tokenHome, "", RefusedNoOrigin, `service "api" has origins here`},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				before := e.Counters().Refused[tc.edgeRefusal]
+				entry := "  - {name: api, to: " + o.addr + "}\n"
+				if tc.origin != "" {
+					entry = "  - {name: api, to: " + o.addr + ", origin: " + tc.origin + "}\n"
+				}
+				c := startConnector(t, e.connectorFile(t, "refused", tc.token, entry))
+				waitFor(t, &c.notifier, 10*time.Second, "the connector's first attempt", func() bool {
+					return c.Links()[0].LastError != ""
+				})
+				if link := c.Links()[0]; link.Up || !strings.Contains(link.LastError, tc.connectorSays) {
+					t.Errorf("connector link %+v: want down, last error saying %q", link, tc.connectorSays)
+				}
+				waitFor(t, &e.notifier, 5*time.Second, "the edge counted "+tc.edgeRefusal, func() bool {
+					return e.Counters().Refused[tc.edgeRefusal] > before
+				})
+				if n := len(e.Tunnels()); n != 0 {
+					t.Errorf("%d tunnels attached, want none", n)
+				}
 			})
-			if link := c.Links()[0]; link.Up || !strings.Contains(link.LastError, tc.connectorSays) {
-				t.Errorf("connector link %+v: want down, last error saying %q", link, tc.connectorSays)
-			}
-			waitFor(t, &e.notifier, 5*time.Second, "the edge counted "+tc.edgeRefusal, func() bool {
-				return e.Counters().Refused[tc.edgeRefusal] > before
-			})
-			if n := len(e.Tunnels()); n != 0 {
-				t.Errorf("%d tunnels attached, want none", n)
-			}
-		})
-	}
+		}
+	})
 }

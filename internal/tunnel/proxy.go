@@ -6,8 +6,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-
-	"github.com/quic-go/quic-go"
 )
 
 // A copy starts with a small buffer and moves to a large one once a read fills the
@@ -26,7 +24,7 @@ var (
 // fails, both are torn down, so that neither end waits for bytes that will not come.
 // toStream and fromStream count the bytes each way; seen, when not nil, is stamped at
 // every read either way (idle.go).
-func proxy(conn net.Conn, s *quic.Stream, toStream, fromStream byteCounters, seen *activity) error {
+func proxy(conn net.Conn, s tunnelStream, toStream, fromStream byteCounters, seen *activity) error {
 	errs := make(chan error, 2)
 	go func() {
 		err := copyCounting(s, conn, toStream, seen)

@@ -23,8 +23,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/quic-go/quic-go"
-
 	"github.com/manifoldlb/manifold/internal/secretfile"
 )
 
@@ -115,13 +113,13 @@ func (e *Edge) relayed(h streamHeader) (net.Conn, error) {
 	if t == nil {
 		return nil, errors.New("no connector of the service with free capacity on this edge")
 	}
-	return &streamConn{Stream: s, tunnel: t, release: func() { e.release(t, slot) }}, nil
+	return &streamConn{tunnelStream: s, tunnel: t, release: func() { e.release(t, slot) }}, nil
 }
 
 // streamConn is a stream to a connector seen as the connection a relay tunnel's
 // stream is joined to; its bytes count on the connector's tunnel.
 type streamConn struct {
-	*quic.Stream
+	tunnelStream
 	tunnel   *edgeTunnel
 	release  func()
 	once     sync.Once
@@ -129,28 +127,28 @@ type streamConn struct {
 }
 
 func (c *streamConn) Read(b []byte) (int, error) {
-	n, err := c.Stream.Read(b)
+	n, err := c.tunnelStream.Read(b)
 	c.tunnel.bytesFromOrg.Add(int64(n))
 	return n, err
 }
 
 func (c *streamConn) Write(b []byte) (int, error) {
-	n, err := c.Stream.Write(b)
+	n, err := c.tunnelStream.Write(b)
 	c.tunnel.bytesToOrigin.Add(int64(n))
 	return n, err
 }
 
 func (c *streamConn) CloseWrite() error {
 	c.finished.Store(true)
-	return c.Stream.Close()
+	return c.tunnelStream.Close()
 }
 
 func (c *streamConn) Close() error {
 	c.once.Do(func() {
 		if !c.finished.Load() {
-			c.Stream.CancelWrite(streamAborted)
+			c.tunnelStream.CancelWrite(streamAborted)
 		}
-		c.Stream.CancelRead(streamAborted)
+		c.tunnelStream.CancelRead(streamAborted)
 		c.release()
 	})
 	return nil

@@ -18,6 +18,8 @@ type TunnelStatus struct {
 	// Version is the tunnel protocol's version the connector and the edge speak on it
 	// (1: services without origins only).
 	Version int `json:"version"`
+	// Transport is what the tunnel runs over: TransportQUIC or TransportTCP.
+	Transport string `json:"transport"`
 	// Relay says the tunnel is another edge's (relay.go), offering its connectors'
 	// services; Connector is then that edge's name.
 	Relay    bool            `json:"relay"`
@@ -76,10 +78,10 @@ func (e *Edge) Tunnels() []TunnelStatus {
 	out := make([]TunnelStatus, 0, len(e.tunnels))
 	for _, t := range e.tunnels {
 		s := TunnelStatus{
-			ID: t.id, Connector: t.connector, Remote: t.remote, Token: t.token, Version: t.version, Relay: t.relay,
+			ID: t.id, Connector: t.connector, Remote: t.remote, Token: t.token, Version: t.version, Transport: t.conn.Transport(), Relay: t.relay,
 			StreamsOpen: t.open, StreamLimit: e.cfg.MaxStreamsPerTunnel, Streams: t.streams.Load(),
 			BytesToOrigin: t.bytesToOrigin.Load(), BytesFromOrigin: t.bytesFromOrg.Load(),
-			RTT: t.conn.ConnectionStats().SmoothedRTT, Draining: t.draining, Since: t.since,
+			RTT: t.conn.RTT(), Draining: t.draining, Since: t.since,
 		}
 		for name, slot := range t.services {
 			s.Services = append(s.Services, ServiceStatus{Name: name, Origin: slot.origin, Capacity: slot.capacity, Open: slot.open})

@@ -101,7 +101,7 @@ type OriginStatus struct {
 	// Streams counts the streams opened to the origin's connectors since the edge
 	// started (relayed ones included: the load this edge puts on the origin).
 	Streams uint64
-	// RTT is the mean of the smoothed round trips of those tunnels (QUIC's): the
+	// RTT is the mean of the smoothed round trips of those tunnels (QUIC's, or the kernel's TCP's): the
 	// edge's distance to the origin, 0 without a connector.
 	RTT time.Duration
 }
@@ -121,7 +121,7 @@ func (e *Edge) Origins() []OriginStatus {
 					continue
 				}
 				s.Connectors++
-				rtt += t.conn.ConnectionStats().SmoothedRTT
+				rtt += t.conn.RTT()
 			}
 			if s.Connectors > 0 {
 				s.RTT = rtt / time.Duration(s.Connectors)

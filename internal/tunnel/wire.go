@@ -16,7 +16,7 @@ func WireTunnels(ts []TunnelStatus) []wire.Tunnel {
 	out := make([]wire.Tunnel, len(ts))
 	for i, t := range ts {
 		out[i] = wire.Tunnel{
-			ID: t.ID, Connector: t.Connector, Remote: t.Remote, Token: t.Token, Version: t.Version, Relay: t.Relay,
+			ID: t.ID, Connector: t.Connector, Remote: t.Remote, Token: t.Token, Version: t.Version, Transport: t.Transport, Relay: t.Relay,
 			StreamsOpen: t.StreamsOpen, StreamLimit: t.StreamLimit, Streams: t.Streams,
 			BytesToOrigin: t.BytesToOrigin, BytesFromOrigin: t.BytesFromOrigin, RTT: t.RTT, Draining: t.Draining, Since: t.Since,
 		}

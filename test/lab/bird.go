@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -34,6 +35,15 @@ type RouterOptions struct {
 	HoldTime time.Duration
 	// BFD, when set, runs BFD on every session with these timers.
 	BFD *RouterBFD
+	// ASN is the router's own AS (0: RouterASN), and RouterID its BGP identifier (the
+	// zero address: 10.255.255.1); routers that peer with each other need their own.
+	ASN      uint32
+	RouterID netip.Addr
+	// Transit are routers this one exchanges every route with (a region's router and
+	// the core): it exports them what it learned from its LB nodes and from each
+	// other, and imports theirs, which lose to its own nodes' routes by their longer AS
+	// path: a region's clients stay on their own site while it announces the VIP.
+	Transit []RouterPeer
 }
 
 // RouterBFD are the router's BFD timers: the interval it sends at and accepts, and the
@@ -53,9 +63,13 @@ type Bird struct {
 // BirdConfig renders the router's BIRD configuration.
 func BirdConfig(peers []RouterPeer, o RouterOptions) string {
 	var b strings.Builder
+	asn, id := cmp.Or(o.ASN, RouterASN), "10.255.255.1"
+	if o.RouterID.IsValid() {
+		id = o.RouterID.String()
+	}
 	b.WriteString(`# manifold lab router: eBGP with every LB node, ECMP into the kernel
 log stderr all;
-router id 10.255.255.1;
+router id ` + id + `;
 # since when each session is up, to the millisecond: tests tell a restarted session by it
 timeformat protocol iso long ms;
 
@@ -80,7 +94,7 @@ protocol kernel kernel6 {
 	}
 	b.WriteString(`
 template bgp lbnode {
-	local as ` + fmt.Sprint(RouterASN) + `;
+	local as ` + fmt.Sprint(asn) + `;
 	connect retry time 1;
 	error wait time 1, 4;
 `)
@@ -101,6 +115,10 @@ template bgp lbnode {
 			b.WriteString("\tbfd on;\n")
 		}
 		b.WriteString("}\n")
+	}
+	for _, p := range o.Transit {
+		fmt.Fprintf(&b, "\nprotocol bgp %s from lbnode {\n\tneighbor %s as %d;\n\tipv4 { import all; export all; };\n\tipv6 { import all; export all; };\n}\n",
+			p.Name, p.Address, p.ASN)
 	}
 	return b.String()
 }

@@ -99,6 +99,16 @@ type Service struct {
 	// proxy_protocol ProxyProtocol ("": none).
 	Tunnel        bool
 	ProxyProtocol string
+	// Origins, when set, are the service's origins (docs/steering.md), and
+	// BackendOrigin names each backend's.
+	Origins       []Origin
+	BackendOrigin map[netip.Addr]string
+}
+
+// Origin is one origin of a steered service.
+type Origin struct {
+	Name     string
+	Capacity float64 // new flows per second
 }
 
 // Health is a service's health check.
@@ -194,6 +204,12 @@ func (c NodeConfig) YAML() []byte {
 				fmt.Fprintf(&b, "      prepend: %d\n", g.Prepend)
 			}
 		}
+		if len(s.Origins) > 0 {
+			b.WriteString("    origins:\n")
+			for _, o := range s.Origins {
+				fmt.Fprintf(&b, "      - {name: %s, capacity: %g}\n", o.Name, o.Capacity)
+			}
+		}
 		if s.Tunnel {
 			b.WriteString("    forwarding: tunnel\n")
 			if s.ProxyProtocol != "" {
@@ -204,6 +220,9 @@ func (c NodeConfig) YAML() []byte {
 		b.WriteString("    backends:\n")
 		for _, be := range s.Backends {
 			fmt.Fprintf(&b, "      - address: %s\n", be)
+			if o := s.BackendOrigin[be]; o != "" {
+				fmt.Fprintf(&b, "        origin: %s\n", o)
+			}
 		}
 		if h := s.Health; h != nil {
 			fmt.Fprintf(&b, "    health: {kind: %s, port: %d, interval: %s, timeout: %s, rise: %d, fall: %d",

@@ -385,21 +385,6 @@ func TestSteering(t *testing.T) {
 	}
 }
 
-// newFlowsOf is each LB node's count of new flows (manifold_new_flows_total, over its
-// backends), by role.
-func newFlowsOf(t *testing.T, lbs map[*Host]string) map[string]float64 {
-	t.Helper()
-	out := map[string]float64{}
-	for lb := range lbs {
-		_, families, err := Scrape(lb, "127.0.0.1:9100")
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[lb.Role] = MetricSum(families, "manifold_new_flows_total")
-	}
-	return out
-}
-
 // checkSteerMetrics checks a controller's /metrics: promtool accepts it, it says
 // whether it leads and counts its rounds; a leader reports what it wrote (st, or a
 // later round), a standby no shares.
@@ -467,24 +452,6 @@ func bit(b bool) int {
 	return 0
 }
 
-// describe is the decision in a line: each site's demand and shares, each origin's
-// load.
-func describe(st *wire.Steering) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "round %d by %s:", st.Round, st.Leader)
-	for _, site := range st.Decision.Sites {
-		fmt.Fprintf(&b, " %s %.0f/s", site.Site, site.Demand)
-		for _, sh := range site.Shares {
-			fmt.Fprintf(&b, " %s %.1f %% (target %.1f %%)", sh.Origin, 100*sh.Share, 100*sh.Target)
-		}
-		b.WriteString(";")
-	}
-	for _, o := range st.Decision.Origins {
-		fmt.Fprintf(&b, " %s load %.0f/%.0f", o.Origin, o.Load, o.Capacity)
-	}
-	return b.String()
-}
-
 // sentBy is how many requests each site's client has sent.
 func sentBy(loads map[string]*OfferedLoad) map[string]uint64 {
 	out := map[string]uint64{}
@@ -515,20 +482,6 @@ func originOf(l *Lab, addr string) string {
 	return ""
 }
 
-// shares is a condition on the shares: each site's share of each origin within 1e-9.
-func shares(want map[string]map[string]float64) func(*wire.Steering) error {
-	return func(st *wire.Steering) error {
-		for site, m := range want {
-			for origin, w := range m {
-				if got := st.Shares[site][origin]; math.Abs(got-w) > 1e-9 {
-					return fmt.Errorf("%s's share of %s is %.3f, want %.3f (round %d)", site, origin, got, w, st.Round)
-				}
-			}
-		}
-		return nil
-	}
-}
-
 // checkDashboard: every metric the shipped Grafana dashboard queries is in the live
 // scrapes of a fleet node with BGP, health checks and steering, and of the leading
 // steering controller.
@@ -552,4 +505,14 @@ func checkDashboard(t *testing.T, controller, node *Host) {
 		}
 	}
 	t.Logf("  the dashboard's %d metrics are all served", len(want))
+}
+
+// newFlowsOf is NewFlowsOf, failing the test on an error.
+func newFlowsOf(t *testing.T, lbs map[*Host]string) map[string]float64 {
+	t.Helper()
+	out, err := NewFlowsOf(lbs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

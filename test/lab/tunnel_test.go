@@ -416,3 +416,33 @@ func TestTunnelRelay(t *testing.T) {
 		}
 	}
 }
+
+// Where the origin's network lets no UDP out (an nftables drop on its NAT), a
+// connector of transport auto (the default) finds QUIC without answer and runs its
+// tunnels over TLS over TCP to the same port: they attach, and requests reach the
+// origin through them.
+func TestTunnelsOverTCPWhereUDPIsBlocked(t *testing.T) {
+	tl := newTunnelLab(t, "org1")
+	if out, err := tl.nat.Output(hostprog.Nft, "add", "rule", "ip", "mfnat", "forward", "meta", "l4proto", "udp", "drop"); err != nil {
+		t.Fatalf("nft: %v: %s", err, out)
+	}
+	for _, e := range tl.edges {
+		if _, err := tl.StartNode(manifoldBin, e, tl.nodeConfig(e, nil, webTunnel)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tl.startConnector(t, "org1", "org1", tunnelWebToken, tl.edgeAddrs, 100)
+	tl.waitConnectors(t, 30*time.Second, "org1")
+	for _, e := range tl.edges {
+		st, err := tl.tunnelsOf(e.Role)
+		if err != nil || len(st.Tunnels) != 1 || st.Tunnels[0].Transport != tunnel.TransportTCP {
+			t.Fatalf("%s's tunnels: %+v, %v; want org1's over tcp", e.Role, st.Tunnels, err)
+		}
+	}
+	tl.waitBothEdgesAnnounce(t)
+	for range 20 {
+		if from, err := tl.get("/"); err != nil || from != "org1" {
+			t.Fatalf("GET the VIP: answered by %q, %v; want org1 through a TCP tunnel", from, err)
+		}
+	}
+}

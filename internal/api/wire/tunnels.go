@@ -38,6 +38,8 @@ type Tunnel struct {
 	// Version is the tunnel protocol's version the connector and the edge speak on it
 	// (1: services without origins only).
 	Version int `json:"version"`
+	// Transport is what the tunnel runs over: quic, or tcp (TLS over TCP).
+	Transport string `json:"transport"`
 	// Relay says the tunnel is another edge's, offering its connectors' services;
 	// Connector is then that edge's name.
 	Relay    bool          `json:"relay"`

@@ -1,0 +1,456 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/manifoldlb/manifold/internal/api/wire"
+	"github.com/manifoldlb/manifold/internal/config"
+	"github.com/manifoldlb/manifold/internal/fleet"
+	"github.com/manifoldlb/manifold/internal/hostprog"
+	"github.com/manifoldlb/manifold/internal/steer"
+	"github.com/manifoldlb/manifold/internal/store"
+)
+
+// Steering at internet scale (`manifold-bench steerscale`): one round of the steering
+// controller for 1 000 sites × 100 origins × 10 services, simulated (the control law
+// alone) and live (a real etcd holding 2 000 node records: read, decide, write), the
+// keys and bytes a live round writes, and the scale scenario's summary.
+
+// SteerScaleMethod says how the figures were measured.
+const SteerScaleMethod = "Steering at scale (manifold-bench steerscale). Simulated: steer.Manifold.Decide over every service of a " +
+	"steer.World (sites and origins at random places on the Earth, RTT from the distance over fibre, log-normal demand, capacity " +
+	"1.25× the demand), from the shares of a fleet without demand, GOMAXPROCS=1; a round's CPU time is the process's (getrusage), " +
+	"its wall time counts the waits for a core on a shared machine. Live: one etcd member on loopback (Debian's etcd-server), the " +
+	"10 services imported, 2 000 node records (2 nodes a site, each carrying the 10 services with their 100 backends: demand, " +
+	"per-backend load and RTT), alive under a lease; the real controller (fleet.Controller, leading) runs its rounds and reports " +
+	"each one's cost (read: the etcd transaction and decoding the records; decide; write; the CPU time of the controller's process " +
+	"and of etcd over the round). Writes and bytes: the keys and values " +
+	"a round put, once nothing changed, and in the first round after one site's demand of one service rose by half (both its " +
+	"nodes' records; the shares settle before the next change). The live controller's interval is 120 s: its rounds read 300 MB " +
+	"of records. Scenario: bench/steer/scale/world1000.yaml simulated with manifold's controller and the seed's baseline."
+
+// steerWorld is the fleet every figure is measured on.
+var steerWorld = steer.World{Sites: 1000, Origins: 100, Seed: 1}
+
+const (
+	steerServices = 10
+	steerGoalMs   = 200
+	// liveInterval is the live controller's round interval, and so the time a round
+	// may take
+	liveInterval = 120 * time.Second
+)
+
+// SteerScale measures it all: runs simulated rounds of each size, liveRuns live rounds
+// of each kind (each of a few live rounds takes the live interval); scenario is the
+// scale scenario's file.
+func SteerScale(w io.Writer, runs, liveRuns int, scenario string) (Part, error) {
+	part := Part{Name: "steerscale", Method: SteerScaleMethod}
+	if _, err := hostprog.Etcd.Path(); err != nil {
+		return part, err // before anything is measured
+	}
+	fmt.Fprintf(w, "Steering at scale: one round of %d sites × %d origins × %d services, %d runs.\n\n", steerWorld.Sites, steerWorld.Origins, steerServices, runs)
+	part.Figures = append(part.Figures, simulatedRounds(w, runs)...)
+	live, err := liveRounds(w, liveRuns)
+	if err != nil {
+		return part, fmt.Errorf("live: %w", err)
+	}
+	part.Figures = append(part.Figures, live...)
+	figs, err := scaleScenario(w, scenario)
+	if err != nil {
+		return part, fmt.Errorf("scenario: %w", err)
+	}
+	part.Figures = append(part.Figures, figs...)
+	return part, nil
+}
+
+// simulatedRounds times the control law alone at three sizes, on one core.
+func simulatedRounds(w io.Writer, runs int) []Figure {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var figs []Figure
+	for _, size := range []struct{ sites, origins, services int }{{100, 50, 1}, {1000, 100, 1}, {steerWorld.Sites, steerWorld.Origins, steerServices}} {
+		world := steer.World{Sites: size.sites, Origins: size.origins, Seed: steerWorld.Seed}
+		obs := world.Observations(size.services)
+		current := make([]steer.Shares, len(obs))
+		for i, o := range obs {
+			current[i] = steer.Manifold{}.Decide(time.Time{}, idle(o), nil).Shares()
+		}
+		var wall, cpu []float64
+		for run := range runs + 1 {
+			runtime.GC()
+			began, cpuBefore := time.Now(), cpuSpent()
+			for i, o := range obs {
+				steer.Manifold{}.Decide(time.Time{}, o, current[i])
+			}
+			if run > 0 { // the first warms the heap up
+				cpu = append(cpu, ms(cpuSpent()-cpuBefore))
+				wall = append(wall, ms(time.Since(began)))
+			}
+		}
+		name := fmt.Sprintf("simulated round, %d sites × %d origins × %d services", size.sites, size.origins, size.services)
+		c := NewFigure("steering", name+", CPU", "ms", cpu)
+		wl := NewFigure("steering", name+", wall", "ms", wall)
+		wl.Note = "on a shared machine: the waits for a core count"
+		if size.services == steerServices {
+			c.SetBound("<=", steerGoalMs)
+		}
+		fmt.Fprintf(w, "  %-72s CPU %8.1f ms   wall %8.1f ms (median)\n", name, c.Value.Median, wl.Value.Median)
+		figs = append(figs, c, wl)
+	}
+	return figs
+}
+
+// idle is obs without demand: where a fleet's shares start.
+func idle(obs steer.Observation) steer.Observation {
+	out := obs
+	out.Sites = make([]steer.Site, len(obs.Sites))
+	for i, s := range obs.Sites {
+		s.Demand = 0
+		out.Sites[i] = s
+	}
+	return out
+}
+
+// cpuSpent is processCPU for a figure: 0 when getrusage fails (it does not on Linux).
+func cpuSpent() time.Duration {
+	d, _ := processCPU()
+	return d
+}
+
+// steerPrefix is the fleet's prefix in the bench's etcd.
+const steerPrefix = "/steerscale"
+
+// liveRounds runs the real controller on a real etcd holding the world's records.
+func liveRounds(w io.Writer, runs int) ([]Figure, error) {
+	endpoint, etcdPID, stop, err := startEtcd()
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	cli, err := fleet.Dial(config.Fleet{Endpoints: []string{endpoint}})
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	obs := steerWorld.Observations(steerServices)
+	var docs []store.ServiceDoc
+	for k, o := range obs {
+		docs = append(docs, store.ServiceDoc{Name: serviceName(k), YAML: serviceYAML(k, o)})
+	}
+	if err := fleet.Import(ctx, cli, steerPrefix, docs, false); err != nil {
+		return nil, err
+	}
+	lease, err := cli.Grant(ctx, 3600)
+	if err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	var recordBytes int
+	for i := range steerWorld.Sites {
+		for n := range 2 {
+			size, err := putNodeRecord(ctx, cli, lease.ID, obs, i, n, -1)
+			if err != nil {
+				return nil, err
+			}
+			recordBytes += size
+		}
+	}
+	fmt.Fprintf(w, "\n  live: %d node records, %.0f MB (%.0f kB each), written in %v\n", 2*steerWorld.Sites, float64(recordBytes)/1e6,
+		float64(recordBytes)/float64(2*steerWorld.Sites)/1e3, time.Since(began).Round(time.Millisecond))
+
+	// a round may take as long as its interval: 1 s (the default) is too short for a
+	// round that reads 300 MB of records (15 to 20 s of CPU; minutes of wall time on a
+	// machine shared with a load of 14)
+	ctl := fleet.NewController(cli, steerPrefix, "bench", liveInterval, 2*liveInterval, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	done := make(chan error, 1)
+	go func() { done <- ctl.Run(ctx) }() // stopped by cancel, waited for below
+	defer func() { cancel(); <-done }()
+
+	// next waits for the first round that read the store at or after revision rev.
+	// The CPU time this process (the controller; the bench only polls) and etcd used
+	// since the round before is the round's.
+	cpu, etcd := cpuSpent(), processCPUOf(etcdPID)
+	next := func(rev int64) (liveRound, error) {
+		deadline := time.Now().Add(2*liveInterval + time.Minute)
+		seen := ctl.Rounds()
+		for time.Now().Before(deadline) {
+			if n := ctl.Rounds(); n != seen {
+				seen = n
+				r := liveRound{RoundStats: ctl.LastRound(), cpu: cpuSpent() - cpu, etcdCPU: processCPUOf(etcdPID) - etcd}
+				cpu, etcd = cpu+r.cpu, etcd+r.etcdCPU
+				if r.Revision >= rev {
+					return r, nil
+				}
+			}
+			time.Sleep(5 * time.Millisecond) // a bench polls; rounds take seconds
+		}
+		return liveRound{}, errors.New("no round within two intervals")
+	}
+	first, err := next(0)
+	if err != nil {
+		return nil, err
+	}
+	if first.Records != 2*steerWorld.Sites || first.Services != steerServices {
+		return nil, fmt.Errorf("the first round read %d records and decided %d services, want %d and %d", first.Records, first.Services, 2*steerWorld.Sites, steerServices)
+	}
+	fmt.Fprintf(w, "  the term's first round: %d keys, %.1f MB written\n", first.Writes, float64(first.Bytes)/1e6)
+
+	var quiet, changed []liveRound
+	for len(quiet) < runs {
+		st, err := next(0)
+		if err != nil {
+			return nil, err
+		}
+		if st.Writes == 0 || len(quiet) > 0 { // from the first round that found nothing to change
+			quiet = append(quiet, st)
+		}
+		if len(quiet) == 0 && st.Writes > 0 && ctl.Rounds() > 20 {
+			return nil, errors.New("the shares still move after 20 rounds of unchanged records")
+		}
+	}
+	for run := range runs {
+		// one site's demand of one service rises by half: both its nodes' records
+		site, service := 17*(run+1), run%steerServices
+		var rev int64
+		for n := range 2 {
+			if _, err := putNodeRecord(ctx, cli, lease.ID, obs, site, n, service); err != nil {
+				return nil, err
+			}
+		}
+		resp, err := cli.Get(ctx, "rev")
+		if err != nil {
+			return nil, err
+		}
+		rev = resp.Header.Revision
+		st, err := next(rev)
+		if err != nil {
+			return nil, err
+		}
+		changed = append(changed, st)
+		// let the shares settle before the next change (the gap halves every round)
+		for settle := 0; st.Writes > 0 && run < runs-1; settle++ {
+			if settle == 20 {
+				return nil, errors.New("the shares still move 20 rounds after a change")
+			}
+			if st, err = next(0); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	var figs []Figure
+	total := func(st liveRound) float64 { return ms(st.Read + st.Decide + st.Write) }
+	for _, set := range []struct {
+		what   string
+		rounds []liveRound
+	}{{"nothing changed", quiet}, {"one site's demand of one service changed", changed}} {
+		var all, read, decide, write, writes, bytes, cpu, etcd []float64
+		for _, st := range set.rounds {
+			cpu, etcd = append(cpu, ms(st.cpu)), append(etcd, ms(st.etcdCPU))
+			all, read, decide = append(all, total(st)), append(read, ms(st.Read)), append(decide, ms(st.Decide))
+			write, writes, bytes = append(write, ms(st.Write)), append(writes, float64(st.Writes)), append(bytes, float64(st.Bytes)/1e3)
+		}
+		name := "live round, " + set.what
+		f := NewFigure("steering", name, "ms", all)
+		f.SetBound("<=", steerGoalMs)
+		f.Note = "read + decide + write, wall time on a shared machine; etcd on the same two cores"
+		c := NewFigure("steering", name+", the controller's CPU", "ms", cpu)
+		c.SetBound("<=", steerGoalMs)
+		figs = append(figs, f, c,
+			NewFigure("steering", name+", etcd's CPU", "ms", etcd),
+			NewFigure("steering", name+": read (etcd, decode)", "ms", read),
+			NewFigure("steering", name+": decide", "ms", decide),
+			NewFigure("steering", name+": write", "ms", write),
+			NewFigure("steering", name+": keys written", "keys", writes),
+			NewFigure("steering", name+": bytes written", "kB", bytes))
+		fmt.Fprintf(w, "  %-40s %8.1f ms (read %.1f, decide %.1f, write %.1f; CPU: controller %.0f ms, etcd %.0f ms), %.0f keys, %.0f kB written (medians)\n", name,
+			Summary(all).Median, Summary(read).Median, Summary(decide).Median, Summary(write).Median, Summary(cpu).Median, Summary(etcd).Median,
+			Summary(writes).Median, Summary(bytes).Median)
+	}
+	return figs, nil
+}
+
+// liveRound is a live round's cost as the controller tells it, and the CPU time of the
+// controller's process and of etcd over it.
+type liveRound struct {
+	fleet.RoundStats
+	cpu, etcdCPU time.Duration
+}
+
+// processCPUOf is the CPU time process pid has used (0 if it cannot be read).
+func processCPUOf(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// the fields after the command's closing parenthesis; utime and stime are the 14th
+	// and 15th of the line, in clock ticks (100 a second)
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	var ut, st int64
+	fmt.Sscan(f[11], &ut)
+	fmt.Sscan(f[12], &st)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+func serviceName(k int) string { return fmt.Sprintf("svc%02d", k) }
+
+// backendAddress is the one backend of origin j (every service has the same).
+func backendAddress(j int) string { return fmt.Sprintf("10.%d.%d.1", 1+j/250, j%250) }
+
+// serviceYAML is service k of the world: its origins at their capacities, one backend
+// each.
+func serviceYAML(k int, obs steer.Observation) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "name: %s\nvip: 198.51.100.%d\nport: 80\norigins:\n", serviceName(k), 10+k)
+	for _, o := range obs.Origins {
+		fmt.Fprintf(&b, "  - {name: %s, capacity: %d}\n", o.Name, int(math.Round(o.Capacity)))
+	}
+	b.WriteString("backends:\n")
+	for j, o := range obs.Origins {
+		fmt.Fprintf(&b, "  - {address: %s, origin: %s}\n", backendAddress(j), o.Name)
+	}
+	return []byte(b.String())
+}
+
+// putNodeRecord publishes node n of site i as a node does: its demand of every service
+// half the site's (of service raised, times 1.5), its RTT to each backend the site's to
+// the backend's origin.
+func putNodeRecord(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID, obs []steer.Observation, i, n, raised int) (int, error) {
+	site := obs[0].Sites[i]
+	name := fmt.Sprintf("%s-n%d", site.Name, n)
+	rec := wire.NodeRecord{Name: name, Site: site.Name, Addresses: []string{fmt.Sprintf("192.0.%d.%d", i/250, i%250)},
+		UpdatedAt: time.Now().UTC().Format(time.RFC3339)}
+	for k, o := range obs {
+		s := o.Sites[i]
+		factor := 1.0
+		if k == raised {
+			factor = 1.5
+		}
+		sl := wire.ServiceLoad{Name: serviceName(k), Announced: true, NewFlowsPerSecond: s.Demand / 2 * factor}
+		for j, origin := range o.Origins {
+			sl.Backends = append(sl.Backends, wire.BackendLoad{Address: backendAddress(j), State: "active", Healthy: true,
+				NewFlowsPerSecond: 1, PacketsPerSecond: 10, BytesPerSecond: 5000, RTTMilliseconds: ms(s.RTT[origin.Name])})
+		}
+		rec.Services = append(rec.Services, sl)
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return 0, err
+	}
+	recordKey, aliveKey := fleet.NodeKeys(steerPrefix, name)
+	_, err = cli.Txn(ctx).Then(clientv3.OpPut(recordKey, string(data)), clientv3.OpPut(aliveKey, "", clientv3.WithLease(lease))).Commit()
+	return len(data), err
+}
+
+// startEtcd starts one etcd member on loopback in a temporary directory.
+func startEtcd() (endpoint string, pid int, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "steerscale-etcd")
+	if err != nil {
+		return "", 0, nil, err
+	}
+	client, peer := "http://"+freeLoopback(), "http://"+freeLoopback()
+	cmd := hostprog.Command(hostprog.Etcd, "--name", "m0", "--data-dir", dir,
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "m0="+peer,
+		"--quota-backend-bytes", fmt.Sprint(8<<30), "--logger", "zap", "--log-level", "error")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return "", 0, nil, fmt.Errorf("start etcd: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }() // reaps etcd; stop waits for it
+	stop = func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		os.RemoveAll(dir)
+	}
+	if err := waitEtcd(client, exited); err != nil {
+		stop()
+		return "", 0, nil, fmt.Errorf("%w\n%s", err, out.String())
+	}
+	return client, cmd.Process.Pid, stop, nil
+}
+
+// waitEtcd waits until etcd answers a read, or exits.
+func waitEtcd(endpoint string, exited <-chan struct{}) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := cli.Get(ctx, "ready")
+		cancel()
+		select {
+		case <-exited:
+			return errors.New("etcd exited")
+		default:
+		}
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("etcd at %s does not answer: %w", endpoint, err)
+		}
+	}
+}
+
+// freeLoopback is a free TCP address on loopback.
+func freeLoopback() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// scaleScenario simulates the scale scenario with both controllers, summaries only.
+func scaleScenario(w io.Writer, path string) ([]Figure, error) {
+	sc, err := steer.LoadScenario(path)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(w, "\n  scenario %s: %d sites × %d origins, %s in steps of %s\n", sc.Name, len(sc.Sites), len(sc.Origins), sc.Duration, sc.Step)
+	var figs []Figure
+	for _, ctl := range []steer.Controller{steer.Manifold{}, steer.NewSeed()} {
+		began := time.Now()
+		s := steer.Simulate(sc, ctl).Summary
+		fmt.Fprintf(w, "  %-9s converged %.0f s, excess %.0f flows, max overload %.1f %%, %d oscillations, mean RTT %.1f ms, served %.1f %% (%v)\n",
+			ctl.Name(), s.ConvergedS, s.ExcessFlows, s.MaxOverloadPct, s.Oscillations, s.MeanRTTMs, s.ServedPct, time.Since(began).Round(time.Second))
+		name := fmt.Sprintf("%s: %s", sc.Name, ctl.Name())
+		for _, f := range []struct {
+			what, metric string
+			v            float64
+		}{
+			{"converged", "s", s.ConvergedS}, {"excess flows", "flows", s.ExcessFlows}, {"max overload", "%", s.MaxOverloadPct},
+			{"oscillations", "reversals", float64(s.Oscillations)}, {"mean RTT", "ms", s.MeanRTTMs}, {"served", "%", s.ServedPct},
+		} {
+			figs = append(figs, NewFigure("steering", name+", "+f.what, f.metric, []float64{f.v}))
+		}
+	}
+	return figs, nil
+}
