@@ -66,9 +66,14 @@ var (
 // SYN's ring read misses the caches more often in the larger one.
 const benchBigRingPort = 8080
 
+// benchLocalPort is the port of a service whose only origin is reached by tunnel: its
+// ring is the local pseudo-backend alone, whose packets pass to the node's stack.
+const benchLocalPort = 443
+
 // benchConfig: a TCP, a UDP and an IPv6 service with 10 backends each on the default
 // Maglev table for 10 backends, as a node would run them, TCP services forwarding with
-// GUE and NAT, and one TCP service on a 65537-slot table.
+// GUE and NAT, one TCP service on a 65537-slot table, and one whose flows pass to the
+// node's stack (an origin reached by tunnel).
 func benchConfig() *config.Config {
 	svc := func(name string, vip netip.Addr, port uint16, proto config.Protocol, backend func(int) netip.Addr) config.Service {
 		tableSize := config.DefaultTableSize(10)
@@ -98,6 +103,8 @@ func benchConfig() *config.Config {
 		svc("gue6", benchGUE6, 80, config.TCP, dptest.Backend6),
 		svc("nat4", benchNAT4, 80, config.TCP, dptest.Backend4),
 		svc("nat6", benchNAT6, 80, config.TCP, dptest.Backend6),
+		{Name: "local4", VIP: benchVIP4, Port: benchLocalPort, Protocol: config.TCP, Forwarding: config.IPIP, Scheduler: config.Maglev,
+			TableSize: config.DefaultTableSize(1), Origins: []config.Origin{{Name: "home", Capacity: 1, Tunnel: true, Weight: 1}}},
 	}}
 }
 
@@ -161,6 +168,7 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 	est4 := dptest.Packet{Src: dptest.Client4, Dst: benchVIP4, SPort: 40000, DPort: 80, Flags: dptest.ACK, Payload: make([]byte, 6)}.Bytes()
 	udp4 := dptest.Packet{Src: dptest.Client4, Dst: benchVIP4, SPort: 40000, DPort: 53, UDP: true, Payload: make([]byte, 18)}.Bytes()
 	est6 := dptest.Packet{Src: dptest.Client6, Dst: benchVIP6, SPort: 40000, DPort: 80, Flags: dptest.ACK}.Bytes()
+	local4 := dptest.Packet{Src: dptest.Client4, Dst: benchVIP4, SPort: 40000, DPort: benchLocalPort, Flags: dptest.ACK, Payload: make([]byte, 6)}.Bytes()
 	other := dptest.Packet{Src: dptest.Client4, Dst: netip.MustParseAddr("192.0.2.99"), SPort: 40000, DPort: 80, Flags: dptest.ACK, Payload: make([]byte, 6)}.Bytes()
 	gue4 := dptest.Packet{Src: dptest.Client4, Dst: benchGUE4, SPort: 40000, DPort: 80, Flags: dptest.ACK, Payload: make([]byte, 6)}.Bytes()
 	gue6 := dptest.Packet{Src: dptest.Client6, Dst: benchGUE6, SPort: 40000, DPort: 80, Flags: dptest.ACK}.Bytes()
@@ -182,6 +190,7 @@ func Dataplane(w io.Writer, calls, runs int) (Part, error) {
 			{"TCP established", lb.Program(), [][]byte{est4}, 1.9},
 			{"UDP established", lb.Program(), [][]byte{udp4}, 1.9},
 			{"IPv6 TCP established", lb.Program(), [][]byte{est6}, 1.9},
+			{"TCP established, passed to the stack (tunnelled share)", lb.Program(), [][]byte{local4}, 0},
 			{"non-VIP pass-through", lb.Program(), [][]byte{other}, 1.3},
 			{"GUE TCP established", lb.Program(), [][]byte{gue4}, 0},
 			{"GUE IPv6 TCP established", lb.Program(), [][]byte{gue6}, 0},

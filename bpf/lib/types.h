@@ -78,6 +78,8 @@ enum __attribute__((packed)) lb_encap {
 	LB_ENCAP_IPIP = 0, /* IPv4-in-IPv4 / IPv6-in-IPv6 */
 	LB_ENCAP_GUE = 1,  /* GUE variant 1: outer IP + UDP, then the client's IP packet */
 	LB_ENCAP_NAT = 2,  /* full NAT: node address and port → backend address and port (nat.h) */
+	LB_ENCAP_LOCAL = 3, /* the node's own stack: the service's tunnelled origins, reached
+			     * by the node's tunnel edge, which listens on the VIP (XDP_PASS) */
 };
 
 /* lb_backends value: one (service, backend) pair, indexed by backend id. */

@@ -23,7 +23,11 @@ func SpecOf(s *config.Service) wire.ServiceSpec {
 	out.BGP = wire.BGPSpec{Communities: texts(s.BGP.Communities), LargeCommunities: texts(s.BGP.LargeCommunities),
 		MED: s.BGP.MED, Prepend: s.BGP.Prepend}
 	for _, o := range s.Origins {
-		out.Origins = append(out.Origins, wire.OriginSpec{Name: o.Name, Capacity: o.Capacity})
+		spec := wire.OriginSpec{Name: o.Name, Capacity: o.Capacity, Tunnel: o.Tunnel}
+		if o.Tunnel {
+			spec.Weight = &o.Weight
+		}
+		out.Origins = append(out.Origins, spec)
 	}
 	for _, b := range s.Backends {
 		out.Backends = append(out.Backends, wire.BackendSpec{Address: b.Address.String(), Weight: b.Weight, Origin: b.Origin})

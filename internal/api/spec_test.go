@@ -84,7 +84,7 @@ func TestServiceSpecRoundTrip(t *testing.T) {
 	// spec forgets would come back equal anyway.
 	for _, v := range []reflect.Value{reflect.ValueOf(svc), reflect.ValueOf(svc.Backends[0]), reflect.ValueOf(svc.Origins[0]), reflect.ValueOf(svc.Health), reflect.ValueOf(svc.BGP)} {
 		for i := range v.NumField() {
-			if v.Field(i).IsZero() && v.Type().Field(i).Name != "ProxyProtocol" { // a tunnel service's: below
+			if name := v.Type().Field(i).Name; v.Field(i).IsZero() && name != "ProxyProtocol" && name != "Tunnel" && name != "Weight" { // a tunnel service's, a tunnelled origin's: below
 				t.Fatalf("%s.%s is zero: give it a value", v.Type(), v.Type().Field(i).Name)
 			}
 		}
@@ -135,6 +135,19 @@ func TestServiceSpecRoundTrip(t *testing.T) {
 	}
 	if len(cfg.Services) != 1 || !reflect.DeepEqual(cfg.Services[0], tunnel) {
 		t.Errorf("parsed back:\n%+v\nwant\n%+v\nfrom\n%s", cfg.Services, tunnel, file)
+	}
+
+	// what only an origin reached by tunnel has, on a routed service
+	mixed := svc
+	mixed.Protocol, mixed.Origins = config.TCP, []config.Origin{svc.Origins[0], {Name: "home", Capacity: 50, Tunnel: true, Weight: 3}}
+	spec = must(yaml.Marshal([]wire.ServiceSpec{api.SpecOf(&mixed)}))
+	file = "node:\n  name: lb1\n  interfaces: [eth0]\n  address: 10.0.0.11\ntunnels: {cert_file: c, key_file: k, tokens_file: t}\nservices:\n  " +
+		strings.ReplaceAll(strings.TrimSpace(string(spec)), "\n", "\n  ") + "\n"
+	if cfg, err = config.Parse("spec.yaml", []byte(file)); err != nil {
+		t.Fatalf("%v\n%s", err, file)
+	}
+	if len(cfg.Services) != 1 || !reflect.DeepEqual(cfg.Services[0], mixed) {
+		t.Errorf("parsed back:\n%+v\nwant\n%+v\nfrom\n%s", cfg.Services, mixed, file)
 	}
 }
 

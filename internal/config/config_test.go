@@ -194,6 +194,54 @@ func TestTunnels(t *testing.T) {
 	if o := got.Services[0].Origins; !reflect.DeepEqual(o, []Origin{{Name: "home", Capacity: 100}}) {
 		t.Errorf("origins of a tunnel service: got %+v", o)
 	}
+
+	// A routed service may mix origins with backends and origins reached by tunnel; a
+	// tunnelled origin weighs 1 until steering gives shares.
+	got, err = Parse("t.yaml", []byte(hdr+tunnelsSection+"services:\n  - {name: web, vip: 198.51.100.10, port: 443, origins: [{name: dc, capacity: 100}, {name: home, capacity: 50, tunnel: true}, {name: pi, capacity: 5, tunnel: true, weight: 0}], backends: [{address: 10.0.1.1, origin: dc}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := got.Services[0]
+	if want := []Origin{{Name: "dc", Capacity: 100}, {Name: "home", Capacity: 50, Tunnel: true, Weight: 1}, {Name: "pi", Capacity: 5, Tunnel: true}}; !reflect.DeepEqual(s.Origins, want) {
+		t.Errorf("origins of a mixed service: got %+v, want %+v", s.Origins, want)
+	}
+	if !s.TunnelledOrigins() {
+		t.Errorf("a service with a tunnel origin: TunnelledOrigins false")
+	}
+}
+
+// The errors of a service mixing routed and tunnelled origins, each at its line.
+func TestMixedServiceErrors(t *testing.T) {
+	const mixed = hdr + tunnelsSection + "services:\n  - name: web\n    vip: 198.51.100.10\n" // line 10 on
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"a backend of a tunnelled origin", mixed + "    port: 443\n    origins: [{name: home, capacity: 5, tunnel: true}]\n    backends: [{address: 10.0.1.1, origin: home}]\n",
+			[]string{`t.yaml:14: services[0].backends[0].origin: "home" is reached by tunnel (tunnel: true): its connectors serve it, it has no backends`}},
+		{"weight of a routed origin", mixed + "    port: 443\n    origins: [{name: dc, capacity: 5, weight: 2}]\n",
+			[]string{"t.yaml:13: services[0].origins[0].weight: only with tunnel: true (an origin with backends weighs by its backends' weights)"}},
+		{"tunnel: on a tunnel service", mixed + "    port: 443\n    forwarding: tunnel\n    origins: [{name: home, capacity: 5, tunnel: true}]\n",
+			[]string{"t.yaml:14: services[0].origins[0].tunnel: a tunnel service's origins are all reached by tunnel: tunnel: true is for an origin of an ipip, gue or nat service"}},
+		{"udp, every port", mixed + "    port: 0\n    protocol: udp\n    origins: [{name: home, capacity: 5, tunnel: true}]\n",
+			[]string{"t.yaml:12: services[0].port: a service with an origin reached by tunnel needs a port (the tunnel edge listens on vip:port)",
+				"t.yaml:13: services[0].protocol: a service with an origin reached by tunnel carries tcp only, not udp (the tunnel edge joins tcp connections)"}},
+		{"a backend at the vip", mixed + "    port: 443\n    origins: [{name: dc, capacity: 5}, {name: home, capacity: 5, tunnel: true}]\n    backends: [{address: 198.51.100.10, origin: dc}]\n",
+			[]string{"t.yaml:14: services[0].backends[0].address: 198.51.100.10 is the vip: in a service with an origin reached by tunnel, the vip's address stands for the node's own stack"}},
+		{"no tunnels section", svc + "    port: 443\n    origins: [{name: home, capacity: 5, tunnel: true}]\n",
+			[]string{"t.yaml:9: services[0].origins: an origin reached by tunnel needs the node's tunnels section (the edge that serves it)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("t.yaml", []byte(tc.yaml))
+			var got []string
+			if err != nil {
+				got = strings.Split(err.Error(), "\n")
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
 }
 
 // hdr is a valid node section, lines 1-4: cases append from line 5.

@@ -211,6 +211,11 @@ func applyServiceDefaults(s *Service, sp string, present func(path string) bool)
 			s.Backends[j].Weight = DefaultWeight
 		}
 	}
+	for j := range s.Origins {
+		if s.Origins[j].Tunnel && def(fmt.Sprintf("origins[%d].weight", j)) {
+			s.Origins[j].Weight = DefaultWeight
+		}
+	}
 	h := &s.Health
 	if def("health.kind") {
 		h.Kind = DefaultHealthKind

@@ -1115,6 +1115,11 @@ func (p *parser) origin(n *yaml.Node, path string, out *Origin) {
 		case "capacity":
 			x, _ := p.integer(v, path)
 			out.Capacity = uint32(x)
+		case "tunnel":
+			out.Tunnel, _ = p.boolean(v, path)
+		case "weight":
+			x, _ := p.integer(v, path)
+			out.Weight = uint32(x)
 		}
 	})
 }

@@ -289,6 +289,27 @@ type Backend struct {
 type Origin struct {
 	Name     string
 	Capacity uint32 // new flows per second it takes, for the whole fleet
+	// Tunnel: on a routed service (ipip, gue, nat), an origin with no backends, reached
+	// by the connectors of the node's tunnel edge. Its share of the flows passes up to
+	// the node's stack (a local pseudo-backend in the ring), where the edge ends them.
+	Tunnel bool
+	// Weight (tunnel origins) is the origin's Maglev weight against the backends' own
+	// while steering gives the node's site no shares; steering sets it from the share.
+	Weight uint32
+}
+
+// TunnelledOrigins tells whether s is a routed service with origins reached by
+// tunnel: its VIP goes on lo and the node's tunnel edge listens on it too.
+func (s *Service) TunnelledOrigins() bool {
+	if s.Forwarding == Tunnel {
+		return false
+	}
+	for _, o := range s.Origins {
+		if o.Tunnel {
+			return true
+		}
+	}
+	return false
 }
 
 type HealthKind string

@@ -105,6 +105,15 @@ func minimalFor(schema []Field, path string) map[string]string {
 			}
 		}
 	}
+	if path == "services[].origins[].weight" { // refused but on a tunnel origin, which has no backends
+		values["services[].origins[].tunnel"] = "true"
+		values["services[].port"] = "443"
+		for p := range values {
+			if under(p, "services[].backends") {
+				delete(values, p)
+			}
+		}
+	}
 	if under(path, "kubernetes") {
 		// the section has no required key: its kubeconfig stands for it
 		values["kubernetes.kubeconfig"] = fields["kubernetes.kubeconfig"].Example

@@ -541,8 +541,35 @@ func (p *parser) validateService(c *Config, s *Service, sp string) (vipOK bool) 
 		p.validateTunnelService(c, s, sp)
 	}
 	p.validateOrigins(s, sp)
+	if s.TunnelledOrigins() {
+		p.validateMixedService(c, s, sp)
+	}
 	p.validateHealth(s, sp)
 	return vipOK
+}
+
+// validateMixedService checks a routed service with origins reached by tunnel: the
+// node's tunnel edge ends their share of the flows on vip:port, as it does a tunnel
+// service's, and the VIP's own address stands for the node's stack in the ring.
+func (p *parser) validateMixedService(c *Config, s *Service, sp string) {
+	f := func(field string) string { return sp + "." + field }
+	if c.Tunnels == nil && c.Fleet == nil {
+		p.errorAt(f("origins"), "an origin reached by tunnel needs the node's tunnels section (the edge that serves it)")
+	}
+	if p.usable(f("protocol")) && s.Protocol != TCP {
+		p.errorAt(f("protocol"), "a service with an origin reached by tunnel carries tcp only, not %s (the tunnel edge joins tcp connections)", s.Protocol)
+	}
+	if p.usable(f("port")) && s.Port == 0 {
+		p.errorAt(f("port"), "a service with an origin reached by tunnel needs a port (the tunnel edge listens on vip:port)")
+	}
+	if !p.usable(f("backends")) {
+		return
+	}
+	for j, b := range s.Backends {
+		if ap := index(f("backends"), j) + ".address"; p.usable(ap) && b.Address == s.VIP {
+			p.errorAt(ap, "%s is the vip: in a service with an origin reached by tunnel, the vip's address stands for the node's own stack", b.Address)
+		}
+	}
 }
 
 // Clash says why services s and other (named so in the message) cannot run on one
@@ -582,10 +609,21 @@ func (p *parser) validateOrigins(s *Service, sp string) {
 				names[o.Name] = np
 			}
 			p.require(index(f("origins"), i) + ".capacity")
+			tp, wp := index(f("origins"), i)+".tunnel", index(f("origins"), i)+".weight"
+			switch {
+			case o.Tunnel && p.usable(f("forwarding")) && s.Forwarding == Tunnel:
+				p.errorAt(tp, "a tunnel service's origins are all reached by tunnel: tunnel: true is for an origin of an ipip, gue or nat service")
+			case p.given(wp) && !o.Tunnel:
+				p.errorAt(wp, "only with tunnel: true (an origin with backends weighs by its backends' weights)")
+			}
 		}
 	}
 	if !p.usable(f("origins")) || !p.usable(f("backends")) {
 		return
+	}
+	tunnelled := map[string]bool{}
+	for _, o := range s.Origins {
+		tunnelled[o.Name] = o.Tunnel
 	}
 	for j, b := range s.Backends {
 		bp := index(f("backends"), j)
@@ -598,6 +636,8 @@ func (p *parser) validateOrigins(s *Service, sp string) {
 			p.add(p.line(bp), op, "required: the service has origins, every backend names one")
 		case len(s.Origins) > 0 && names[b.Origin] == "":
 			p.errorAt(op, "%s is not an origin of the service (origins: %s)", quote(b.Origin), originNames(s.Origins))
+		case tunnelled[b.Origin]:
+			p.errorAt(op, "%s is reached by tunnel (tunnel: true): its connectors serve it, it has no backends", quote(b.Origin))
 		}
 	}
 }

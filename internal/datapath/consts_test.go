@@ -37,9 +37,10 @@ func TestConstantsAgreeWithObjects(t *testing.T) {
 		}},
 		{lb, "lb_family", families},
 		{lb, "lb_encap", map[string]uint64{
-			"LB_ENCAP_IPIP": uint64(lbLbEncapLB_ENCAP_IPIP),
-			"LB_ENCAP_GUE":  uint64(lbLbEncapLB_ENCAP_GUE),
-			"LB_ENCAP_NAT":  uint64(lbLbEncapLB_ENCAP_NAT),
+			"LB_ENCAP_IPIP":  uint64(lbLbEncapLB_ENCAP_IPIP),
+			"LB_ENCAP_GUE":   uint64(lbLbEncapLB_ENCAP_GUE),
+			"LB_ENCAP_NAT":   uint64(lbLbEncapLB_ENCAP_NAT),
+			"LB_ENCAP_LOCAL": uint64(lbLbEncapLB_ENCAP_LOCAL),
 		}},
 		{lb, "lb_vip_flags", map[string]uint64{
 			"LB_VIP_F_SOURCE_HASH": uint64(lbLbVipFlagsLB_VIP_F_SOURCE_HASH),

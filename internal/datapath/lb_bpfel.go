@@ -88,9 +88,10 @@ const (
 type lbLbEncap uint8
 
 const (
-	lbLbEncapLB_ENCAP_IPIP lbLbEncap = 0
-	lbLbEncapLB_ENCAP_GUE  lbLbEncap = 1
-	lbLbEncapLB_ENCAP_NAT  lbLbEncap = 2
+	lbLbEncapLB_ENCAP_IPIP  lbLbEncap = 0
+	lbLbEncapLB_ENCAP_GUE   lbLbEncap = 1
+	lbLbEncapLB_ENCAP_NAT   lbLbEncap = 2
+	lbLbEncapLB_ENCAP_LOCAL lbLbEncap = 3
 )
 
 type lbLbEvent uint32

@@ -63,6 +63,9 @@ type Backend struct {
 	GUEPort   uint16 // UDP destination port of GUE packets
 	NAT       bool   // full NAT instead of encapsulation (bpf/lib/nat.h)
 	NATPort   uint16 // NAT: the backend's port; 0 keeps the client's destination port
+	// Local is the node's own stack (Addr: the service's VIP): the share of a service's
+	// flows that its tunnelled origins take passes up to the tunnel edge (XDP_PASS).
+	Local bool
 }
 
 // serviceEntry is a service's lb_vips entry as last written, kept so that a new ring
@@ -242,8 +245,10 @@ func (lb *LB) PutBackends(ids []uint32, backends []Backend) (int, error) {
 	for i, b := range backends {
 		v := lbLbBackend{Addr: addrWords(b.Addr), ServiceId: b.ServiceID, State: lbLbBackendState(b.State), Family: familyOf(b.Addr), Encap: lbLbEncapLB_ENCAP_IPIP}
 		switch {
-		case b.GUE && b.NAT:
-			return 0, fmt.Errorf("lb_backends put %d (%s): GUE and NAT at once", ids[i], b.Addr)
+		case b.GUE && b.NAT, b.Local && (b.GUE || b.NAT):
+			return 0, fmt.Errorf("lb_backends put %d (%s): more than one of GUE, NAT and local at once", ids[i], b.Addr)
+		case b.Local:
+			v.Encap = lbLbEncapLB_ENCAP_LOCAL
 		case b.GUE:
 			v.Encap = lbLbEncapLB_ENCAP_GUE
 			v.GuePort = be16(b.GUEPort)

@@ -28,10 +28,13 @@ const weightScale = 10000
 // origins set from the shares of site: a backend weighs its origin's share times its
 // part of the origin's own weights, so that the origin takes its share of the site's
 // new flows (while its backends are up). A backend of weight 0 stays 0 (draining), and
-// so does one whose origin has no share; one with a share gets at least 1. A service
-// without origins, or without shares for site, keeps its weights. services is the
-// caller's own copy (desired.list): it is changed in place, the backends of a service
-// are copied before their weights change.
+// so does one whose origin has no share; one with a share gets at least 1. An origin
+// reached by tunnel (of a routed service) weighs its share alone, on the same scale:
+// the weight of the node's local pseudo-backend (reconcile.backendsOf), whose flows
+// the tunnel edge hands to that origin's connectors. A service without origins, or
+// without shares for site, keeps its weights. services is the caller's own copy
+// (desired.list): it is changed in place, the backends and origins of a service are
+// copied before their weights change.
 func steered(services []config.Service, site string, steering map[string]wire.Steering) []config.Service {
 	out := services
 	for i := range out {
@@ -52,11 +55,27 @@ func steered(services []config.Service, site string, steering map[string]wire.St
 				b.Weight = 0
 				continue
 			}
-			w := math.Round(share * float64(b.Weight) / own[b.Origin] * weightScale)
-			b.Weight = uint32(min(max(w, 1), config.MaxWeight))
+			b.Weight = shareWeight(share * float64(b.Weight) / own[b.Origin])
+		}
+		if s.TunnelledOrigins() {
+			s.Origins = slices.Clone(s.Origins)
+			for j := range s.Origins {
+				if o := &s.Origins[j]; o.Tunnel {
+					o.Weight = 0
+					if share := shares[o.Name]; share > 0 {
+						o.Weight = shareWeight(share)
+					}
+				}
+			}
 		}
 	}
 	return out
+}
+
+// shareWeight is the weight of a part of the site's new flows (0 < part <= 1): at
+// least 1, so that a share of 0.01 % still weighs.
+func shareWeight(part float64) uint32 {
+	return uint32(min(max(math.Round(part*weightScale), 1), config.MaxWeight))
 }
 
 // SharesOf is the node's site's shares of a tunnel service with origins, by which its

@@ -69,6 +69,36 @@ func TestSteeredWeights(t *testing.T) {
 	}
 }
 
+// An origin reached by tunnel weighs its share on the backends' scale (the weight of
+// the node's local pseudo-backend); no share, weight 0; no shares for the site, its
+// configured weight.
+func TestSteeredTunnelledOriginWeight(t *testing.T) {
+	origins := []config.Origin{{Name: "dc", Capacity: 100}, {Name: "home", Capacity: 50, Tunnel: true, Weight: 1}}
+	for _, c := range []struct {
+		name   string
+		shares wire.Shares
+		want   uint32 // home's weight
+		dc     []uint32
+	}{
+		{"half and half", wire.Shares{"sjc": {"dc": 0.5, "home": 0.5}}, 5000, []uint32{2500, 2500}},
+		{"home none", wire.Shares{"sjc": {"dc": 1, "home": 0}}, 0, []uint32{5000, 5000}},
+		{"home all", wire.Shares{"sjc": {"dc": 0, "home": 1}}, 10000, []uint32{0, 0}},
+		{"other site only", wire.Shares{"ams": {"home": 1}}, 1, []uint32{1, 1}},
+	} {
+		svc := config.Service{Name: "web", Forwarding: config.IPIP, Origins: origins, Backends: weighted("dc", 1, 1)}
+		got := steered([]config.Service{svc}, "sjc", map[string]wire.Steering{"web": {Shares: c.shares}})
+		if w := got[0].Origins[1].Weight; w != c.want {
+			t.Errorf("%s: home weighs %d, want %d", c.name, w, c.want)
+		}
+		if w := weightsOf(got[0].Backends); !reflect.DeepEqual(w, c.dc) {
+			t.Errorf("%s: dc's backends weigh %v, want %v", c.name, w, c.dc)
+		}
+		if origins[1].Weight != 1 {
+			t.Fatalf("%s: the origins given were changed: %+v", c.name, origins)
+		}
+	}
+}
+
 func record(name, site string, demand float64, backends ...wire.BackendLoad) wire.NodeRecord {
 	return wire.NodeRecord{Name: name, Site: site, Services: []wire.ServiceLoad{{Name: "web", NewFlowsPerSecond: demand, Backends: backends}}}
 }

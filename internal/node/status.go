@@ -82,6 +82,9 @@ func (n *Node) flows(service string, limit int) (wire.FlowsView, error) {
 		for _, b := range s.Backends {
 			v.backends[b.ID] = b.Address
 		}
+		if s.Local != nil { // a flow passed to the node's stack: named by the VIP
+			v.backends[s.Local.ID] = s.Local.Address
+		}
 		byID[s.ID] = v
 	}
 	if service != "" && len(byID) == 0 {

@@ -4,9 +4,12 @@ package node
 // tunnels.listen and accepts clients on each tunnel service's VIP:port. The controller
 // puts the VIP on lo with the update that serves the service (the XDP program does not
 // know it, so its packets pass to the stack, which then takes them as its own); here
-// only the listeners start and stop.
+// only the listeners start and stop. A routed service with origins reached by tunnel
+// is served alike: its VIP is on lo too, and the XDP program passes to the stack the
+// flows its ring gives the tunnelled origins' share (the local pseudo-backend), which
+// the edge hands to those origins' connectors by their shares.
 //
-//	controller's view (tunnel services) ─► syncTunnels (run loop): listener, Edge.Serve
+//	controller's View.Edge (tunnel and mixed services) ─► syncTunnels (run loop): listener, Edge.Serve
 //	Edge state changes ─► watchTunnels ─► run loop: Controller.TunnelsConnected (announce)
 
 import (
@@ -202,10 +205,11 @@ func (n *Node) watchTunnels(ctx context.Context) {
 	}
 }
 
-// syncTunnels listens on the VIP:port of every tunnel service served and stops the
-// listeners of those gone or moved. Called on the run loop after every change.
+// syncTunnels listens on the VIP:port of every service served that the edge ends
+// connections of (tunnel services, mixed services) and stops the listeners of those
+// gone or moved. Called on the run loop after every change.
 func (n *Node) syncTunnels() {
-	services := n.ctrl.View().Tunnels
+	services := n.ctrl.View().Edge
 	if n.edge == nil {
 		if len(services) > 0 {
 			n.log.Warn("tunnel services are not served: the node has no tunnels section", "services", len(services))
@@ -219,12 +223,13 @@ func (n *Node) syncTunnels() {
 	proxyProtocols := map[string]config.ProxyProtocol{}
 	for _, s := range services {
 		want[s.Name] = netip.AddrPortFrom(s.VIP, s.Port)
-		for _, o := range s.Origins {
+		at := edgeOrigins(&s)
+		for _, o := range at {
 			origins[s.Name] = append(origins[s.Name], o.Name)
 		}
 		if n.fleet != nil {
-			if sh := n.fleet.SharesOf(s.Name, s.Origins); sh != nil {
-				shares[s.Name] = sh
+			if sh := n.fleet.SharesOf(s.Name, at); sh != nil {
+				shares[s.Name] = sharesAmong(sh, at)
 			}
 		}
 		if s.ProxyProtocol != "" {
@@ -251,6 +256,25 @@ func (n *Node) syncTunnels() {
 	}
 }
 
+// edgeOrigins are the origins of a service that the tunnel edge reaches: all of a
+// tunnel service's, the tunnelled ones of a routed service.
+func edgeOrigins(s *config.Service) []config.Origin {
+	if s.Forwarding == config.Tunnel {
+		return s.Origins
+	}
+	return slices.DeleteFunc(slices.Clone(s.Origins), func(o config.Origin) bool { return !o.Tunnel })
+}
+
+// sharesAmong keeps of shares (the caller's own) those of origins: the edge round-robins
+// over the origins it is given, and a routed origin's share is its backends', taken
+// in XDP — given to the edge, it would send streams to an origin without connectors.
+func sharesAmong(shares map[string]float64, origins []config.Origin) map[string]float64 {
+	maps.DeleteFunc(shares, func(name string, _ float64) bool {
+		return !slices.ContainsFunc(origins, func(o config.Origin) bool { return o.Name == name })
+	})
+	return shares
+}
+
 func (n *Node) serveTunnel(s *config.Service) error {
 	e := n.edge
 	at := netip.AddrPortFrom(s.VIP, s.Port)
@@ -275,7 +299,7 @@ func (n *Node) serveTunnel(s *config.Service) error {
 func (n *Node) tunnelsStatus() wire.TunnelsStatus {
 	view := n.ctrl.View()
 	st := wire.TunnelsStatus{Listen: n.edge.Addr().String(), Services: []wire.TunnelService{}, Tunnels: tunnel.WireTunnels(n.edge.Tunnels()), Counters: tunnel.WireCounters(n.edge.Counters())}
-	for _, s := range view.Tunnels {
+	for _, s := range view.Edge {
 		ts := wire.TunnelService{Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Announced: view.Announce[s.Name].Announced}
 		for _, t := range st.Tunnels {
 			for _, share := range t.Services {

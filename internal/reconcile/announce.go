@@ -23,7 +23,9 @@ const (
 	ReasonNoBackend   = "no healthy backend"
 	ReasonNoConnector = "tunnel service: no connector attached to any edge"
 	reasonConnector   = "tunnel service: a connector is attached"
-	reasonRemoved     = "service removed from the config"
+	// a routed service whose backends are all down, with origins reached by tunnel
+	reasonTunnelledOrigin = "no backend healthy; a connector of an origin reached by tunnel is attached"
+	reasonRemoved         = "service removed from the config"
 )
 
 // wantedAnnouncements is the announce policy, for every service served: a VIP is
@@ -31,7 +33,8 @@ const (
 // nothing back (Hold), and
 // the service has at least one healthy backend (a draining one counts: its flows still
 // need the node). A tunnel service has no backends: it is announced while a
-// connector of it is attached to an edge (TunnelsConnected).
+// connector of it is attached to an edge (TunnelsConnected); so is a routed service
+// with origins reached by tunnel whose backends are all down.
 //
 // A service not announced yet is announced only once the health of every backend is
 // known. Until then its Maglev table holds only the backends whose checks passed so
@@ -65,6 +68,8 @@ func (c *Controller) wantedAnnouncements() map[string]Announcement {
 			out[s.Name] = Announcement{Reason: ReasonNoConnector}
 		case isTunnel(s):
 			out[s.Name] = Announcement{Announced: true, Reason: reasonConnector}
+		case healthy == 0 && s.TunnelledOrigins() && c.connected[s.Name]:
+			out[s.Name] = Announcement{Announced: true, Reason: reasonTunnelledOrigin}
 		case healthy == 0:
 			out[s.Name] = Announcement{Reason: ReasonNoBackend}
 		case unknown > 0 && !c.announce[s.Name].Announced:

@@ -102,7 +102,11 @@ type Controller struct {
 type View struct {
 	Services []ServiceStatus // sorted by name; the tunnel services are not among them
 	// Tunnels are the tunnel services served (by this node's edge), sorted by name.
-	Tunnels  []config.Service
+	Tunnels []config.Service
+	// Edge are the services whose connections this node's tunnel edge ends, sorted by
+	// name: the tunnel services, and those with origins reached by tunnel (whose share
+	// of the flows the XDP program passes to the stack).
+	Edge     []config.Service
 	Announce map[string]Announcement // by service name
 	// Revisions is the last applied revision of each source.
 	Revisions map[string]string
@@ -207,14 +211,15 @@ func (c *Controller) apply(served []*config.Service) error {
 	return nil
 }
 
-// setLoopback puts on lo the VIPs of the tunnel services of served, and only those.
+// setLoopback puts on lo the VIPs of the services of served that the tunnel edge ends
+// connections of, and only those: the stack then takes their packets as its own.
 func (c *Controller) setLoopback(served []*config.Service) error {
 	if c.loopback == nil {
 		return nil
 	}
 	var vips []netip.Addr
 	for _, s := range served {
-		if isTunnel(s) {
+		if atEdge(s) {
 			vips = append(vips, s.VIP)
 		}
 	}
@@ -322,6 +327,7 @@ func (c *Controller) publish() {
 	defer c.mu.Unlock()
 	c.view.Services = services
 	c.view.Tunnels = derefAll(slices.DeleteFunc(slices.Clone(c.served), func(s *config.Service) bool { return !isTunnel(s) }))
+	c.view.Edge = derefAll(slices.DeleteFunc(slices.Clone(c.served), func(s *config.Service) bool { return !atEdge(s) }))
 	c.view.Announce = maps.Clone(c.announce)
 }
 
@@ -388,6 +394,9 @@ func inDataplane(ss []*config.Service) []*config.Service {
 }
 
 func isTunnel(s *config.Service) bool { return s.Forwarding == config.Tunnel }
+
+// atEdge tells whether the node's tunnel edge ends (some of) a service's connections.
+func atEdge(s *config.Service) bool { return isTunnel(s) || s.TunnelledOrigins() }
 
 func derefAll(ss []*config.Service) []config.Service {
 	out := make([]config.Service, len(ss))

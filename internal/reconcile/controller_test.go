@@ -575,3 +575,27 @@ func TestTunnelServiceStaysOutOfTheMapsAndIsAnnouncedWhileConnected(t *testing.T
 		t.Fatalf("the last connector left: announced %v", r.speaker.Announced())
 	}
 }
+
+// A routed service with an origin reached by tunnel is announced while a backend is
+// healthy, as any; with every backend down, while a connector of it is attached.
+func TestMixedServiceAnnouncedWhileBackendsOrConnectors(t *testing.T) {
+	r := newRig(t, true, 0)
+	web := svc("web", vip1, 443, "10.0.1.1")
+	web.Health = config.Health{Kind: config.HealthTCP, Port: 443, Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}
+	web.Origins = []config.Origin{{Name: "dc", Capacity: 10}, {Name: "home", Capacity: 10, Tunnel: true, Weight: 1}}
+	web.Backends[0].Origin = "dc"
+	r.submit(web)
+	r.c.Attached()
+	if a := r.announcement("web"); !a.Announced {
+		t.Fatalf("a healthy backend: %+v", a)
+	}
+	r.health.down[netip.MustParseAddr("10.0.1.1")] = true
+	r.c.HealthChanged()
+	if a := r.announcement("web"); a.Announced || a.Reason != ReasonNoBackend {
+		t.Fatalf("its backend down, no connector: %+v, want not announced (%s)", a, ReasonNoBackend)
+	}
+	r.c.TunnelsConnected(map[string]bool{"web": true})
+	if a := r.announcement("web"); !a.Announced || !r.speaker.is(vip1) {
+		t.Fatalf("its backend down, a connector attached: %+v (announced %v), want announced", a, r.speaker.Announced())
+	}
+}

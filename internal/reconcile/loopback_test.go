@@ -109,6 +109,35 @@ func TestTunnelVIPsOnLoThroughTheController(t *testing.T) {
 	}
 }
 
+// A routed service with an origin reached by tunnel has its VIP on lo too (the stack
+// takes the local share's packets as its own), is in the XDP program (its routed
+// share) and is among the services the edge ends connections of; without the
+// tunnelled origin its VIP leaves lo.
+func TestMixedServiceVIPOnLo(t *testing.T) {
+	h, _ := loNS(t)
+	r := newRig(t, false, 0)
+	r.c = NewController(Options{Dataplane: r.dp, Health: r.health, Neighbours: r.neigh, Clock: r.clock, Log: r.c.log,
+		Loopback: datapath.NewLoopback(h, r.c.log)})
+	web := svc("web", vip1, 443, "10.0.1.1")
+	web.Origins = []config.Origin{{Name: "dc", Capacity: 10}, {Name: "home", Capacity: 10, Tunnel: true, Weight: 1}}
+	web.Backends[0].Origin = "dc"
+	r.submit(web)
+	if got, want := onLo(t, h), []string{vip1}; !slices.Equal(got, want) {
+		t.Fatalf("with a mixed service: lo holds %v, want its vip %v", got, want)
+	}
+	v := r.c.View()
+	if len(v.Edge) != 1 || v.Edge[0].Name != "web" || len(v.Tunnels) != 0 || len(v.Services) != 1 {
+		t.Errorf("view: edge %d, tunnels %d, services %d: want the mixed service at the edge and in the data plane, not a tunnel service", len(v.Edge), len(v.Tunnels), len(v.Services))
+	}
+	if len(r.dp.services) != 1 {
+		t.Errorf("the mixed service is not in the XDP program's maps: %v", r.dp.services)
+	}
+	r.submit(svc("web", vip1, 443, "10.0.1.1"))
+	if got := onLo(t, h); len(got) != 0 {
+		t.Errorf("without the tunnelled origin: lo holds %v, want nothing", got)
+	}
+}
+
 // An update whose tunnel VIP lo refuses (IPv6 off on lo) is refused whole, and the VIPs
 // of the same update that lo took are taken back: lo is as it was.
 func TestTunnelVIPRefusedByLoLeavesLoAsItWas(t *testing.T) {

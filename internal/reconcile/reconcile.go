@@ -114,13 +114,17 @@ type backend struct {
 }
 
 // encap is how a backend's packets are encapsulated (or translated): its service's
-// forwarding, and the port that goes with it.
+// forwarding, and the port that goes with it; or, for the local pseudo-backend, not at
+// all: they pass to the node's stack.
 type encap struct {
-	gue, nat bool
-	port     uint16 // GUE: the UDP port; NAT: the backends' port, 0 the service's
+	gue, nat, local bool
+	port            uint16 // GUE: the UDP port; NAT: the backends' port, 0 the service's
 }
 
-func encapOf(s *config.Service) encap {
+func encapOf(s *config.Service, b *config.Backend) encap {
+	if isLocal(s, b) {
+		return encap{local: true}
+	}
 	switch s.Forwarding {
 	case config.GUE:
 		return encap{gue: true, port: s.GUEPort}
@@ -128,6 +132,39 @@ func encapOf(s *config.Service) encap {
 		return encap{nat: true, port: s.BackendPort}
 	}
 	return encap{}
+}
+
+// backendsOf are the backends of a service as the data plane has them: its own and,
+// for a service with origins reached by tunnel, last, the local pseudo-backend — the
+// node's own stack, where the tunnel edge ends those origins' share of the flows. It
+// stands at the VIP's address (which no backend of such a service has: config) and
+// weighs what those origins weigh together (their shares, when steered). Every node
+// builds the same ring with it, so a flow that ECMP moves to another node still goes
+// to that node's stack.
+func backendsOf(s *config.Service) []config.Backend {
+	w, ok := localWeight(s)
+	if !ok {
+		return s.Backends
+	}
+	return append(slices.Clip(s.Backends), config.Backend{Address: s.VIP, Weight: w})
+}
+
+// localWeight is the weight of a service's local pseudo-backend; false when it has none.
+func localWeight(s *config.Service) (uint32, bool) {
+	if !s.TunnelledOrigins() {
+		return 0, false
+	}
+	var w uint32
+	for _, o := range s.Origins {
+		if o.Tunnel {
+			w += min(o.Weight, config.MaxWeight)
+		}
+	}
+	return min(w, config.MaxWeight), true
+}
+
+func isLocal(s *config.Service, b *config.Backend) bool {
+	return b.Address == s.VIP && s.TunnelledOrigins()
 }
 
 // SettingsOf is the part of the node's config the data plane reads on every packet.
@@ -345,8 +382,9 @@ func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc, w *
 
 	// 1. backend slots and the state each should have now
 	target := map[*backend]datapath.BackendState{}
-	for i := range s.cfg.Backends {
-		bc := &s.cfg.Backends[i]
+	all := backendsOf(&s.cfg)
+	for i := range all {
+		bc := &all[i]
 		b, ok := s.backends[bc.Address]
 		if !ok {
 			id, ok := r.backendIDs.alloc()
@@ -362,12 +400,11 @@ func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc, w *
 
 	// 2. backends that come up are written before the ring names them (and those whose
 	// encapsulation changed, in their current state: a backend agent takes both) ...
-	enc := encapOf(&s.cfg)
 	for b, state := range target {
 		switch {
 		case state == datapath.BackendUp && b.state != state:
 			w.backends = append(w.backends, backendWriteOf(s, b, state))
-		case b.state != datapath.BackendUnused && b.encap != enc:
+		case b.state != datapath.BackendUnused && b.encap != encapOf(&s.cfg, &b.cfg):
 			w.backends = append(w.backends, backendWriteOf(s, b, b.state))
 		}
 	}
@@ -381,10 +418,11 @@ func (r *Reconciler) prepareService(cfg *config.Service, healthy HealthFunc, w *
 }
 
 // targetState is the state a backend is to have: down when its health check fails,
-// draining at weight 0, else up.
+// draining at weight 0, else up. The local pseudo-backend has no check: the steering
+// controller sees the tunnelled origins' health, and gives them no share without it.
 func targetState(s *config.Service, b *config.Backend, healthy HealthFunc) datapath.BackendState {
 	switch {
-	case !healthy(s, b):
+	case !isLocal(s, b) && !healthy(s, b):
 		return datapath.BackendDown
 	case b.Weight == 0:
 		return datapath.BackendDraining
@@ -401,8 +439,9 @@ func (r *Reconciler) unchanged(s *service, cfg *config.Service, healthy HealthFu
 	if !s.settled || !sameDataplane(&s.cfg, cfg) {
 		return false
 	}
-	for i := range cfg.Backends {
-		bc := &cfg.Backends[i]
+	all := backendsOf(cfg)
+	for i := range all {
+		bc := &all[i]
 		if b := s.backends[bc.Address]; b == nil || b.state != targetState(cfg, bc, healthy) {
 			return false
 		}
@@ -417,12 +456,15 @@ func (r *Reconciler) unchanged(s *service, cfg *config.Service, healthy HealthFu
 }
 
 // sameDataplane reports whether two configs of a service program the same data plane:
-// the same key, forwarding, scheduler, table size and backends in the same order (the
-// order the ring is built in).
+// the same key, forwarding, scheduler, table size, backends in the same order (the
+// order the ring is built in) and local pseudo-backend.
 func sameDataplane(a, b *config.Service) bool {
+	wa, la := localWeight(a)
+	wb, lb := localWeight(b)
 	return a.Name == b.Name && a.VIP == b.VIP && a.Port == b.Port && a.Protocol == b.Protocol &&
 		a.Forwarding == b.Forwarding && a.GUEPort == b.GUEPort && a.BackendPort == b.BackendPort &&
-		a.Scheduler == b.Scheduler && a.TableSize == b.TableSize && slices.Equal(a.Backends, b.Backends)
+		a.Scheduler == b.Scheduler && a.TableSize == b.TableSize && slices.Equal(a.Backends, b.Backends) &&
+		la == lb && wa == wb
 }
 
 // sameRest reports whether two configs of a service agree in what the data plane does
@@ -570,8 +612,8 @@ type backendWrite struct {
 }
 
 func backendWriteOf(s *service, b *backend, state datapath.BackendState) backendWrite {
-	enc := encapOf(&s.cfg)
-	v := datapath.Backend{Addr: b.cfg.Address, ServiceID: s.id, State: state, GUE: enc.gue, NAT: enc.nat}
+	enc := encapOf(&s.cfg, &b.cfg)
+	v := datapath.Backend{Addr: b.cfg.Address, ServiceID: s.id, State: state, GUE: enc.gue, NAT: enc.nat, Local: enc.local}
 	if enc.gue {
 		v.GUEPort = enc.port
 	} else {
@@ -601,8 +643,9 @@ func (r *Reconciler) writeBackends(writes []backendWrite) error {
 // built from them.
 func ringInputsOf(s *service, target map[*backend]datapath.BackendState) []ringInput {
 	var in []ringInput
-	for i := range s.cfg.Backends {
-		bc := &s.cfg.Backends[i]
+	all := backendsOf(&s.cfg)
+	for i := range all {
+		bc := &all[i]
 		b := s.backends[bc.Address]
 		if target[b] == datapath.BackendUp {
 			in = append(in, ringInput{key: MaglevKey(&s.cfg, bc), weight: bc.Weight, id: b.id})

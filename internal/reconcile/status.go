@@ -14,6 +14,9 @@ type ServiceStatus struct {
 	Config   config.Service
 	ID       uint32
 	Backends []BackendStatus // in config order
+	// Local is the local pseudo-backend of a service with origins reached by tunnel
+	// (the node's stack, at the VIP's address); nil for others.
+	Local *BackendStatus
 }
 
 type BackendStatus struct {
@@ -31,6 +34,11 @@ func (r *Reconciler) Snapshot() []ServiceStatus {
 		for _, bc := range s.cfg.Backends {
 			b := s.backends[bc.Address]
 			st.Backends = append(st.Backends, BackendStatus{Address: bc.Address, ID: b.id, Weight: bc.Weight, State: b.state})
+		}
+		if w, ok := localWeight(&s.cfg); ok {
+			if b := s.backends[s.cfg.VIP]; b != nil {
+				st.Local = &BackendStatus{Address: s.cfg.VIP, ID: b.id, Weight: w, State: b.state}
+			}
 		}
 		out = append(out, st)
 	}

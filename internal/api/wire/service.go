@@ -46,6 +46,10 @@ type BackendSpec struct {
 type OriginSpec struct {
 	Name     string `json:"name" yaml:"name"`
 	Capacity uint32 `json:"capacity" yaml:"capacity"`
+	// Tunnel: an origin of a routed service reached by the tunnel edge's connectors;
+	// Weight (set for those only) weighs it while steering gives no shares.
+	Tunnel bool    `json:"tunnel,omitempty" yaml:"tunnel,omitempty"`
+	Weight *uint32 `json:"weight,omitempty" yaml:"weight,omitempty"`
 }
 
 type HealthSpec struct {
