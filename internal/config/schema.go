@@ -154,7 +154,7 @@ var NodeSchema = []Field{
 	{Path: "tunnels.cert_file", Type: TypeString, File: FileCertificate, Required: true, Example: "/etc/manifold/edge.crt", Doc: "the edge's certificate chain (PEM)"},
 	{Path: "tunnels.key_file", Type: TypeString, File: FilePrivateKey, Required: true, Example: "/etc/manifold/edge.key", Doc: "its key (PEM)"},
 	{Path: "tunnels.tokens_file", Type: TypeString, File: FileAny, Required: true, Example: "/etc/manifold/tunnel-tokens.yaml",
-		Doc: "a YAML list of {token, services}: what each connector may serve (a token, or sha256: and its hash); read at start"},
+		Doc: "a YAML list of {token, services, origins}: what each connector may serve, and for which origins (a token, or sha256: and its hash); read at start"},
 	{Path: "tunnels.relay_token_file", Type: TypeString, File: FileAny, Example: "/etc/manifold/relay-token",
 		Doc: "the fleet's edges' shared secret: they relay clients to edges that have their service's connector (unused without a fleet)"},
 	{Path: "tunnels.ca_file", Type: TypeString, File: FileCertificate, Example: "/etc/manifold/edge-ca.crt",
