@@ -611,19 +611,16 @@ func (s *Source) diff(before map[string][]byte, after []store.ServiceDoc) []clie
 // for up to catchUpWait while the client finds another. It fails when etcd does not
 // answer by then or the revision is not applied within applyWait.
 func (s *Source) CatchUp(ctx context.Context) error {
-	deadline := time.Now().Add(catchUpWait)
+	// a request's bound, as the others: the wall clock's; the retries paced as the probes
+	reading, cancel := context.WithTimeout(ctx, catchUpWait)
+	defer cancel()
 	for {
-		err := s.probe(ctx)
+		err := s.probe(reading)
 		if err == nil {
 			break
 		}
-		if time.Now().After(deadline) {
+		if !clock.Sleep(s.clock, probeTimeout/4, reading.Done()) {
 			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(probeTimeout / 4):
 		}
 	}
 	s.mu.Lock()
