@@ -60,12 +60,13 @@ var (
 var WorldRegions = []string{"ams", "nyc", "sin"}
 
 // WorldRTT is the RTT from each region to each routed origin: ams is next to eu, nyc
-// next to us, sin far from both (closer to us). Each is at least 25 ms from home's
-// (2 × HomeDelay), so that a loaded machine's noise on the measured RTTs does not
-// reorder a region's origins.
+// next to us, sin far from both (closer to us). Each is at least 25 ms from home's 30
+// (2 × HomeDelay) and the far ones 50 ms: on a loaded machine the measured RTTs run
+// 5 to 25 ms above these (home's measured 38 to 53 ms in a demo at a load average of
+// 26 on two cores), which must not reorder a region's origins.
 var WorldRTT = map[string]map[string]time.Duration{
-	"eu": {"ams": 5 * time.Millisecond, "nyc": 60 * time.Millisecond, "sin": 100 * time.Millisecond},
-	"us": {"ams": 60 * time.Millisecond, "nyc": 5 * time.Millisecond, "sin": 80 * time.Millisecond},
+	"eu": {"ams": 5 * time.Millisecond, "nyc": 80 * time.Millisecond, "sin": 120 * time.Millisecond},
+	"us": {"ams": 80 * time.Millisecond, "nyc": 5 * time.Millisecond, "sin": 100 * time.Millisecond},
 }
 
 // HomeDelay is the NAT host's delay line, each way, on the connectors' tunnels: home's
