@@ -208,6 +208,16 @@ func TestTunnels(t *testing.T) {
 	if !s.TunnelledOrigins() {
 		t.Errorf("a service with a tunnel origin: TunnelledOrigins false")
 	}
+
+	// Its tunnelled origins' connectors may write the PROXY header (the routed
+	// origins' backends see the client's address on the packets).
+	got, err = Parse("t.yaml", []byte(hdr+tunnelsSection+"services:\n  - {name: web, vip: 198.51.100.10, port: 443, proxy_protocol: v2, origins: [{name: dc, capacity: 100}, {name: home, capacity: 50, tunnel: true}], backends: [{address: 10.0.1.1, origin: dc}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := got.Services[0].ProxyProtocol; p != ProxyV2 {
+		t.Errorf("proxy_protocol of a mixed service: got %q, want v2", p)
+	}
 }
 
 // The errors of a service mixing routed and tunnelled origins, each at its line.
@@ -228,6 +238,8 @@ func TestMixedServiceErrors(t *testing.T) {
 				"t.yaml:13: services[0].protocol: a service with an origin reached by tunnel carries tcp only, not udp (the tunnel edge joins tcp connections)"}},
 		{"a backend at the vip", mixed + "    port: 443\n    origins: [{name: dc, capacity: 5}, {name: home, capacity: 5, tunnel: true}]\n    backends: [{address: 198.51.100.10, origin: dc}]\n",
 			[]string{"t.yaml:14: services[0].backends[0].address: 198.51.100.10 is the vip: in a service with an origin reached by tunnel, the vip's address stands for the node's own stack"}},
+		{"PROXY header, every origin routed", mixed + "    port: 443\n    proxy_protocol: v2\n    origins: [{name: dc, capacity: 5}]\n    backends: [{address: 10.0.1.1, origin: dc}]\n",
+			[]string{"t.yaml:13: services[0].proxy_protocol: only with forwarding: tunnel or an origin reached by tunnel (the connector writes it; ipip and gue backends see the client's address on its packets)"}},
 		{"no tunnels section", svc + "    port: 443\n    origins: [{name: home, capacity: 5, tunnel: true}]\n",
 			[]string{"t.yaml:9: services[0].origins: an origin reached by tunnel needs the node's tunnels section (the edge that serves it)"}},
 	} {
@@ -268,7 +280,7 @@ func TestParseErrors(t *testing.T) {
 		{"backend port without NAT", svc + "    forwarding: gue\n    backend_port: 8080\n",
 			[]string{"t.yaml:9: services[0].backend_port: only with forwarding: nat (encapsulated packets keep the client's port)"}},
 		{"PROXY header without a tunnel", svc + "    forwarding: gue\n    proxy_protocol: v1\n",
-			[]string{"t.yaml:9: services[0].proxy_protocol: only with forwarding: tunnel (the connector writes it; ipip and gue backends see the client's address on its packets)"}},
+			[]string{"t.yaml:9: services[0].proxy_protocol: only with forwarding: tunnel or an origin reached by tunnel (the connector writes it; ipip and gue backends see the client's address on its packets)"}},
 		{"PROXY header of an unknown version", hdr + tunnelsSection + "services:\n  - {name: web, vip: 198.51.100.10, port: 80, forwarding: tunnel, proxy_protocol: v3}\n",
 			[]string{"t.yaml:10: services[0].proxy_protocol: \"v3\" is not valid (accepted: v1, v2)"}},
 		{"unknown service field", svc + "    weight: 1\n",

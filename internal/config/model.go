@@ -249,8 +249,10 @@ type Service struct {
 	// BackendPort is the port NAT sends to (forwarding: nat); 0: the service's port
 	// (for a service of every port, the client's destination port).
 	BackendPort uint16
-	// ProxyProtocol (forwarding: tunnel) is the PROXY header the connector opens
-	// every connection to the origin with, carrying the client's address; "" none.
+	// ProxyProtocol (forwarding: tunnel, or the origins reached by tunnel of a routed
+	// service) is the PROXY header the connector opens every connection to the origin
+	// with, carrying the client's address; "" none. Backends reached by ipip or gue
+	// see the client's address on its packets and get none.
 	ProxyProtocol ProxyProtocol
 	Scheduler     Scheduler
 	TableSize     uint32 // Maglev table size, a prime

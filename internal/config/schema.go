@@ -179,7 +179,7 @@ var NodeSchema = []Field{
 	{Path: "services[].backend_port", Type: TypeInt, Range: &Range{1, math.MaxUint16}, Example: "8080",
 		Doc: "nat only: the backends' port; default: the service's port (port 0: the client's)"},
 	{Path: "services[].proxy_protocol", Type: TypeEnum, Enum: enum(ProxyV1, ProxyV2), Example: "v2",
-		Doc: "tunnel only: the connector opens every connection to the origin with a PROXY protocol header of this version, the client's address and port in it (see Tunnels, Client addresses); default none"},
+		Doc: "tunnel services, and the origins reached by tunnel of a routed service: the connector opens every connection to the origin with a PROXY protocol header of this version, the client's address and port in it (see Tunnels, Client addresses); default none"},
 	{Path: "services[].scheduler", Type: TypeEnum, Enum: enum(Maglev, MaglevSource), Default: def(DefaultScheduler), Example: "maglev",
 		Doc: "maglev hashes the 5-tuple, maglev-source the client address only (affinity)"},
 	{Path: "services[].table_size", Type: TypeInt, Range: &Range{MinTableSize, MaxTableSize}, Example: "65537",

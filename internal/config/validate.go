@@ -533,8 +533,8 @@ func (p *parser) validateService(c *Config, s *Service, sp string) (vipOK bool) 
 		p.errorAt(f("backend_port"), "only with forwarding: nat (encapsulated packets keep the client's port)")
 	}
 
-	if p.given(f("proxy_protocol")) && p.usable(f("forwarding")) && s.Forwarding != Tunnel {
-		p.errorAt(f("proxy_protocol"), "only with forwarding: tunnel (the connector writes it; ipip and gue backends see the client's address on its packets)")
+	if p.given(f("proxy_protocol")) && p.usable(f("forwarding")) && p.usable(f("origins")) && s.Forwarding != Tunnel && !s.TunnelledOrigins() {
+		p.errorAt(f("proxy_protocol"), "only with forwarding: tunnel or an origin reached by tunnel (the connector writes it; ipip and gue backends see the client's address on its packets)")
 	}
 
 	if s.Forwarding == Tunnel {

@@ -95,8 +95,8 @@ type Service struct {
 	Forwarding  string
 	BackendPort uint16
 	BGP         *ServiceBGP // nil: no bgp section
-	// Tunnel makes it a service of forwarding tunnel (no backends), with the
-	// proxy_protocol ProxyProtocol ("": none).
+	// Tunnel makes it a service of forwarding tunnel (no backends). ProxyProtocol is
+	// its proxy_protocol, or that of a routed service's tunnelled origins ("": none).
 	Tunnel        bool
 	ProxyProtocol string
 	// Origins, when set, are the service's origins (docs/steering.md), and
@@ -109,6 +109,7 @@ type Service struct {
 type Origin struct {
 	Name     string
 	Capacity float64 // new flows per second
+	Tunnel   bool    // reached by tunnel: an origin of a routed service without backends
 }
 
 // Health is a service's health check.
@@ -207,14 +208,18 @@ func (c NodeConfig) YAML() []byte {
 		if len(s.Origins) > 0 {
 			b.WriteString("    origins:\n")
 			for _, o := range s.Origins {
-				fmt.Fprintf(&b, "      - {name: %s, capacity: %g}\n", o.Name, o.Capacity)
+				tunnel := ""
+				if o.Tunnel {
+					tunnel = ", tunnel: true"
+				}
+				fmt.Fprintf(&b, "      - {name: %s, capacity: %g%s}\n", o.Name, o.Capacity, tunnel)
 			}
+		}
+		if s.ProxyProtocol != "" {
+			fmt.Fprintf(&b, "    proxy_protocol: %s\n", s.ProxyProtocol)
 		}
 		if s.Tunnel {
 			b.WriteString("    forwarding: tunnel\n")
-			if s.ProxyProtocol != "" {
-				fmt.Fprintf(&b, "    proxy_protocol: %s\n", s.ProxyProtocol)
-			}
 			continue
 		}
 		b.WriteString("    backends:\n")

@@ -251,15 +251,15 @@ func waitServiceSteering(a *NodeAPI, service string, timeout time.Duration, cond
 	return got, err
 }
 
-// describe is the decision in a line: each site's demand and shares, each origin's
-// load.
+// describe is the decision in a line: each site's demand, and its shares and RTT to
+// each origin; each origin's load.
 func describe(st *wire.Steering) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "round %d by %s:", st.Round, st.Leader)
 	for _, site := range st.Decision.Sites {
 		fmt.Fprintf(&b, " %s %.0f/s", site.Site, site.Demand)
 		for _, sh := range site.Shares {
-			fmt.Fprintf(&b, " %s %.1f %% (target %.1f %%)", sh.Origin, 100*sh.Share, 100*sh.Target)
+			fmt.Fprintf(&b, " %s %.1f %% (target %.1f %%, RTT %.0f ms)", sh.Origin, 100*sh.Share, 100*sh.Target, sh.RTTMs)
 		}
 		b.WriteString(";")
 	}

@@ -5,7 +5,7 @@ package lab
 // two nodes; a core router joins the regions; a fleet on three etcd members, one per
 // region, steered by two controllers; two routed origins (a backend with its agent
 // each, IPIP) and one origin behind a NAT host that lets nothing in, reached by two
-// connectors that dial every edge.
+// connectors that dial every edge through the NAT host's delay line.
 //
 //	c-ams ── r-ams (BIRD, AS 65011) ─┬─ lb-ams1 (etcd, controller a), lb-ams2
 //	c-nyc ── r-nyc (BIRD, AS 65012) ─┼─ lb-nyc1 (etcd, controller b), lb-nyc2
@@ -13,8 +13,8 @@ package lab
 //	                                 │
 //	                   core (BIRD, AS 65100) ─┬─ eu1   origin eu (manifold backend)
 //	                                          ├─ us1   origin us (manifold backend)
-//	                                          └─ nat ─┬─ home1  origin home: nginx + manifold connect
-//	                                                  └─ home2  origin home: nginx + manifold connect
+//	                                          └─ nat (delay line) ─┬─ home1  origin home: nginx + manifold connect
+//	                                                               └─ home2  origin home: nginx + manifold connect
 //
 // Catchment: a region's router learns the VIPs from its two nodes (AS path 65001, ECMP
 // over both, BFD on each session) and from the core (the other regions' routes, AS
@@ -22,20 +22,20 @@ package lab
 // own site and reach another through the core once their site withdraws.
 //
 // Services, on every node:
-//   - web (WorldWebVIP): steered over the routed origins eu and us;
-//   - tun (WorldTunnelVIP): a tunnel service steered over the tunnelled origin home,
+//   - web (WorldWebVIP): steered over three origins, the routed eu and us and the
+//     tunnelled home (a mixed service: the XDP program passes home's share of the new
+//     flows up to the node's stack, where the tunnel edge hands them to a connector),
 //     with the PROXY header (v2) so that home's nginx logs the clients' addresses;
 //   - plain (WorldPlainVIP): a routed service without origins (not steered), over the
-//     same backends.
+//     routed origins' backends.
 //
-// The issue (27) asks for one service mixing the three origins. The XDP program
-// cannot yet pass a tunnelled share's new flows up to the node's stack, so the routed
-// origins and the tunnelled one are two steered services on the same nodes; once that
-// lands, web takes home as its third origin and tun goes.
-//
-// Distance: the lab has no netem; as in the steering lab, an origin's backends answer
-// the health check after the configured RTT from the checking node's region
-// (OriginServer). home's RTT is the edges' measured round trip on the tunnel.
+// Distance: the lab has no netem. As in the steering lab, a routed origin's backends
+// answer the health check after the configured RTT from the checking node's region
+// (OriginServer, WorldRTT). home's RTT is the edges' measured round trip on the
+// tunnel (QUIC's), which the NAT host's delay line makes HomeDelay longer each way:
+// home sits at about 30 ms from every site, sin's closest origin and ams's and nyc's
+// next closest (WorldPreference). So each region has its own closest origin, eu's
+// surge and failure spill to home, and home has room for them (WorldCapacity).
 
 import (
 	"errors"
@@ -52,20 +52,30 @@ import (
 
 // The world's VIPs.
 var (
-	WorldWebVIP    = netip.MustParseAddr("198.51.100.10")
-	WorldPlainVIP  = netip.MustParseAddr("198.51.100.20")
-	WorldTunnelVIP = netip.MustParseAddr("198.51.100.40")
+	WorldWebVIP   = netip.MustParseAddr("198.51.100.10")
+	WorldPlainVIP = netip.MustParseAddr("198.51.100.20")
 )
 
 // WorldRegions are the world's regions, in order.
 var WorldRegions = []string{"ams", "nyc", "sin"}
 
 // WorldRTT is the RTT from each region to each routed origin: ams is next to eu, nyc
-// and sin closer to us than to eu.
+// next to us, sin far from both (closer to us). Each is at least 25 ms from home's 30
+// (2 × HomeDelay) and the far ones 50 ms: on a loaded machine the measured RTTs run
+// 5 to 25 ms above these (home's measured 38 to 53 ms in a demo at a load average of
+// 26 on two cores), which must not reorder a region's origins.
 var WorldRTT = map[string]map[string]time.Duration{
-	"eu": {"ams": 5 * time.Millisecond, "nyc": 40 * time.Millisecond, "sin": 70 * time.Millisecond},
-	"us": {"ams": 40 * time.Millisecond, "nyc": 5 * time.Millisecond, "sin": 50 * time.Millisecond},
+	"eu": {"ams": 5 * time.Millisecond, "nyc": 80 * time.Millisecond, "sin": 120 * time.Millisecond},
+	"us": {"ams": 80 * time.Millisecond, "nyc": 5 * time.Millisecond, "sin": 100 * time.Millisecond},
 }
+
+// HomeDelay is the NAT host's delay line, each way, on the connectors' tunnels: home's
+// distance from every site.
+const HomeDelay = 15 * time.Millisecond
+
+// The world's origins by region, in the order of their RTT: where steady state puts
+// each region (its first), and where its flows go once that one is full or down.
+var WorldPreference = map[string][]string{"ams": {"eu", "home", "us"}, "nyc": {"us", "home", "eu"}, "sin": {"home", "us", "eu"}}
 
 // The world's ASes: the core's, and each region router's (65011, 65012, … in
 // WorldRegions' order); the nodes share NodeASN.
@@ -74,7 +84,7 @@ const (
 	regionASNBase = 65011
 )
 
-// worldToken lets a connector serve tun for the origin home.
+// worldToken lets a connector serve web for the origin home.
 const worldToken = "lab-world-token-0123456789abcdef"
 
 // WorldHealth is the routed services' health check: a backend is down after Fall
@@ -85,7 +95,10 @@ var WorldHealth = Health{Kind: "http", Port: HealthPort, Path: "/health", Interv
 	Timeout: 400 * time.Millisecond, Rise: 1, Fall: 3}
 
 // WorldCapacity are the origins' capacities of TestWorld and the demo, new flows/s.
-var WorldCapacity = map[string]float64{"eu": 100, "us": 200, "home": 1000}
+// home takes sin's load and room to spare for ams's when eu is full or down; the
+// acts' rates (TestWorld's) leave each origin under its capacity but eu's in the
+// surge.
+var WorldCapacity = map[string]float64{"eu": 100, "us": 200, "home": 60}
 
 // WorldBFD are the BFD timers of the world's sessions: a 1 s detection. TestBFD's
 // 100 ms × 3 flap here: six -race nodes, four BIRDs, three etcd members and the
@@ -120,6 +133,7 @@ type World struct {
 	Origins      map[string]*OriginServer
 	HomeLogs     map[string]string   // the access log of each home host's nginx, by role
 	Connectors   map[string]*Process // by home host role
+	Delay        *DelayLine          // on the NAT host: the connectors' way to the edges
 	Etcd         *Etcd
 	Controllers  map[string]*Process // by name: a (in ams), b (in nyc)
 	ControllerAt map[string]*Host    // where each controller runs
@@ -131,6 +145,9 @@ func (w *World) Close() error {
 	var errs []error
 	for _, o := range w.Origins {
 		errs = append(errs, o.Close())
+	}
+	if w.Delay != nil {
+		errs = append(errs, w.Delay.Close())
 	}
 	return errors.Join(append(errs, w.Lab.Close())...)
 }
@@ -304,11 +321,20 @@ func (w *World) startRouters() error {
 }
 
 // startHome puts home1 and home2 behind the NAT host, each with an nginx that reads
-// the PROXY header and logs the client's address; their connectors start once the
-// edges' certificate exists (importServices).
+// the PROXY header and logs the client's address, and starts the NAT host's delay
+// line to the edges; the connectors start once the edges' certificate exists
+// (importServices).
 func (w *World) startHome() error {
 	nat := w.Host("nat")
 	if err := w.SetupNAT(nat); err != nil {
+		return err
+	}
+	routes := map[uint16]netip.AddrPort{}
+	for i, n := range w.edges() {
+		routes[delayPort(i)] = netip.AddrPortFrom(n.Addr4, edgePort)
+	}
+	var err error
+	if w.Delay, err = StartDelayLine(nat, HomeDelay, routes); err != nil {
 		return err
 	}
 	for i, role := range []string{"home1", "home2"} {
@@ -323,46 +349,65 @@ func (w *World) startHome() error {
 	return nil
 }
 
-// home's nginx ports: with the PROXY header (what tun's connectors reach), without.
+// home's nginx ports: with the PROXY header (what web's connectors reach), without.
 const homeProxied, homePlain = 8081, 8080
 
-// importServices writes the edges' PKI and tokens, seeds the fleet with the three
-// services, and starts the connectors.
-func (w *World) importServices() error {
-	var edges []netip.Addr
-	var dial []string
+// edgePort is where the edges' tunnels listen (the default tunnels.listen's).
+const edgePort = 7443
+
+// delayPort is the NAT host's port of the delay line to the i-th edge (edges' order).
+func delayPort(i int) uint16 { return uint16(7001 + i) }
+
+// edges are every region's nodes, in WorldRegions' order.
+func (w *World) edges() []*Host {
+	var out []*Host
 	for _, r := range WorldRegions {
-		for _, n := range w.Nodes[r] {
-			edges = append(edges, n.Addr4)
-			dial = append(dial, netip.AddrPortFrom(n.Addr4, 7443).String())
-		}
+		out = append(out, w.Nodes[r]...)
 	}
-	ca, cert, key, err := TunnelPKI(w.Dir, edges...)
+	return out
+}
+
+// importServices writes the edges' PKI and tokens, seeds the fleet with the two
+// services, and starts the connectors. A connector dials each edge at the delay
+// line's port on its gateway (the NAT host), which the edges' certificate names too.
+func (w *World) importServices() error {
+	var names []netip.Addr
+	for _, n := range w.edges() {
+		names = append(names, n.Addr4)
+	}
+	homes := []string{"home1", "home2"}
+	for _, role := range homes {
+		names = append(names, w.Host(role).Gateway4)
+	}
+	ca, cert, key, err := TunnelPKI(w.Dir, names...)
 	if err != nil {
 		return err
 	}
 	tokens := filepath.Join(w.Dir, "tunnel-tokens.yaml")
-	if err := os.WriteFile(tokens, []byte(fmt.Sprintf("- {token: %q, services: [tun], origins: [home]}\n", worldToken)), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(fmt.Sprintf("- {token: %q, services: [web], origins: [home]}\n", worldToken)), 0o600); err != nil {
 		return err
 	}
 	w.tunnels = &Tunnels{CertFile: cert, KeyFile: key, TokensFile: tokens}
 	eu, us := w.Host("eu1").Addr4, w.Host("us1").Addr4
 	health := WorldHealth
 	services := NodeConfig{Name: "import", Address: w.Nodes["ams"][0].Addr4, Tunnels: w.tunnels, Services: []Service{
-		{Name: "web", VIP: WorldWebVIP, Port: 80, Backends: []netip.Addr{eu, us}, Health: &health,
-			Origins:       []Origin{{"eu", w.Spec.Capacity["eu"]}, {"us", w.Spec.Capacity["us"]}},
+		{Name: "web", VIP: WorldWebVIP, Port: 80, Backends: []netip.Addr{eu, us}, Health: &health, ProxyProtocol: "v2",
+			Origins: []Origin{{Name: "eu", Capacity: w.Spec.Capacity["eu"]}, {Name: "us", Capacity: w.Spec.Capacity["us"]},
+				{Name: "home", Capacity: w.Spec.Capacity["home"], Tunnel: true}},
 			BackendOrigin: map[netip.Addr]string{eu: "eu", us: "us"}},
 		{Name: "plain", VIP: WorldPlainVIP, Port: 80, Backends: []netip.Addr{eu, us}, Health: &health},
-		{Name: "tun", VIP: WorldTunnelVIP, Port: 80, Tunnel: true, ProxyProtocol: "v2",
-			Origins: []Origin{{"home", w.Spec.Capacity["home"]}}},
 	}}
 	first := w.Nodes["ams"][0]
 	if err := w.FleetImport(w.Spec.Manifold, first, w.nodeConfig(first), services, false); err != nil {
 		return err
 	}
-	for _, role := range []string{"home1", "home2"} {
+	for _, role := range homes {
 		h := w.Host(role)
-		entry := fmt.Sprintf("  - {name: tun, to: %s, capacity: 1000, origin: home}\n", netip.AddrPortFrom(h.Addr4, homeProxied))
+		var dial []string
+		for i := range w.edges() {
+			dial = append(dial, netip.AddrPortFrom(h.Gateway4, delayPort(i)).String())
+		}
+		entry := fmt.Sprintf("  - {name: web, to: %s, capacity: 1000, origin: home}\n", netip.AddrPortFrom(h.Addr4, homeProxied))
 		if w.Connectors[role], err = w.StartConnector(w.Spec.Manifold, h, role, worldToken, ca, dial, entry); err != nil {
 			return err
 		}
@@ -382,7 +427,7 @@ func (w *World) nodeConfig(n *Host) NodeConfig {
 			BFD: &BFD{MinRx: b.Interval, MinTx: b.Interval, Multiplier: b.Multiplier}}}}}
 }
 
-// waitConnectors waits until every edge serves tun with both connectors.
+// waitConnectors waits until every edge serves web with both connectors.
 func (w *World) waitConnectors(timeout time.Duration) error {
 	return Eventually(timeout, 100*time.Millisecond, func() error {
 		for role, api := range w.API {
@@ -390,8 +435,8 @@ func (w *World) waitConnectors(timeout time.Duration) error {
 			if err := api.Get("/api/v1/tunnels", &st); err != nil {
 				return err
 			}
-			if !slices.ContainsFunc(st.Services, func(s wire.TunnelService) bool { return s.Name == "tun" && s.Connectors == 2 }) {
-				return fmt.Errorf("%s: tun is not served by both connectors: %+v", role, st.Services)
+			if !slices.ContainsFunc(st.Services, func(s wire.TunnelService) bool { return s.Name == "web" && s.Connectors == 2 }) {
+				return fmt.Errorf("%s: web is not served by both connectors: %+v", role, st.Services)
 			}
 		}
 		return nil

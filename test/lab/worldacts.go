@@ -33,15 +33,14 @@ type Problems []string
 func (p *Problems) add(format string, args ...any) { *p = append(*p, fmt.Sprintf(format, args...)) }
 
 // WorldLoads are the constant-rate generators: from each region's client, new
-// connections to web and to tun.
-type WorldLoads struct{ Web, Tun map[string]*OfferedLoad }
+// connections to web.
+type WorldLoads struct{ Web map[string]*OfferedLoad }
 
-// StartLoads starts every region's generators at these rates (new connections/s).
-func (w *World) StartLoads(web, tun float64) *WorldLoads {
-	l := &WorldLoads{Web: map[string]*OfferedLoad{}, Tun: map[string]*OfferedLoad{}}
+// StartLoads starts every region's generator at rate (new connections/s).
+func (w *World) StartLoads(rate float64) *WorldLoads {
+	l := &WorldLoads{Web: map[string]*OfferedLoad{}}
 	for _, r := range WorldRegions {
-		l.Web[r] = StartOfferedLoad(w.Clients[r].NS, URL(WorldWebVIP, 80), web)
-		l.Tun[r] = StartOfferedLoad(w.Clients[r].NS, URL(WorldTunnelVIP, 80), tun)
+		l.Web[r] = StartOfferedLoad(w.Clients[r].NS, URL(WorldWebVIP, 80), rate)
 	}
 	return l
 }
@@ -50,20 +49,12 @@ func (w *World) StartLoads(web, tun float64) *WorldLoads {
 func (l *WorldLoads) Stop() {
 	for _, r := range WorldRegions {
 		l.Web[r].Stop()
-		l.Tun[r].Stop()
 	}
 }
 
-// Failed is how many requests of the generators of web (routed) and of tun
-// (tunnelled) failed so far, and one error of each.
-func (l *WorldLoads) Failed() (web, tun uint64, lastWeb, lastTun error) {
-	web, lastWeb = failed(l.Web)
-	tun, lastTun = failed(l.Tun)
-	return web, tun, lastWeb, lastTun
-}
-
-func failed(loads map[string]*OfferedLoad) (n uint64, last error) {
-	for _, ld := range loads {
+// Failed is how many requests of the generators failed so far, and one's error.
+func (l *WorldLoads) Failed() (n uint64, last error) {
+	for _, ld := range l.Web {
 		_, f := ld.Counts()
 		n += f
 		if err := ld.LastErr(); err != nil {
@@ -73,29 +64,42 @@ func failed(loads map[string]*OfferedLoad) (n uint64, last error) {
 	return n, last
 }
 
-// reportFailed reports the requests failed since (web, tun) as a problem for web's
-// and in the log for tun's: a tunnel is declared gone after 800 ms without a pong, so
-// on a machine that stalls for a second every tunnel drops with its streams, whatever
-// the act (internal/tunnel's deadAfter).
-func (l *WorldLoads) reportFailed(p *Problems, logf Logf, what string, sinceWeb, sinceTun uint64) {
-	web, tun, lastWeb, lastTun := l.Failed()
-	if web > sinceWeb {
-		p.add("%d requests to web failed %s (one: %v)", web-sinceWeb, what, lastWeb)
-	}
-	if tun > sinceTun {
-		logf("  %d requests to tun failed %s (one: %v)", tun-sinceTun, what, lastTun)
+// reportFailed reports the requests failed since as a problem.
+func (l *WorldLoads) reportFailed(p *Problems, what string, since uint64) {
+	if n, last := l.Failed(); n > since {
+		p.add("%d requests to web failed %s (one: %v)", n-since, what, last)
 	}
 }
 
-// Closest is where steady state puts each region: ams on eu, nyc and sin on us.
-var Closest = map[string]map[string]float64{"ams": {"eu": 1, "us": 0}, "nyc": {"eu": 0, "us": 1}, "sin": {"eu": 0, "us": 1}}
+// WorldOrigins are web's origins.
+var WorldOrigins = []string{"eu", "us", "home"}
+
+// onFirst are the shares that put each region wholly on its first origin of
+// WorldPreference that is not down.
+func onFirst(down ...string) map[string]map[string]float64 {
+	out := map[string]map[string]float64{}
+	for _, r := range WorldRegions {
+		out[r] = map[string]float64{}
+		first := true
+		for _, o := range WorldPreference[r] {
+			out[r][o] = 0
+			if first && !slices.Contains(down, o) {
+				out[r][o], first = 1, false
+			}
+		}
+	}
+	return out
+}
+
+// Closest is where steady state puts each region: ams on eu, nyc on us, sin on home.
+var Closest = onFirst()
 
 // SteadyState: with every region's demand seen, each region is on its closest origin
 // (on every node);
 // over a window, each region's client reaches only its closest origin and is spread
-// over its site's two nodes, every origin sees the clients' own addresses (DSR; the
-// PROXY header for home), and home takes tun's load; plain, not steered, spreads over
-// both backends; no request fails.
+// over its site's two nodes, and every origin sees the clients' own addresses (DSR for
+// eu and us; the PROXY header for home); plain, not steered, spreads over both
+// backends; no request fails.
 func (w *World) SteadyState(logf Logf, loads *WorldLoads) (Problems, error) {
 	var p Problems
 	api := w.API["lb-ams1"]
@@ -114,47 +118,29 @@ func (w *World) SteadyState(logf Logf, loads *WorldLoads) (Problems, error) {
 			return p, fmt.Errorf("%s: %w", role, err)
 		}
 	}
-	st, err = waitServiceSteering(api, "tun", 30*time.Second, func(st *wire.Steering) error {
-		if err := demandSeen(st); err != nil {
-			return err
-		}
-		for _, r := range WorldRegions {
-			if sh := st.Shares[r]["home"]; sh != 1 {
-				return fmt.Errorf("%s's share of home is %.3f (round %d)", r, sh, st.Round)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return p, err
-	}
-	logf("  tun: %s", describe(st))
-	if o := st.Decision.Origins; len(o) != 1 || o[0].Load <= 0 {
-		p.add("tun's decision: origins %+v, want home taking the load", o)
-	}
 
-	webBefore, tunBefore, _, _ := loads.Failed()
-	before, homeBefore := w.webClients(), map[netip.Addr]uint64{}
-	flowsBefore, err := NewFlowsOf(w.regionOf())
+	failedBefore, _ := loads.Failed()
+	before, err := w.webClients()
 	if err != nil {
 		return p, err
 	}
-	if homeBefore, err = w.HomeClients(); err != nil {
+	flowsBefore, err := w.webNewFlows()
+	if err != nil {
 		return p, err
 	}
 	time.Sleep(WorldWindow) // the window: the origins count what they take meanwhile
-	after := w.webClients()
-	flowsAfter, err := NewFlowsOf(w.regionOf())
+	after, err := w.webClients()
 	if err != nil {
 		return p, err
 	}
-	homeAfter, err := w.HomeClients()
+	flowsAfter, err := w.webNewFlows()
 	if err != nil {
 		return p, err
 	}
 	for _, r := range WorldRegions {
 		client := w.Clients[r].Addr4
-		for origin, share := range Closest[r] {
+		for _, origin := range WorldOrigins {
+			share := Closest[r][origin]
 			n := after[origin][client] - before[origin][client]
 			logf("  %s → %s: %d connections in %v (share %.0f %%)", r, origin, n, WorldWindow, 100*share)
 			if (n > 0) != (share > 0) {
@@ -171,27 +157,17 @@ func (w *World) SteadyState(logf Logf, loads *WorldLoads) (Problems, error) {
 				p.add("%s took %.0f %% of %s's new flows: the router does not spread them over the site", n.Role, 100*part, r)
 			}
 		}
-		if n := homeAfter[client] - homeBefore[client]; n == 0 {
-			p.add("home's nginx logged no request of %s's client (%s) through tun's PROXY header in the window", r, client)
-		} else {
-			logf("  %s → home (tun): %d requests logged with the client's address from the PROXY header", r, n)
-		}
 	}
 	// every origin sees the clients' own addresses, nothing else
 	clients := map[netip.Addr]bool{}
 	for _, c := range w.Clients {
 		clients[c.Addr4] = true
 	}
-	for origin, by := range after {
-		for addr := range by {
+	for _, origin := range WorldOrigins {
+		for addr := range after[origin] {
 			if !clients[addr] {
-				p.add("%s saw a connection to web from %s, not a client's address", origin, addr)
+				p.add("%s saw a connection to web from %v, not a client's address (home: the PROXY header's; invalid: none)", origin, addr)
 			}
-		}
-	}
-	for addr := range homeAfter {
-		if !clients[addr] {
-			p.add("home logged a request of tun from %s, not a client's address", addr)
 		}
 	}
 	// plain, not steered: its connections spread over both backends by Maglev alone
@@ -206,7 +182,7 @@ func (w *World) SteadyState(logf Logf, loads *WorldLoads) (Problems, error) {
 	if answered["eu1"] == 0 || answered["us1"] == 0 {
 		p.add("plain's 20 requests from ams were answered by %v: want both backends, plain not being steered", answered)
 	}
-	loads.reportFailed(&p, logf, "in the window", webBefore, tunBefore)
+	loads.reportFailed(&p, "in the window", failedBefore)
 	return p, nil
 }
 
@@ -220,13 +196,20 @@ func demandSeen(st *wire.Steering) error {
 	return nil
 }
 
-// SurgeRate is ams's surge: 5 % above eu's capacity, the rest spills to us.
+// SurgeRate is ams's surge: 5 % above eu's capacity, the rest spills to home.
 const SurgeRate = 105
 
+// settled is how close to its target every share must be for the surge's windows to
+// start. The target follows the measured demand, which a loaded machine's generator
+// makes jitter by a percent or so from one round to the next, and each round closes
+// half the gap: within half a point of the target, eu takes at most about 0.5 % more
+// than it would at the target.
+const settled = 0.005
+
 // Surge: ams offers SurgeRate/s, more than eu, its closest origin, takes. Within 10 s
-// its share spills to us, the next closest; once the shares settle, over two windows,
-// no origin takes more than its capacity + 2 %, and eu is filled. The generator goes
-// back to rate afterwards.
+// its share spills to home, the next closest; once the shares settle, over two
+// windows, no origin takes more than its capacity + 2 %, and eu is filled. The
+// generator goes back to rate afterwards.
 //
 // Two windows, not one: each flow's origin is a hash, so eu's count over a window is
 // binomial around its share; over one 10 s window that alone is ±0.7 % of eu's
@@ -237,32 +220,33 @@ func (w *World) Surge(logf Logf, loads *WorldLoads, rate float64) (Problems, err
 	var p Problems
 	api := w.API["lb-ams1"]
 	capacity := w.Spec.Capacity
+	next := WorldPreference["ams"][1]
 	logf("surge: ams offers %d/s to web, eu takes %.0f/s", SurgeRate, capacity["eu"])
-	webBefore, tunBefore, _, _ := loads.Failed()
+	failedBefore, _ := loads.Failed()
 	changed := time.Now()
 	loads.Web["ams"].SetRate(SurgeRate)
 	defer loads.Web["ams"].SetRate(rate)
 	_, err := waitServiceSteering(api, "web", 10*time.Second, func(st *wire.Steering) error {
-		if st.Shares["ams"]["us"] <= 0 {
-			return fmt.Errorf("ams's share of us is %.3f (round %d)", st.Shares["ams"]["us"], st.Round)
+		if sh := st.Shares["ams"][next]; sh <= 0 {
+			return fmt.Errorf("ams's share of %s is %.3f (round %d)", next, sh, st.Round)
 		}
 		return nil
 	})
 	if err != nil {
-		p.add("no spill within 10 s of the surge: %v", err)
+		p.add("no spill to %s within 10 s of the surge: %v", next, err)
 		return p, nil
 	}
-	logf("  ams spills to us %v after the surge", time.Since(changed).Round(time.Millisecond))
+	logf("  ams spills to %s %v after the surge", next, time.Since(changed).Round(time.Millisecond))
 	st, err := waitServiceSteering(api, "web", 20*time.Second, func(st *wire.Steering) error {
 		for _, site := range st.Decision.Sites {
 			for _, sh := range site.Shares {
-				if math.Abs(sh.Share-sh.Target) > 0.002 {
+				if math.Abs(sh.Share-sh.Target) > settled {
 					return fmt.Errorf("%s → %s: share %.3f, target %.3f (round %d)", site.Site, sh.Origin, sh.Share, sh.Target, st.Round)
 				}
 			}
 		}
-		if us := st.Shares["ams"]["us"]; us < 0.01 || us > 0.15 {
-			return fmt.Errorf("ams's share of us is %.3f, want about %.2f", us, 1-capacity["eu"]/SurgeRate)
+		if sh := st.Shares["ams"][next]; sh < 0.01 || sh > 0.15 {
+			return fmt.Errorf("ams's share of %s is %.3f, want about %.2f", next, sh, 1-capacity["eu"]/SurgeRate)
 		}
 		return nil
 	})
@@ -270,18 +254,25 @@ func (w *World) Surge(logf Logf, loads *WorldLoads, rate float64) (Problems, err
 		return p, err
 	}
 	logf("  settled %v after the surge: %s", time.Since(changed).Round(time.Millisecond), describe(st))
-	counts := func() map[string]uint64 {
-		return map[string]uint64{"eu": w.Origins["eu"].ConnsTo(WorldWebVIP), "us": w.Origins["us"].ConnsTo(WorldWebVIP)}
+	before, err := w.webConns()
+	if err != nil {
+		return p, err
 	}
-	before, begin := counts(), time.Now()
+	from, begin := before, time.Now()
 	for i := range 2 {
-		from, at := counts(), time.Now()
+		at := time.Now()
 		time.Sleep(WorldWindow) // a window: the origins count what they take meanwhile
-		to, secs := counts(), time.Since(at).Seconds()
-		logf("  window %d: eu %.1f/s, us %.1f/s", i+1, float64(to["eu"]-from["eu"])/secs, float64(to["us"]-from["us"])/secs)
+		to, err := w.webConns()
+		if err != nil {
+			return p, err
+		}
+		secs := time.Since(at).Seconds()
+		logf("  window %d: eu %.1f/s, us %.1f/s, home %.1f/s", i+1, float64(to["eu"]-from["eu"])/secs,
+			float64(to["us"]-from["us"])/secs, float64(to["home"]-from["home"])/secs)
+		from = to
 	}
-	after, elapsed := counts(), time.Since(begin).Seconds()
-	for _, origin := range []string{"eu", "us"} {
+	after, elapsed := from, time.Since(begin).Seconds()
+	for _, origin := range WorldOrigins {
 		r := float64(after[origin]-before[origin]) / elapsed
 		logf("  %s takes %.1f new connections/s of web (capacity %.0f/s) over %.1f s", origin, r, capacity[origin], elapsed)
 		if r > 1.02*capacity[origin] {
@@ -294,26 +285,42 @@ func (w *World) Surge(logf Logf, loads *WorldLoads, rate float64) (Problems, err
 	}
 	// reported, not a bound: the issue bounds the origins' load, not the requests of
 	// the surge (TestSteering asserts none fails while the shares move)
-	if web, tun, last, _ := loads.Failed(); web+tun > webBefore+tunBefore {
-		logf("  %d requests to web and %d to tun failed during the surge (one to web: %v)", web-webBefore, tun-tunBefore, last)
+	if n, last := loads.Failed(); n > failedBefore {
+		logf("  %d requests to web failed during the surge (one: %v)", n-failedBefore, last)
 	}
 	return p, nil
 }
 
-// OriginFails: origin's backend fails; every node applies shares that give it nothing
-// within 3 s: the health check's detection (1.2 to 1.6 s), a node's publication (1 s)
-// and a round (0.5 s). want are the shares every node must apply then.
-func (w *World) OriginFails(logf Logf, origin string, want map[string]map[string]float64) (Problems, error) {
+// OriginFails: origin's backend fails, from steady state; every node applies shares
+// that give it nothing within 3 s: the health check's detection (1.2 to 1.6 s), a
+// node's publication (1 s) and a round (0.5 s). Its regions then move wholly to
+// their next origin (onFirst), home for ams, which, behind its tunnels, takes their
+// new connections.
+func (w *World) OriginFails(logf Logf, origin string) (Problems, error) {
 	var p Problems
+	// steady state first: a surge before has died down, so the act measures the
+	// failure alone
+	if _, err := waitServiceSteering(w.API["lb-ams1"], "web", 30*time.Second, shares(Closest)); err != nil {
+		return p, err
+	}
+	want := onFirst(origin)
 	logf("%s fails: its share is 0 everywhere within 3 s", origin)
 	failed := time.Now()
 	if err := w.Origins[origin].Close(); err != nil {
 		return p, err
 	}
+	none := func(st *wire.Steering) error {
+		for _, r := range WorldRegions {
+			if sh := st.Shares[r][origin]; sh != 0 {
+				return fmt.Errorf("%s's share of %s is %.3f (round %d)", r, origin, sh, st.Round)
+			}
+		}
+		return nil
+	}
 	var slowest time.Duration
 	var slowestNode string
 	for role, api := range w.API { // each node's own view: the shares it applies
-		if _, err := waitServiceSteering(api, "web", 10*time.Second, shares(want)); err != nil {
+		if _, err := waitServiceSteering(api, "web", 10*time.Second, none); err != nil {
 			return p, fmt.Errorf("%s: %w", role, err)
 		}
 		if took := time.Since(failed); took > slowest {
@@ -324,12 +331,49 @@ func (w *World) OriginFails(logf Logf, origin string, want map[string]map[string
 	if slowest > 3*time.Second {
 		p.add("%s's share reached 0 on every node %v after it failed, more than 3 s", origin, slowest)
 	}
+	for role, api := range w.API {
+		if _, err := waitServiceSteering(api, "web", 10*time.Second, shares(want)); err != nil {
+			return p, fmt.Errorf("%s: %w", role, err)
+		}
+	}
+	logf("  every node puts %s's regions on their next origin %v after it failed", origin, time.Since(failed).Round(time.Millisecond))
+	// the origins that took its regions: each logs their clients' connections
+	before, err := w.webClients()
+	if err != nil {
+		return p, err
+	}
+	for _, r := range WorldRegions {
+		if Closest[r][origin] == 0 {
+			continue
+		}
+		client := w.Clients[r].Addr4
+		for to, sh := range want[r] {
+			if sh == 0 {
+				continue
+			}
+			err := Eventually(10*time.Second, 100*time.Millisecond, func() error {
+				after, err := w.webClients()
+				if err != nil {
+					return err
+				}
+				if n := after[to][client] - before[to][client]; n < 10 {
+					return fmt.Errorf("%s logged %d connections of %s's client (%s) since the shares moved, want 10", to, n, r, client)
+				}
+				return nil
+			})
+			if err != nil {
+				p.add("%s did not take %s's share: %v", to, origin, err)
+			} else {
+				logf("  %s takes %s's new connections, logged with %s's client's own address", to, r, r)
+			}
+		}
+	}
 	return p, nil
 }
 
-// HeldPerService is how many long-lived connections each region's client holds per
-// service while a site is frozen.
-const HeldPerService = 10
+// HeldPerRegion is how many long-lived connections to web each region's client holds
+// while a site is frozen.
+const HeldPerRegion = 20
 
 // SiteFrozen: both nodes of region's site freeze (SIGSTOP: their sessions stay open,
 // nothing answers). Its router's BFD withdraws them; the region's new connections reach
@@ -340,8 +384,8 @@ func (w *World) SiteFrozen(logf Logf, region string) (Problems, error) {
 	var p Problems
 	logf("%s's site frozen (both nodes SIGSTOP)", region)
 	type held struct {
-		region, service string
-		c               *KeepAliveConn
+		region string
+		c      *KeepAliveConn
 	}
 	var conns []held
 	defer func() {
@@ -350,23 +394,18 @@ func (w *World) SiteFrozen(logf Logf, region string) (Problems, error) {
 		}
 	}()
 	for _, r := range WorldRegions {
-		for _, svc := range []struct {
-			name string
-			vip  netip.Addr
-		}{{"web", WorldWebVIP}, {"tun", WorldTunnelVIP}} {
-			for range HeldPerService {
-				c, err := DialKeepAlive(w.Clients[r].NS, URL(svc.vip, 80), 0)
-				if err != nil {
-					return p, err
-				}
-				conns = append(conns, held{r, svc.name, c})
-				if _, err := c.Do(); err != nil {
-					return p, fmt.Errorf("%s → %s, a long-lived connection's first request: %w", r, svc.name, err)
-				}
+		for range HeldPerRegion {
+			c, err := DialKeepAlive(w.Clients[r].NS, URL(WorldWebVIP, 80), 0)
+			if err != nil {
+				return p, err
+			}
+			conns = append(conns, held{r, c})
+			if _, err := c.Do(); err != nil {
+				return p, fmt.Errorf("%s, a long-lived connection's first request: %w", r, err)
 			}
 		}
 	}
-	// each held connection's next request; how many of each region and service failed
+	// each held connection's next request; how many of each region failed
 	check := func(timeout time.Duration) map[string]int {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -375,7 +414,7 @@ func (w *World) SiteFrozen(logf Logf, region string) (Problems, error) {
 			wg.Go(func() {
 				if _, err := h.c.DoWithin(timeout); err != nil {
 					mu.Lock()
-					broken[h.region+" "+h.service]++
+					broken[h.region]++
 					mu.Unlock()
 				}
 			})
@@ -437,17 +476,16 @@ func (w *World) SiteFrozen(logf Logf, region string) (Problems, error) {
 		p.add("%s's new connections reached another site %v after BFD's detection, more than 1 s", region, took)
 	}
 	var lost, broke int
-	for key, n := range check(time.Second) {
-		if strings.HasPrefix(key, region+" ") {
+	for r, n := range check(time.Second) {
+		if r == region {
 			lost += n
-			logf("  lost with the frozen site: %d of %d long-lived connections of %s", n, HeldPerService, key)
 			continue
 		}
 		broke += n
-		p.add("%d of %d long-lived connections of %s, held at another site, broke with %s's site frozen", n, HeldPerService, key, region)
+		p.add("%d of %d long-lived connections of %s (on %s), held at its site, broke with %s's site frozen", n, HeldPerRegion, r, w.firstOrigin(r), region)
 	}
 	logf("  %d of %d long-lived connections held through %s's site lost; of the other sites' %d, %d broke",
-		lost, 2*HeldPerService, region, 2*HeldPerService*(len(WorldRegions)-1), broke)
+		lost, HeldPerRegion, region, HeldPerRegion*(len(WorldRegions)-1), broke)
 
 	thaw()
 	// a thawed node's BFD expires at once and resets its session, which comes back
@@ -455,9 +493,9 @@ func (w *World) SiteFrozen(logf Logf, region string) (Problems, error) {
 		return p, fmt.Errorf("%s's site thawed: %w", region, err)
 	}
 	logf("  thawed, %s's site takes its region back %v after the freeze", region, time.Since(frozen).Round(time.Millisecond))
-	for key, n := range check(RequestTimeout) {
-		if !strings.HasPrefix(key, region+" ") {
-			p.add("%d of %d long-lived connections of %s, held at another site, broke once %s's site came back", n, HeldPerService, key, region)
+	for r, n := range check(RequestTimeout) {
+		if r != region {
+			p.add("%d of %d long-lived connections of %s, held at its site, broke once %s's site came back", n, HeldPerRegion, r, region)
 		}
 	}
 	return p, nil
@@ -529,8 +567,8 @@ func (w *World) EtcdMemberKilled(logf Logf, loads *WorldLoads) (Problems, error)
 		return p, fmt.Errorf("web's shares were written by %q, not by a controller of the world", st.Leader)
 	}
 	logf("the etcd member of the leading controller's region (%s, on %s) killed", st.Leader, at.Role)
-	webBefore, tunBefore, _, _ := loads.Failed()
-	flowsBefore, err := NewFlowsOf(w.regionOf())
+	failedBefore, _ := loads.Failed()
+	flowsBefore, err := w.webNewFlows()
 	if err != nil {
 		return p, err
 	}
@@ -562,7 +600,7 @@ func (w *World) EtcdMemberKilled(logf Logf, loads *WorldLoads) (Problems, error)
 	if rest := WorldWindow - time.Since(killed); rest > 0 {
 		time.Sleep(rest) // the rest of the window: the nodes forward meanwhile
 	}
-	flowsAfter, err := NewFlowsOf(w.regionOf())
+	flowsAfter, err := w.webNewFlows()
 	if err != nil {
 		return p, err
 	}
@@ -571,29 +609,85 @@ func (w *World) EtcdMemberKilled(logf Logf, loads *WorldLoads) (Problems, error)
 			p.add("%s took no new flow in the %v after the etcd member died", role, WorldWindow)
 		}
 	}
-	loads.reportFailed(&p, logf, fmt.Sprintf("in the %v after the etcd member died", WorldWindow), webBefore, tunBefore)
+	loads.reportFailed(&p, fmt.Sprintf("in the %v after the etcd member died", WorldWindow), failedBefore)
 	if len(p) == 0 {
 		logf("  every node took new flows, and no request to web failed, in the %v after the kill", WorldWindow)
 	}
 	return p, nil
 }
 
-// webClients is, for each routed origin, its connections to web by source address.
-func (w *World) webClients() map[string]map[netip.Addr]uint64 {
+// webClients is, for each origin, its connections of web by client address: a
+// routed origin's by their source (DSR), home's requests by the PROXY header's
+// (the invalid address for a request without one). Each of the world's requests is
+// a connection of its own.
+func (w *World) webClients() (map[string]map[netip.Addr]uint64, error) {
 	out := map[string]map[netip.Addr]uint64{}
 	for origin, o := range w.Origins {
 		out[origin] = o.Clients(WorldWebVIP)
 	}
-	return out
+	var err error
+	out["home"], err = w.HomeClients()
+	return out, err
 }
 
-// regionOf is every node's region, by host.
-func (w *World) regionOf() map[*Host]string {
-	out := map[*Host]string{}
-	for role, r := range w.Region {
-		out[w.Host(role)] = r
+// webConns is each origin's count of web's connections so far.
+func (w *World) webConns() (map[string]uint64, error) {
+	by, err := w.webClients()
+	out := map[string]uint64{}
+	for origin, m := range by {
+		for _, n := range m {
+			out[origin] += n
+		}
 	}
-	return out
+	return out, err
+}
+
+// firstOrigin is where the shares lb-ams1 applies put most of region's flows
+// ("?" when it cannot tell).
+func (w *World) firstOrigin(region string) string {
+	st, err := w.API["lb-ams1"].Steering()
+	if err != nil {
+		return "?"
+	}
+	for _, svc := range st.Services {
+		if svc.Service == "web" {
+			best, most := "?", 0.0
+			for o, sh := range svc.Shares[region] {
+				if sh > most {
+					best, most = o, sh
+				}
+			}
+			return best
+		}
+	}
+	return "?"
+}
+
+// webNewFlows is each node's count of web's new flows, by role: those it sent to a
+// routed origin's backend and those it passed to its stack for home alike (the
+// service's counter; manifold_new_flows_total counts the backends' alone). A status
+// that times out (a loaded machine) is asked for again.
+func (w *World) webNewFlows() (map[string]float64, error) {
+	out := map[string]float64{}
+	for role, api := range w.API {
+		err := Eventually(10*time.Second, 100*time.Millisecond, func() error {
+			st, err := api.Status()
+			if err != nil {
+				return err
+			}
+			for _, s := range st.Services {
+				if s.Name == "web" {
+					out[role] = float64(s.NewFlows)
+					return nil
+				}
+			}
+			return fmt.Errorf("%s: no service web in its status", role)
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // HomeClients counts the requests home's nginx logged, by the client address the

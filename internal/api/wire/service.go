@@ -16,7 +16,8 @@ type ServiceSpec struct {
 	GUEPort    uint16 `json:"gue_port" yaml:"gue_port"`
 	// BackendPort is the NAT backends' port; absent: the service's port.
 	BackendPort uint16 `json:"backend_port,omitempty" yaml:"backend_port,omitempty"`
-	// ProxyProtocol is a tunnel service's PROXY header version, v1 or v2; absent: none.
+	// ProxyProtocol is the PROXY header version, v1 or v2, of a tunnel service's or a
+	// routed service's tunnelled origins' connectors; absent: none.
 	ProxyProtocol string       `json:"proxy_protocol,omitempty" yaml:"proxy_protocol,omitempty"`
 	Scheduler     string       `json:"scheduler" yaml:"scheduler"`
 	TableSize     uint32       `json:"table_size" yaml:"table_size"`
