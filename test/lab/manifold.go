@@ -28,6 +28,9 @@ type NodeConfig struct {
 	APIToken          string // node.api_token; "" for none
 	BGP               *BGP   // nil: no bgp section
 	ForwardTransit    bool   // node.forward_transit
+	// FlowTableSize and MaxServices are node.flow_table_size and node.max_services; 0
+	// keeps the defaults (a fleet of many nodes on one machine shrinks its maps)
+	FlowTableSize, MaxServices int
 	// Fleet set, the node takes its services from etcd; its file lists none.
 	Fleet *Fleet
 	// Kubeconfig set, the node also takes services from that cluster (a kubernetes
@@ -137,6 +140,12 @@ func (c NodeConfig) YAML() []byte {
 	}
 	if c.ForwardTransit {
 		b.WriteString("  forward_transit: true\n")
+	}
+	if c.FlowTableSize != 0 {
+		fmt.Fprintf(&b, "  flow_table_size: %d\n", c.FlowTableSize)
+	}
+	if c.MaxServices != 0 {
+		fmt.Fprintf(&b, "  max_services: %d\n", c.MaxServices)
 	}
 	if g := c.BGP; g != nil {
 		fmt.Fprintf(&b, "bgp:\n  asn: %d\n  router_id: %s\n", g.ASN, g.RouterID)
@@ -285,8 +294,12 @@ type NodeAPI struct {
 	client *http.Client
 }
 
-func NewNodeAPI(h *Host) *NodeAPI {
-	return &NodeAPI{Host: h, client: HTTPClient(h.NS, 10*time.Second)}
+func NewNodeAPI(h *Host) *NodeAPI { return NewNodeAPITimeout(h, 10*time.Second) }
+
+// NewNodeAPITimeout is NewNodeAPI whose requests wait up to timeout for their answer
+// (a fleet's write waits up to 10 s in the node: 5 s to commit, 5 s to apply).
+func NewNodeAPITimeout(h *Host, timeout time.Duration) *NodeAPI {
+	return &NodeAPI{Host: h, client: HTTPClient(h.NS, timeout)}
 }
 
 // Call sends one request and returns the response's status and body. A body is sent
