@@ -66,6 +66,8 @@ func etcdFigures(fleet string, idle, writing etcdLoad, writes int) []results.Fig
 		{"etcd bytes sent to clients", "kB/s", idle.sent / 1e3, writing.sent / 1e3},
 		{"etcd bytes received from clients", "kB/s", idle.received / 1e3, writing.received / 1e3},
 		{"etcd puts (each member's, averaged)", "puts/s", idle.puts, writing.puts},
+		{"etcd revisions", "revisions/s", idle.revisions, writing.revisions},
+		{"etcd database in use, growth (history not compacted)", "MB/hour", idle.dbGrowth * 3600 / 1e6, writing.dbGrowth * 3600 / 1e6},
 		{"etcd CPU, three members", "% of a core", 100 * idle.cpu, 100 * writing.cpu},
 	}
 	var figs []results.Figure

@@ -28,6 +28,10 @@ type etcdSample struct {
 	// watch streams and watchers open (gauges: etcd_debugging_mvcc_watch_stream_total,
 	// etcd_debugging_mvcc_watcher_total)
 	streams, watchers float64
+	// the store's revision (etcd_debugging_mvcc_current_revision) and the bytes its
+	// database holds (etcd_mvcc_db_total_size_in_use_in_bytes): the history etcd keeps
+	// until it is compacted. The same on every member: the largest is taken.
+	revision, dbInUse float64
 	cpu               time.Duration
 }
 
@@ -39,6 +43,8 @@ var etcdCounters = map[string][]string{
 	"puts":     {"etcd_mvcc_put_total", "etcd_debugging_mvcc_put_total"},
 	"streams":  {"etcd_debugging_mvcc_watch_stream_total"},
 	"watchers": {"etcd_debugging_mvcc_watcher_total"},
+	"revision": {"etcd_debugging_mvcc_current_revision"},
+	"db":       {"etcd_mvcc_db_total_size_in_use_in_bytes"},
 }
 
 // sampleEtcd reads every running member's metrics and CPU time.
@@ -70,6 +76,7 @@ func sampleEtcd(e *lab.Etcd) (etcdSample, error) {
 		s.puts += v["puts"]
 		s.streams += v["streams"]
 		s.watchers += v["watchers"]
+		s.revision, s.dbInUse = max(s.revision, v["revision"]), max(s.dbInUse, v["db"])
 	}
 	// every member applies every put: the cluster's puts are one member's
 	s.puts /= float64(max(1, members))
@@ -107,6 +114,7 @@ type etcdLoad struct {
 	events, sent, received, puts float64 // per second
 	cpu                          float64 // cores (CPU seconds per second)
 	streams, watchers            float64 // open at the end
+	revisions, dbGrowth          float64 // per second: the store's revisions, its database's bytes in use
 }
 
 func loadBetween(a, b etcdSample) etcdLoad {
@@ -116,12 +124,13 @@ func loadBetween(a, b etcdSample) etcdLoad {
 		events:  (b.events - a.events) / s, sent: (b.sent - a.sent) / s, received: (b.received - a.received) / s,
 		puts: (b.puts - a.puts) / s, cpu: (b.cpu - a.cpu).Seconds() / s,
 		streams: b.streams, watchers: b.watchers,
+		revisions: (b.revision - a.revision) / s, dbGrowth: (b.dbInUse - a.dbInUse) / s,
 	}
 }
 
 func (l etcdLoad) String() string {
-	return fmt.Sprintf("%.0f watch events/s, %.0f kB/s sent, %.0f kB/s received, %.0f puts/s, CPU %.0f %% of a core (%d watch streams, %d watchers; over %.1f s)",
-		l.events, l.sent/1e3, l.received/1e3, l.puts, 100*l.cpu, int(l.streams), int(l.watchers), l.seconds)
+	return fmt.Sprintf("%.0f watch events/s, %.0f kB/s sent, %.0f kB/s received, %.0f puts/s, %.0f revisions/s, database +%.0f MB/hour, CPU %.0f %% of a core (%d watch streams, %d watchers; over %.1f s)",
+		l.events, l.sent/1e3, l.received/1e3, l.puts, l.revisions, l.dbGrowth*3600/1e6, 100*l.cpu, int(l.streams), int(l.watchers), l.seconds)
 }
 
 // memory is what one process holds: resident (RSS), its proportional share of pages

@@ -18,8 +18,9 @@
 //
 // When does a node apply, or start serving? Its own log says, with its own clock
 // (nodelog.go says why that and not its API). Nodes are started -parallel at a time
-// while the machine keeps -mem-floor available; past it the fleet stops growing and
-// the figures are those of the largest fleet that fit.
+// while the machine keeps -mem-floor available and the running nodes take less than
+// -cpu-share of its cores doing nothing; past either the fleet stops growing and the
+// figures are those of the largest fleet that fit.
 //
 // Numbers, never pass/fail: the goal (p99 ≤ 250 ms with 100 nodes and 10 000
 // services) is reported met or not.
@@ -36,6 +37,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"syscall"
 	"time"
@@ -67,6 +69,7 @@ type options struct {
 	writes, starts, parallel int
 	idle                     time.Duration
 	memFloor                 uint64
+	cpuShare                 float64
 }
 
 func main() {
@@ -81,6 +84,7 @@ func main() {
 	flag.IntVar(&o.parallel, "parallel", 4, "nodes started at once while the fleet is built")
 	flag.DurationVar(&o.idle, "idle", 10*time.Second, "how long etcd's load is measured with the fleet idle")
 	flag.Uint64Var(&floorMiB, "mem-floor", 4096, "MiB the machine must keep available (MemAvailable) for another node to start")
+	flag.Float64Var(&o.cpuShare, "cpu-share", 0.6, "share of the machine's cores the running nodes may take doing nothing for another node to start")
 	flag.StringVar(&o.keep, "keep", "", "move the lab's directory (the processes' logs) here at the end")
 	flag.Parse()
 	o.memFloor = floorMiB << 20
@@ -302,7 +306,20 @@ func (b *bench) build(hosts []*lab.Host) (starts []time.Duration, bound string, 
 			return nil, "", err
 		}
 		if avail < b.o.memFloor {
-			return starts, fmt.Sprintf("%d MiB available, under the floor of %d MiB (-mem-floor)", avail>>20, b.o.memFloor>>20), nil
+			return starts, fmt.Sprintf("memory: %d MiB available, under the floor of %d MiB (-mem-floor)", avail>>20, b.o.memFloor>>20), nil
+		}
+		if len(b.nodes) > 0 {
+			// the nodes' own work with nothing to do, which grows with their services:
+			// past most of the machine's cores they starve, and a starved node stalls,
+			// goes stale and reads the whole store again, which starves them more
+			busy, err := b.idleCores()
+			if err != nil {
+				return nil, "", err
+			}
+			if limit := b.o.cpuShare * float64(runtime.NumCPU()); busy > limit {
+				return starts, fmt.Sprintf("cores: the %d nodes take %.2f of the %d cores doing nothing, over the bound of %.2f (-cpu-share)",
+					len(b.nodes), busy, runtime.NumCPU(), limit), nil
+			}
 		}
 		batch := hosts[i:min(i+b.o.parallel, len(hosts))]
 		var started []*node
@@ -460,7 +477,8 @@ func (b *bench) restarts() ([]time.Duration, error) {
 	var out []time.Duration
 	for range b.o.starts {
 		i := len(b.nodes) - 1
-		if err := b.nodes[i].proc.Stop(); err != nil {
+		// stopped either way: killed when it did not stop in time (a starved node)
+		if err := b.nodes[i].proc.Stop(); err != nil && b.nodes[i].proc.Running() {
 			return nil, err
 		}
 		n, err := b.start(b.nodes[i].host)
@@ -492,6 +510,15 @@ func (b *bench) etcdLoad(during func() error) (etcdLoad, error) {
 		return etcdLoad{}, err
 	}
 	return loadBetween(a, z), nil
+}
+
+// idleCores is the cores the running nodes take over a second with nothing to do.
+func (b *bench) idleCores() (float64, error) {
+	t0, cpu0 := time.Now(), b.nodesCPU()
+	if err := sleepCtx(b.ctx, time.Second); err != nil {
+		return 0, err
+	}
+	return (b.nodesCPU() - cpu0).Seconds() / time.Since(t0).Seconds(), nil
 }
 
 // nodesCPU is the CPU time the running nodes have used.

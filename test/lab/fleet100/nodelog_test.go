@@ -92,12 +92,16 @@ etcd_debugging_mvcc_put_total 300
 etcd_debugging_mvcc_watch_stream_total 100
 # TYPE etcd_debugging_mvcc_watcher_total gauge
 etcd_debugging_mvcc_watcher_total 200
+# TYPE etcd_debugging_mvcc_current_revision gauge
+etcd_debugging_mvcc_current_revision 4711
+# TYPE etcd_mvcc_db_total_size_in_use_in_bytes gauge
+etcd_mvcc_db_total_size_in_use_in_bytes 16384
 `
 	v, err := etcdValues(body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]float64{"events": 1200, "sent": 5e6, "received": 7000, "puts": 300, "streams": 100, "watchers": 200}
+	want := map[string]float64{"events": 1200, "sent": 5e6, "received": 7000, "puts": 300, "streams": 100, "watchers": 200, "revision": 4711, "db": 16384}
 	for k, w := range want {
 		if v[k] != w {
 			t.Errorf("%s = %v, want %v", k, v[k], w)
@@ -122,9 +126,11 @@ func TestFdinfoMemlock(t *testing.T) {
 func TestLoadBetween(t *testing.T) {
 	t0 := time.Now()
 	a := etcdSample{at: t0, events: 100, sent: 1000, puts: 10, cpu: time.Second}
-	b := etcdSample{at: t0.Add(2 * time.Second), events: 300, sent: 5000, puts: 30, cpu: 2 * time.Second, streams: 100, watchers: 200}
+	a.revision, a.dbInUse = 1000, 1e6
+	b := etcdSample{at: t0.Add(2 * time.Second), events: 300, sent: 5000, puts: 30, cpu: 2 * time.Second, streams: 100, watchers: 200,
+		revision: 1200, dbInUse: 1.5e6}
 	l := loadBetween(a, b)
-	if l.events != 100 || l.sent != 2000 || l.puts != 10 || l.cpu != 0.5 || l.streams != 100 {
-		t.Errorf("load %+v: want 100 events/s, 2000 B/s, 10 puts/s, half a core, 100 streams", l)
+	if l.events != 100 || l.sent != 2000 || l.puts != 10 || l.cpu != 0.5 || l.streams != 100 || l.revisions != 100 || l.dbGrowth != 250e3 {
+		t.Errorf("load %+v: want 100 events/s, 2000 B/s, 10 puts/s, half a core, 100 streams, 100 revisions/s, 250 kB/s more", l)
 	}
 }
