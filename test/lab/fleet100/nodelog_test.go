@@ -134,3 +134,32 @@ func TestLoadBetween(t *testing.T) {
 		t.Errorf("load %+v: want 100 events/s, 2000 B/s, 10 puts/s, half a core, 100 streams, 100 revisions/s, 250 kB/s more", l)
 	}
 }
+
+// memoryOf reads a real process's /proc: this test's own.
+func TestMemoryOfThisProcess(t *testing.T) {
+	m, err := memoryOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.rss == 0 || m.pss == 0 || m.pss > m.rss {
+		t.Errorf("memory %+v: want a resident size, and a proportional share of it no larger", m)
+	}
+	if _, err := kBField("/proc/self/status", "NoSuchField"); err == nil {
+		t.Error("a field /proc does not have: no error")
+	}
+}
+
+func TestPercentileIsTheNearestRank(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	for p, want := range map[float64]time.Duration{0.5: 50 * time.Millisecond, 0.99: 99 * time.Millisecond, 1: 100 * time.Millisecond} {
+		if got := percentile(ds, p); got != want {
+			t.Errorf("percentile %v = %v, want %v", p, got, want)
+		}
+	}
+	if ds[0] != 100*time.Millisecond {
+		t.Error("percentile sorted its caller's slice")
+	}
+}
