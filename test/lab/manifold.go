@@ -28,9 +28,6 @@ type NodeConfig struct {
 	APIToken          string // node.api_token; "" for none
 	BGP               *BGP   // nil: no bgp section
 	ForwardTransit    bool   // node.forward_transit
-	// FlowTableSize and MaxServices are node.flow_table_size and node.max_services; 0
-	// keeps the defaults (a fleet of many nodes on one machine shrinks its maps)
-	FlowTableSize, MaxServices int
 	// Fleet set, the node takes its services from etcd; its file lists none.
 	Fleet *Fleet
 	// Kubeconfig set, the node also takes services from that cluster (a kubernetes
@@ -38,6 +35,10 @@ type NodeConfig struct {
 	Kubeconfig string
 	Tunnels    *Tunnels // nil: no tunnels section
 	Services   []Service
+
+	// FlowTableSize is node.flow_table_size; 0 keeps the default (a fleet of many nodes
+	// on one machine keeps its tables small)
+	FlowTableSize int
 }
 
 // Tunnels is the tunnels section of a NodeConfig: the node is a tunnel edge.
@@ -130,6 +131,9 @@ func (c NodeConfig) YAML() []byte {
 	if c.Site != "" {
 		fmt.Fprintf(&b, "  site: %s\n", c.Site)
 	}
+	if c.FlowTableSize != 0 {
+		fmt.Fprintf(&b, "  flow_table_size: %d\n", c.FlowTableSize)
+	}
 	fmt.Fprintf(&b, "  address: %s\n", c.Address)
 	if c.Address6.IsValid() {
 		fmt.Fprintf(&b, "  address6: %s\n", c.Address6)
@@ -140,12 +144,6 @@ func (c NodeConfig) YAML() []byte {
 	}
 	if c.ForwardTransit {
 		b.WriteString("  forward_transit: true\n")
-	}
-	if c.FlowTableSize != 0 {
-		fmt.Fprintf(&b, "  flow_table_size: %d\n", c.FlowTableSize)
-	}
-	if c.MaxServices != 0 {
-		fmt.Fprintf(&b, "  max_services: %d\n", c.MaxServices)
 	}
 	if g := c.BGP; g != nil {
 		fmt.Fprintf(&b, "bgp:\n  asn: %d\n  router_id: %s\n", g.ASN, g.RouterID)

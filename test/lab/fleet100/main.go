@@ -56,6 +56,8 @@ const (
 	// the light workload of every node
 	tableSize     = 1021
 	flowTableSize = 1024
+	// node.max_services' default: the nodes keep it, and hold one service fewer
+	maxServices = 16384
 	// how often the bench reads the nodes' logs: the times are the nodes' own, so this
 	// bounds only how long the bench takes to notice
 	pollEvery = 20 * time.Millisecond
@@ -124,8 +126,10 @@ func run(ctx context.Context, o options) (err error) {
 	switch {
 	case o.nodes < 1 || o.nodes > 240:
 		return fmt.Errorf("-nodes %d: 1 to 240", o.nodes)
-	case o.services < 1 || o.writes < 1 || o.starts < 0 || o.parallel < 1:
-		return fmt.Errorf("-services %d, -writes %d, -starts %d, -parallel %d: at least 1 service, 1 write, 1 at a time", o.services, o.writes, o.starts, o.parallel)
+	case o.services < 1 || o.services >= maxServices:
+		return fmt.Errorf("-services %d: 1 to %d (node.max_services' default, plus one)", o.services, maxServices-1)
+	case o.writes < 1 || o.starts < 0 || o.parallel < 1:
+		return fmt.Errorf("-writes %d, -starts %d, -parallel %d: at least 1 write, 1 at a time", o.writes, o.starts, o.parallel)
 	}
 	if err := lab.Preflight("fleet100", &o.manifold, hostprog.Ethtool, hostprog.IP, hostprog.Etcd); err != nil {
 		return err
@@ -289,8 +293,7 @@ func vipOf(i int) netip.Addr {
 
 // nodeConfig is a node's file: its own sections, small maps, and the fleet's.
 func (b *bench) nodeConfig(h *lab.Host) lab.NodeConfig {
-	return lab.NodeConfig{Name: h.Role, Address: h.Addr4, FlowTableSize: flowTableSize,
-		MaxServices: max(16384, b.o.services+1), Fleet: &lab.Fleet{Endpoints: b.etcd.Endpoints()}}
+	return lab.NodeConfig{Name: h.Role, Address: h.Addr4, FlowTableSize: flowTableSize, Fleet: &lab.Fleet{Endpoints: b.etcd.Endpoints()}}
 }
 
 // build starts a node on each of hosts, parallel at a time, each batch once the
