@@ -12,8 +12,10 @@
 //     turn), from sending the request to the last node applying the write's revision;
 //   - node start → serving: one node of the running fleet restarted, from starting the
 //     process to its XDP program attached with every service programmed;
-//   - etcd's load: watch events, bytes and puts per second and its CPU, summed over the
-//     members, with the fleet idle (the nodes' records and probes) and during the writes;
+//   - etcd's load: watch events, bytes, puts and revisions per second, the growth of
+//     its database and its CPU, over the members, with the fleet idle (the nodes'
+//     records and probes) and during the writes;
+//   - the nodes' CPU: idle, and per write;
 //   - memory: each node's RSS, PSS and BPF maps, and the total.
 //
 // When does a node apply, or start serving? Its own log says, with its own clock
