@@ -160,6 +160,10 @@ soak: deps build
 # ratios, never pass/fail. Each part writes bench/results/parts/*.json; the report
 # merges them into latest.json and latest.md, and the plots are drawn from latest.json.
 PARTS = bench/results/parts
+# the fleet100 part's fleet: nodes (each a `manifold run` in a namespace; fewer start
+# when the machine runs short of memory, and the results say so) and services in the store
+FLEET_NODES    ?= 100
+FLEET_SERVICES ?= 10000
 bench: deps bench-deps build
 	@mkdir -p $(PARTS)
 	./$(BENCH) dataplane --json $(PARTS)/dataplane.json
@@ -171,10 +175,12 @@ bench: deps bench-deps build
 	./$(BENCH) steerscale --json $(PARTS)/steerscale.json
 	$(GO) run ./test/lab/cpbench -manifold $(BIN) -json $(PARTS)/convergence.json
 	$(GO) run ./test/lab/fleetbench -manifold $(BIN) -json $(PARTS)/fleet.json
+	set -o pipefail; $(GO) run ./test/lab/fleet100 -manifold $(BIN) -nodes $(FLEET_NODES) -services $(FLEET_SERVICES) \
+		-json $(PARTS)/fleet100.json | tee bench/results/fleet100.txt
 	$(GO) run ./test/lab/linkbench -manifold $(BIN) -json $(PARTS)/link.json
 	$(GO) run ./test/lab/tunnelbench -connect $(CONNECT) -json $(PARTS)/tunnel.json
 	./$(BENCH) report --out bench/results --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
-		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/sizes.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/steerscale.json $(PARTS)/convergence.json $(PARTS)/fleet.json $(PARTS)/link.json $(PARTS)/tunnel.json
+		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/sizes.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/steerscale.json $(PARTS)/convergence.json $(PARTS)/fleet.json $(PARTS)/fleet100.json $(PARTS)/link.json $(PARTS)/tunnel.json
 	/usr/bin/python3 bench/plot.py bench/results/latest.json bench/results
 	@mkdir -p bench/results/steer && for f in bench/steer/*.yaml; do n=$$(basename $$f .yaml); ./$(BIN) steer simulate --scenario $$f --json bench/results/steer/$$n.json --plot bench/results/steer/$$n.png > bench/results/steer/$$n.txt || exit 1; done
 

@@ -35,6 +35,10 @@ type NodeConfig struct {
 	Kubeconfig string
 	Tunnels    *Tunnels // nil: no tunnels section
 	Services   []Service
+
+	// FlowTableSize is node.flow_table_size; 0 keeps the default (a fleet of many nodes
+	// on one machine keeps its tables small)
+	FlowTableSize int
 }
 
 // Tunnels is the tunnels section of a NodeConfig: the node is a tunnel edge.
@@ -127,6 +131,9 @@ func (c NodeConfig) YAML() []byte {
 	fmt.Fprintf(&b, "node:\n  name: %s\n  interfaces: [%s]\n  xdp_mode: %s\n", c.Name, HostLink, or(c.XDPMode, "native"))
 	if c.Site != "" {
 		fmt.Fprintf(&b, "  site: %s\n", c.Site)
+	}
+	if c.FlowTableSize != 0 {
+		fmt.Fprintf(&b, "  flow_table_size: %d\n", c.FlowTableSize)
 	}
 	fmt.Fprintf(&b, "  address: %s\n", c.Address)
 	if c.Address6.IsValid() {
@@ -290,8 +297,12 @@ type NodeAPI struct {
 	client *http.Client
 }
 
-func NewNodeAPI(h *Host) *NodeAPI {
-	return &NodeAPI{Host: h, client: HTTPClient(h.NS, 10*time.Second)}
+func NewNodeAPI(h *Host) *NodeAPI { return NewNodeAPITimeout(h, 10*time.Second) }
+
+// NewNodeAPITimeout is NewNodeAPI whose requests wait up to timeout for their answer
+// (a fleet's write waits up to 10 s in the node: 5 s to commit, 5 s to apply).
+func NewNodeAPITimeout(h *Host, timeout time.Duration) *NodeAPI {
+	return &NodeAPI{Host: h, client: HTTPClient(h.NS, timeout)}
 }
 
 // Call sends one request and returns the response's status and body. A body is sent

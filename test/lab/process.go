@@ -24,9 +24,10 @@ type Process struct {
 	Host    *Host
 	LogPath string
 
-	cmd  *exec.Cmd
-	log  *os.File
-	done chan struct{} // closed when the process has exited and been reaped
+	cmd     *exec.Cmd
+	log     *os.File
+	started time.Time     // just before the command was started
+	done    chan struct{} // closed when the process has exited and been reaped
 
 	mu      sync.Mutex
 	waitErr error
@@ -47,11 +48,12 @@ func (l *Lab) Start(h *Host, name string, prog hostprog.Program, args ...string)
 	// A process group of its own: Ctrl-C in a terminal reaches only the test or the
 	// demo, which then stops its processes in order.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("%s: start %s in %s: %w", name, strings.Join(argv, " "), h.NS, err)
 	}
-	p := &Process{Name: name, Host: h, LogPath: logPath, cmd: cmd, log: logFile, done: make(chan struct{})}
+	p := &Process{Name: name, Host: h, LogPath: logPath, cmd: cmd, log: logFile, started: started, done: make(chan struct{})}
 	go func() {
 		err := cmd.Wait()
 		p.mu.Lock()
@@ -67,6 +69,9 @@ func (l *Lab) Start(h *Host, name string, prog hostprog.Program, args ...string)
 
 // Pid is the process id.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Started is when the process was started: a benchmark times what it does from there.
+func (p *Process) Started() time.Time { return p.started }
 
 // Running reports whether the process has not exited yet.
 func (p *Process) Running() bool {
@@ -156,6 +161,9 @@ func (p *Process) Log() string {
 	}
 	return string(b)
 }
+
+// LogTail is the last n lines of the process's log, for an error that says why.
+func (p *Process) LogTail(n int) string { return tail(p.Log(), n) }
 
 // WaitLog waits up to timeout for a line of the log for which match is true, and
 // returns it. It gives up early if the process exits.
