@@ -21,9 +21,12 @@ import (
 
 // The live steering controller, `manifold steer --config`:
 //
-//	campaign (etcd election under P/steer/leader, a lease of Lease)
+//	the fleet's view (view.go): P/services/, P/nodes/, P/alive/, P/steering/ kept
+//	    from a watch, each record decoded once when it changes
+//	campaign (etcd election under P/steer/leader, a lease of Lease), once the
+//	    view is read
 //	leader: every Interval, one round:
-//	    read P/services/, P/nodes/, P/alive/, P/steering/ at one revision
+//	    the view at its revision
 //	    per service with origins: the alive nodes' records ─► steer.Observation
 //	    steer.Manifold.Decide(observation, the shares in force) ─► P/steering/<service>
 //	    when its shares changed (every service in a term's first round), written only
@@ -42,6 +45,11 @@ type Controller struct {
 	law             steer.Controller
 	log             *slog.Logger
 	clock           clock.Clock // paces the rounds and dates them; request timeouts are their contexts'
+	view            *fleetView
+	// mine is each service's shares as this controller last wrote them, with the
+	// revision of the write: the steering key at that revision is not decoded again.
+	// Used by the rounds alone.
+	mine map[string]mineSteering
 
 	mu      sync.Mutex
 	leading bool
@@ -50,12 +58,22 @@ type Controller struct {
 	last    RoundStats
 }
 
+// mineSteering is a service's shares as the controller wrote them, at rev.
+type mineSteering struct {
+	rev int64
+	st  wire.Steering
+}
+
 // RoundStats is what a round cost: its time by phase, and what it wrote.
 type RoundStats struct {
-	// Read is reading the fleet (one etcd transaction) and decoding the records;
-	// Decide the control law over every service; Write the transactions that wrote.
+	// Read is taking the fleet's view (kept from a watch); Decide the observations and
+	// the control law over every service; Write the transactions that wrote.
 	Read, Decide, Write time.Duration
 	Records, Services   int // the alive nodes' records read, the services decided
+	// Decoded is the records the view decoded since the round before (those that
+	// changed), Decoding the time it took, on the view's goroutine rather than in Read.
+	Decoded  int
+	Decoding time.Duration
 	// Revision is the store's revision the round read.
 	Revision int64
 	// Writes counts the keys put or deleted, Bytes the values put.
@@ -71,7 +89,10 @@ func (c *Controller) LastRound() RoundStats {
 
 // NewController makes a controller named name (its identity in the election).
 func NewController(cli *clientv3.Client, prefix, name string, interval, lease time.Duration, log *slog.Logger) *Controller {
-	return &Controller{cli: cli, keys: newKeys(prefix), name: name, interval: interval, lease: lease, law: steer.Manifold{}, log: log, clock: clock.Real()}
+	c := &Controller{cli: cli, keys: newKeys(prefix), name: name, interval: interval, lease: lease, law: steer.Manifold{}, log: log,
+		clock: clock.Real(), mine: map[string]mineSteering{}}
+	c.view = newFleetView(cli, c.keys, c.clock, log)
+	return c
 }
 
 // Leading tells whether the controller leads now; Rounds counts its rounds.
@@ -97,9 +118,18 @@ func (c *Controller) Written() []wire.Steering {
 	return c.written
 }
 
-// Run campaigns and, while it leads, decides every interval, until ctx ends; then it
-// resigns, so that a standby takes over at once rather than when the lease ends.
+// Run keeps the fleet's view, campaigns once it has read the fleet and, while it
+// leads, decides every interval, until ctx ends; then it resigns, so that a standby
+// takes over at once rather than when the lease ends. A standby keeps its view too:
+// it leads from its first round.
 func (c *Controller) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { c.view.run(ctx) }) // the view's goroutine, owned by Run
+	defer func() { cancel(); wg.Wait() }()
+	if err := c.view.waitFor(ctx, func() bool { return c.view.loaded }); err != nil {
+		return nil // ctx ended
+	}
 	for {
 		err := c.term(ctx)
 		if ctx.Err() != nil {
@@ -188,57 +218,28 @@ func (c *Controller) stale(cur wire.Steering, now time.Time) bool {
 func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp) error {
 	var stats RoundStats
 	began := time.Now()
-	resp, err := c.cli.Txn(ctx).Then(
-		clientv3.OpGet(c.keys.services(), clientv3.WithPrefix()),
-		clientv3.OpGet(c.keys.nodes(), clientv3.WithPrefix()),
-		clientv3.OpGet(c.keys.alives(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-		clientv3.OpGet(c.keys.steering(), clientv3.WithPrefix()),
-	).Commit()
+	snap, err := c.view.snapshot(ctx)
 	if err != nil {
-		return fmt.Errorf("read the fleet: %w", err)
+		return err
 	}
-	alive := map[string]bool{}
-	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
-		alive[strings.TrimPrefix(string(kv.Key), c.keys.alives())] = true
-	}
-	var records []wire.NodeRecord
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		var r wire.NodeRecord
-		// a record of a newer format than this release reads is passed by, not misread
-		if decode.JSONInto(kv.Value, decode.MaxFileSize, &r) == nil && alive[r.Name] && r.Readable() {
-			records = append(records, r)
-		}
-	}
-	current := map[string]wire.Steering{}
-	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
-		var st wire.Steering
-		if decode.JSONInto(kv.Value, decode.MaxFileSize, &st) == nil {
-			current[strings.TrimPrefix(string(kv.Key), c.keys.steering())] = st
-		}
-	}
-	stats.Records, stats.Revision = len(records), resp.Header.Revision
+	stats.Records, stats.Revision, stats.Decoded, stats.Decoding = len(snap.records), snap.rev, snap.decoded, snap.decoding
 	decided := time.Now()
 	stats.Read = decided.Sub(began)
 
 	c.mu.Lock()
 	all := c.written == nil
 	c.mu.Unlock()
-	var ops []clientv3.Op
-	var sizes []int
+	var writes []steeringWrite
 	var written []wire.Steering
 	withOrigins := map[string]bool{}
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		var spec wire.ServiceSpec
-		if err := decodeSpec(kv.Value, &spec); err != nil || len(spec.Origins) == 0 {
-			continue // the nodes refuse a service that does not parse; one without origins is not steered
-		}
+	for _, spec := range snap.specs {
 		withOrigins[spec.Name] = true
-		obs, ok := Observe(spec, records)
+		obs, ok := Observe(spec, snap.records)
 		if !ok {
 			continue // no alive node carries it: nothing to decide on, the shares stay
 		}
 		stats.Services++
-		cur, had := current[spec.Name]
+		cur, had := c.current(spec.Name, snap)
 		d := c.law.Decide(now, obs, steer.Shares(cur.Shares))
 		shares := d.Shares()
 		if had && !all && steer.Shares(cur.Shares).Equal(shares) && !c.stale(cur, now) {
@@ -260,36 +261,45 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 				return err
 			}
 		}
-		ops = append(ops, clientv3.OpPut(c.keys.steeringOf(spec.Name), string(value)))
-		sizes = append(sizes, len(value))
+		writes = append(writes, steeringWrite{clientv3.OpPut(c.keys.steeringOf(spec.Name), string(value)), len(value), spec.Name, &st})
 		written = append(written, st)
 	}
 	// a service that lost its origins (or was deleted) goes back to its own weights
-	for name := range current {
+	for name := range snap.steering {
 		if !withOrigins[name] {
-			ops = append(ops, clientv3.OpDelete(c.keys.steeringOf(name)))
-			sizes = append(sizes, 0)
+			writes = append(writes, steeringWrite{clientv3.OpDelete(c.keys.steeringOf(name)), 0, name, nil})
 		}
 	}
 	wrote := time.Now()
 	stats.Decide = wrote.Sub(decided)
 	// in transactions within etcd's bounds, each held to the leader key
-	for len(ops) > 0 {
+	for len(writes) > 0 {
 		n, size := 0, 0
-		for n < len(ops) && n < maxWriteOps && (n == 0 || size+sizes[n] <= maxWriteBytes) {
-			size += sizes[n]
+		for n < len(writes) && n < maxWriteOps && (n == 0 || size+writes[n].size <= maxWriteBytes) {
+			size += writes[n].size
 			n++
 		}
-		w, err := c.cli.Txn(ctx).If(held).Then(ops[:n]...).Commit()
+		ops := make([]clientv3.Op, n)
+		for i := range ops {
+			ops[i] = writes[i].op
+		}
+		w, err := c.cli.Txn(ctx).If(held).Then(ops...).Commit()
 		if err != nil {
 			return fmt.Errorf("write the shares: %w", err)
 		}
 		if !w.Succeeded {
 			return errNotLeader
 		}
+		for _, wr := range writes[:n] {
+			if wr.st == nil {
+				delete(c.mine, wr.service)
+			} else {
+				c.mine[wr.service] = mineSteering{rev: w.Header.Revision, st: *wr.st}
+			}
+		}
 		stats.Writes += n
 		stats.Bytes += size
-		ops, sizes = ops[n:], sizes[n:]
+		writes = writes[n:]
 	}
 	stats.Write = time.Since(wrote)
 	c.mu.Lock()
@@ -298,6 +308,32 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 	c.last = stats
 	c.mu.Unlock()
 	return nil
+}
+
+// steeringWrite is a put of a service's shares (st), or the delete of its key (st nil).
+type steeringWrite struct {
+	op      clientv3.Op
+	size    int
+	service string
+	st      *wire.Steering
+}
+
+// current is a service's shares in force in snap: those this controller wrote, unless
+// the view shows a later write of the key, or its delete after the write; else the key
+// decoded. had is false when the service has none (or none that decode).
+func (c *Controller) current(service string, snap fleetSnapshot) (wire.Steering, bool) {
+	sv, ok := snap.steering[service]
+	if m, mine := c.mine[service]; mine && (ok && sv.rev <= m.rev || !ok && snap.rev < m.rev) {
+		return m.st, true // the view may not have caught up with the write yet
+	}
+	if !ok {
+		return wire.Steering{}, false
+	}
+	var st wire.Steering
+	if decode.JSONInto(sv.value, decode.MaxFileSize, &st) != nil {
+		return wire.Steering{}, false
+	}
+	return st, true
 }
 
 // decodeSpec reads a service document of the fleet store (YAML, bounded by package
