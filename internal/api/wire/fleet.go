@@ -1,7 +1,8 @@
 package wire
 
 // The fleet's wire types: what each node publishes about itself in the fleet store
-// (under a lease, every second), and GET /api/v1/fleet.
+// (its alive key under a lease kept every second, its record when it changes), and
+// GET /api/v1/fleet.
 
 // FleetStatus is the body of GET /api/v1/fleet.
 type FleetStatus struct {
@@ -54,7 +55,9 @@ type NodeRecord struct {
 	Refused []FleetRefusal `json:"refused,omitempty"`
 	// StaleSince is set while the node cannot reach the store.
 	StaleSince string `json:"stale_since,omitempty"`
-	// UpdatedAt is when the node wrote this record (RFC 3339).
+	// UpdatedAt is when the record last changed (RFC 3339): a node writes its record
+	// when it changes (at most every second) and the same bytes again every minute;
+	// whether the node is alive is its alive key's (FleetNode.Alive).
 	UpdatedAt string      `json:"updated_at"`
 	BGP       []FleetPeer `json:"bgp,omitempty"`
 	// Totals counts every service and backend the node carries. Services lists only
