@@ -50,12 +50,23 @@ type Controller struct {
 	// revision of the write: the steering key at that revision is not decoded again.
 	// Used by the rounds alone.
 	mine map[string]mineSteering
+	// settled is, for each service last decided at a fixed point (the law gave back
+	// the shares in force), where its observation stood then and the revision of the
+	// shares in force: while neither moves, the law would give them back again. Used
+	// by the rounds alone.
+	settled map[string]fixedPoint
 
 	mu      sync.Mutex
 	leading bool
 	rounds  uint64
 	written []wire.Steering // in force after the last round of the current term
 	last    RoundStats
+}
+
+// fixedPoint is where a service stood when the law gave back its shares in force.
+type fixedPoint struct {
+	gen viewGen
+	rev int64
 }
 
 // mineSteering is a service's shares as the controller wrote them, at rev.
@@ -70,6 +81,9 @@ type RoundStats struct {
 	// the control law over every service; Write the transactions that wrote.
 	Read, Decide, Write time.Duration
 	Records, Services   int // the alive nodes' records read, the services decided
+	// Settled is the services of Services not observed nor decided again: nothing of
+	// them changed since the law last gave back their shares in force.
+	Settled int
 	// Decoded is the records the view decoded since the round before (those that
 	// changed), Decoding the time it took, on the view's goroutine rather than in Read.
 	Decoded  int
@@ -90,7 +104,7 @@ func (c *Controller) LastRound() RoundStats {
 // NewController makes a controller named name (its identity in the election).
 func NewController(cli *clientv3.Client, prefix, name string, interval, lease time.Duration, log *slog.Logger) *Controller {
 	c := &Controller{cli: cli, keys: newKeys(prefix), name: name, interval: interval, lease: lease, law: steer.Manifold{}, log: log,
-		clock: clock.Real(), mine: map[string]mineSteering{}}
+		clock: clock.Real(), mine: map[string]mineSteering{}, settled: map[string]fixedPoint{}}
 	c.view = newFleetView(cli, c.keys, c.clock, log)
 	return c
 }
@@ -161,7 +175,10 @@ func (c *Controller) term(ctx context.Context) error {
 	tick := c.clock.NewTicker(c.interval)
 	defer tick.Stop()
 	for {
-		rctx, cancel := context.WithTimeout(ctx, max(c.interval, time.Second))
+		// a round may outlast its interval (the ticker drops the ticks it missed): a term's
+		// first round at 1 000 sites writes 10 MB of shares, more than a second's work
+		// for a loaded etcd, and a round cut short writes nothing the next would not
+		rctx, cancel := context.WithTimeout(ctx, max(c.interval, roundTimeout))
 		err := c.round(rctx, c.clock.Now(), held)
 		cancel()
 		if errors.Is(err, errNotLeader) {
@@ -188,6 +205,10 @@ func (c *Controller) setLeading(v bool) {
 }
 
 var errNotLeader = errors.New("no longer the leader")
+
+// roundTimeout bounds a round's requests (at least; an interval longer than it bounds
+// them instead).
+const roundTimeout = 10 * time.Second
 
 // maxWriteBytes bounds the values one write transaction carries: etcd refuses a
 // request above 1.5 MiB (its --max-request-bytes), and a service of 1 000 sites ×
@@ -232,19 +253,29 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 	var writes []steeringWrite
 	var written []wire.Steering
 	withOrigins := map[string]bool{}
-	for _, spec := range snap.specs {
+	for k, spec := range snap.specs {
 		withOrigins[spec.Name] = true
+		cur, rev, had := c.current(spec.Name, snap)
+		if fp, ok := c.settled[spec.Name]; ok && had && !all && fp == (fixedPoint{snap.gens[k], rev}) && !c.stale(cur, now) {
+			stats.Services++
+			stats.Settled++
+			written = append(written, cur) // nothing moved: the law would give them back
+			continue
+		}
+		delete(c.settled, spec.Name)
 		obs, ok := Observe(spec, snap.records)
 		if !ok {
 			continue // no alive node carries it: nothing to decide on, the shares stay
 		}
 		stats.Services++
-		cur, had := c.current(spec.Name, snap)
 		d := c.law.Decide(now, obs, steer.Shares(cur.Shares))
 		shares := d.Shares()
-		if had && !all && steer.Shares(cur.Shares).Equal(shares) && !c.stale(cur, now) {
-			written = append(written, cur) // in force already: the nodes have nothing to do
-			continue
+		if had && steer.Shares(cur.Shares).Equal(shares) {
+			c.settled[spec.Name] = fixedPoint{snap.gens[k], rev}
+			if !all && !c.stale(cur, now) {
+				written = append(written, cur) // in force already: the nodes have nothing to do
+				continue
+			}
 		}
 		st := wire.Steering{Service: spec.Name, Round: cur.Round + 1, At: now.UTC().Format(time.RFC3339Nano), Leader: c.name,
 			Shares: wire.Shares(shares), Decision: steer.WireDecision(d)}
@@ -293,6 +324,7 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 		for _, wr := range writes[:n] {
 			if wr.st == nil {
 				delete(c.mine, wr.service)
+				delete(c.settled, wr.service)
 			} else {
 				c.mine[wr.service] = mineSteering{rev: w.Header.Revision, st: *wr.st}
 			}
@@ -318,22 +350,19 @@ type steeringWrite struct {
 	st      *wire.Steering
 }
 
-// current is a service's shares in force in snap: those this controller wrote, unless
-// the view shows a later write of the key, or its delete after the write; else the key
-// decoded. had is false when the service has none (or none that decode).
-func (c *Controller) current(service string, snap fleetSnapshot) (wire.Steering, bool) {
+// current is a service's shares in force in snap, and the revision of their write:
+// those this controller wrote, unless the view shows a later write of the key, or its
+// delete after the write; else the key decoded. had is false when the service has none
+// (or none that decode).
+func (c *Controller) current(service string, snap fleetSnapshot) (st wire.Steering, rev int64, had bool) {
 	sv, ok := snap.steering[service]
 	if m, mine := c.mine[service]; mine && (ok && sv.rev <= m.rev || !ok && snap.rev < m.rev) {
-		return m.st, true // the view may not have caught up with the write yet
+		return m.st, m.rev, true // the view may not have caught up with the write yet
 	}
-	if !ok {
-		return wire.Steering{}, false
+	if !ok || decode.JSONInto(sv.value, decode.MaxFileSize, &st) != nil {
+		return wire.Steering{}, 0, false
 	}
-	var st wire.Steering
-	if decode.JSONInto(sv.value, decode.MaxFileSize, &st) != nil {
-		return wire.Steering{}, false
-	}
-	return st, true
+	return st, sv.rev, true
 }
 
 // decodeSpec reads a service document of the fleet store (YAML, bounded by package

@@ -328,11 +328,15 @@ func TestControllerWritesWhatChanged(t *testing.T) {
 	if st := round(); st.Writes != 0 {
 		t.Fatalf("a round with nothing changed wrote %d services", st.Writes)
 	}
+	// the law gave both back their shares: while nothing changes, neither is decided again
+	if st := round(); st.Writes != 0 || st.Settled != 2 {
+		t.Fatalf("a second round with nothing changed wrote %d services, left %d as they were, want 0 and 2", st.Writes, st.Settled)
+	}
 	putRecord(t, cli, both("n2", "ams", 300)) // api: 400/s for us's 200: half spills
 	moved := 0
 	for st := round(); st.Writes > 0; st = round() {
-		if st.Writes != 1 {
-			t.Fatalf("api's demand moved, and a round wrote %d services", st.Writes)
+		if st.Writes != 1 || st.Settled != 1 {
+			t.Fatalf("api's demand moved, and a round wrote %d services and left %d as they were, want 1 and web", st.Writes, st.Settled)
 		}
 		if moved++; moved > 20 {
 			t.Fatal("api's shares still move after 20 rounds")

@@ -33,7 +33,12 @@ import (
 //	       steering keys, as of the view's revision
 //
 // A record is decoded once per change of its bytes; one whose bytes did not change
-// (a node that rewrites an unchanged record) is not decoded again.
+// (a node that rewrites an unchanged record) is not decoded again. Each service has a
+// generation, moved by every change of what the controller observes of it (its spec,
+// an entry of it in a record, a node listing it coming or going): a round does not
+// observe and decide again a service whose generation did not move since it decided
+// it at a fixed point (steer.Manifold is a function of the observation and the shares
+// in force alone).
 
 // fleetView is the fleet's services, node records, alive keys and steering keys, kept
 // from a watch.
@@ -54,7 +59,15 @@ type fleetView struct {
 	steering map[string]steeringValue
 	decoded  int           // records decoded since the last snapshot
 	decoding time.Duration // and the time it took
+	// gen is each service's generation; epoch moves at each read of the whole
+	// prefix, after which any service may have changed
+	gen   map[string]uint64
+	epoch uint64
 }
+
+// viewGen is where a service's observation stands in the view: equal ones observe the
+// same.
+type viewGen struct{ epoch, gen uint64 }
 
 // viewRecord is a node's record as decoded, with the hash of its bytes; rec is nil
 // when the record is not readable (not JSON of a record, or of a newer format).
@@ -72,7 +85,8 @@ type steeringValue struct {
 
 func newFleetView(cli *clientv3.Client, k keys, c clock.Clock, log *slog.Logger) *fleetView {
 	return &fleetView{cli: cli, keys: k, log: log, clock: c, seed: maphash.MakeSeed(), moved: make(chan struct{}),
-		specs: map[string]wire.ServiceSpec{}, records: map[string]viewRecord{}, alive: map[string]bool{}, steering: map[string]steeringValue{}}
+		specs: map[string]wire.ServiceSpec{}, records: map[string]viewRecord{}, alive: map[string]bool{}, steering: map[string]steeringValue{},
+		gen: map[string]uint64{}}
 }
 
 // run keeps the view until ctx ends: it reads the prefix whole, then follows its
@@ -113,6 +127,8 @@ func (v *fleetView) load(ctx context.Context) (int64, error) {
 		v.put(kv)
 	}
 	v.loaded = true
+	v.epoch++ // every service may have changed: their generations start again
+	clear(v.gen)
 	v.moveTo(resp.Header.Revision)
 	return resp.Header.Revision, nil
 }
@@ -162,11 +178,16 @@ func (v *fleetView) put(kv *mvccpb.KeyValue) {
 		} else {
 			r.Name = name // the key names the node: a record cannot speak for another
 		}
+		v.touchChanged(v.records[name].rec, r)
 		v.records[name] = viewRecord{hash: hash, rec: r}
 		v.decoded++
 		v.decoding += time.Since(began)
 	case strings.HasPrefix(key, v.keys.alives()):
-		v.alive[strings.TrimPrefix(key, v.keys.alives())] = true
+		name := strings.TrimPrefix(key, v.keys.alives())
+		if !v.alive[name] {
+			v.alive[name] = true
+			v.touchChanged(nil, v.records[name].rec)
+		}
 	case strings.HasPrefix(key, v.keys.steering()):
 		v.steering[strings.TrimPrefix(key, v.keys.steering())] = steeringValue{value: bytes.Clone(kv.Value), rev: kv.ModRevision}
 	case strings.HasPrefix(key, v.keys.services()):
@@ -178,7 +199,40 @@ func (v *fleetView) put(kv *mvccpb.KeyValue) {
 		} else {
 			v.specs[name] = spec
 		}
+		v.gen[name]++
 	}
+}
+
+// touchChanged moves the generation of every service whose entries differ between a
+// node's record before and after (nil: none), or of all of both when the node moved to
+// another site. Called with mu held.
+func (v *fleetView) touchChanged(before, after *wire.NodeRecord) {
+	var was, is []wire.ServiceLoad
+	if before != nil {
+		was = before.Services
+	}
+	if after != nil {
+		is = after.Services
+	}
+	moved := before == nil || after == nil || before.Site != after.Site
+	for i := range is {
+		j := slices.IndexFunc(was, func(l wire.ServiceLoad) bool { return l.Name == is[i].Name })
+		if moved || j < 0 || !sameLoad(&was[j], &is[i]) {
+			v.gen[is[i].Name]++
+		}
+	}
+	for i := range was {
+		if moved || !slices.ContainsFunc(is, func(l wire.ServiceLoad) bool { return l.Name == was[i].Name }) {
+			v.gen[was[i].Name]++
+		}
+	}
+}
+
+// sameLoad tells whether two entries of a service say the same.
+func sameLoad(a, b *wire.ServiceLoad) bool {
+	return a.Name == b.Name && a.Announced == b.Announced && a.NewFlowsPerSecond == b.NewFlowsPerSecond &&
+		a.PacketsPerSecond == b.PacketsPerSecond && a.BytesPerSecond == b.BytesPerSecond &&
+		slices.Equal(a.Backends, b.Backends) && slices.Equal(a.Origins, b.Origins)
 }
 
 // remove forgets a deleted key. Called with mu held.
@@ -186,13 +240,21 @@ func (v *fleetView) remove(k []byte) {
 	key := string(k)
 	switch {
 	case strings.HasPrefix(key, v.keys.nodes()):
-		delete(v.records, strings.TrimPrefix(key, v.keys.nodes()))
+		name := strings.TrimPrefix(key, v.keys.nodes())
+		v.touchChanged(v.records[name].rec, nil)
+		delete(v.records, name)
 	case strings.HasPrefix(key, v.keys.alives()):
-		delete(v.alive, strings.TrimPrefix(key, v.keys.alives()))
+		name := strings.TrimPrefix(key, v.keys.alives())
+		if v.alive[name] {
+			delete(v.alive, name)
+			v.touchChanged(v.records[name].rec, nil)
+		}
 	case strings.HasPrefix(key, v.keys.steering()):
 		delete(v.steering, strings.TrimPrefix(key, v.keys.steering()))
 	case strings.HasPrefix(key, v.keys.services()):
-		delete(v.specs, v.keys.serviceName(k))
+		name := v.keys.serviceName(k)
+		delete(v.specs, name)
+		v.gen[name]++
 	}
 }
 
@@ -209,6 +271,7 @@ func (v *fleetView) moveTo(rev int64) {
 type fleetSnapshot struct {
 	rev      int64
 	specs    []wire.ServiceSpec // the services with origins, by name
+	gens     []viewGen          // of each of specs
 	records  []wire.NodeRecord  // the alive nodes' readable records, by node name
 	steering map[string]steeringValue
 	decoded  int           // records decoded since the snapshot before
@@ -226,6 +289,7 @@ func (v *fleetView) snapshot(ctx context.Context) (fleetSnapshot, error) {
 	v.decoded, v.decoding = 0, 0
 	for _, name := range slices.Sorted(maps.Keys(v.specs)) {
 		s.specs = append(s.specs, v.specs[name])
+		s.gens = append(s.gens, viewGen{v.epoch, v.gen[name]})
 	}
 	s.records = make([]wire.NodeRecord, 0, len(v.records))
 	for _, name := range slices.Sorted(maps.Keys(v.records)) {

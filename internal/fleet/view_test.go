@@ -59,13 +59,26 @@ func TestViewFollowsTheRecords(t *testing.T) {
 		t.Fatalf("records %v, %d decoded", demand, s.decoded)
 	}
 
+	// web's generation: what its observation stands on
+	gen := func() uint64 {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		return v.gen["web"]
+	}
+	g := gen()
 	putRaw(k.node("n1"), record("n1", "sjc", 100)) // the same bytes again
-	if s, demand = snapshot(); s.decoded != 0 || demand["n1"] != 100 {
-		t.Fatalf("an unchanged record: %d decoded, records %v", s.decoded, demand)
+	if s, demand = snapshot(); s.decoded != 0 || demand["n1"] != 100 || gen() != g {
+		t.Fatalf("an unchanged record: %d decoded, records %v, web's generation %d → %d", s.decoded, demand, g, gen())
+	}
+	other := record("n1", "sjc", 100)
+	other.Addresses = []string{"10.0.0.1"} // changed, but not web's entry
+	putRaw(k.node("n1"), other)
+	if s, _ = snapshot(); s.decoded != 1 || gen() != g {
+		t.Fatalf("a record changed but not in web: %d decoded, web's generation %d → %d", s.decoded, g, gen())
 	}
 	putRaw(k.node("n1"), record("n1", "sjc", 150))
-	if s, demand = snapshot(); s.decoded != 1 || demand["n1"] != 150 {
-		t.Fatalf("a changed record: %d decoded, records %v", s.decoded, demand)
+	if s, demand = snapshot(); s.decoded != 1 || demand["n1"] != 150 || gen() == g {
+		t.Fatalf("a changed record: %d decoded, records %v, web's generation %d → %d", s.decoded, demand, g, gen())
 	}
 
 	if _, err := cli.Delete(context.Background(), k.node("n2")); err != nil {
@@ -89,8 +102,12 @@ func TestViewFollowsTheRecords(t *testing.T) {
 	}
 	wctx, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel2()
+	g = gen()
 	if err := v.waitFor(wctx, func() bool { return !v.alive["n3"] }); err != nil {
 		t.Fatalf("n3's lease did not expire in the view: %v", err)
+	}
+	if gen() == g {
+		t.Fatal("n3 gone, and web's generation did not move")
 	}
 	if _, demand = snapshot(); len(demand) != 1 || demand["n1"] != 150 {
 		t.Fatalf("after n3's lease expired: %v", demand)
