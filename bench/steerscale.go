@@ -214,7 +214,7 @@ func liveRoundsOf(w io.Writer, runs int, format recordFormat) ([]Figure, error) 
 					return r, nil
 				}
 			}
-			time.Sleep(time.Millisecond) // a bench polls
+			time.Sleep(5 * time.Millisecond) // a bench polls: its CPU is in the figures, a little
 		}
 		return liveRound{}, errors.New("no round within the deadline")
 	}
@@ -228,6 +228,11 @@ func liveRoundsOf(w io.Writer, runs int, format recordFormat) ([]Figure, error) 
 	// the view's first read of the fleet and the first round: CPU up to the first round's end
 	fmt.Fprintf(w, "  the controller's first read of the fleet and its first round: %v wall, CPU: controller %v, etcd %v; %d keys, %.1f MB written\n",
 		time.Since(loadBegan).Round(time.Millisecond), first.cpu-loadCPU, first.etcdCPU-loadEtcd, first.Writes, float64(first.Bytes)/1e6)
+	var mem runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&mem)
+	fmt.Fprintf(w, "  the controller's heap with the fleet decoded: %.0f MB (the bench's own world in it)\n", float64(mem.HeapAlloc)/1e6)
+	heap := NewFigure("steering", fmt.Sprintf("live, %v: the controller's heap with the fleet decoded", format), "MB", []float64{float64(mem.HeapAlloc) / 1e6})
 	firstLoad := NewFigure("steering", fmt.Sprintf("live, %v: the controller's first read of the fleet and first round, the controller's CPU", format), "ms",
 		[]float64{ms(first.cpu - loadCPU)})
 
@@ -250,34 +255,50 @@ func liveRoundsOf(w io.Writer, runs int, format recordFormat) ([]Figure, error) 
 		}
 	}
 	for run := range runs {
-		// one site's demand of one service rises by half: both its nodes' records
-		site, service := 17*(run+1), run%steerServices
-		for n := range 2 {
-			if _, err := putNodeRecord(ctx, cli, lease.ID, obs, specs, format, site, n, service); err != nil {
+		// one site's demand of one service rises by half (both its nodes' records), right
+		// after a round that refreshed decisions, so that the next rounds likely refresh
+		// none: the round measured decides what the change moved. One that refreshed some
+		// too is measured again with another change (up to 5 times).
+		var st liveRound
+		for try := range 5 {
+			for refreshed := false; !refreshed; {
+				if st, err = next(0); err != nil {
+					return nil, err
+				}
+				if refreshed = st.Writes > 0; refreshed && st.Writes == steerServices {
+					refresh = append(refresh, st)
+				}
+			}
+			site, service := 17*(5*run+try+1)%steerWorld.Sites, run%steerServices
+			for n := range 2 {
+				if _, err := putNodeRecord(ctx, cli, lease.ID, obs, specs, format, site, n, service); err != nil {
+					return nil, err
+				}
+			}
+			resp, err := cli.Get(ctx, "rev")
+			if err != nil {
 				return nil, err
 			}
-		}
-		resp, err := cli.Get(ctx, "rev")
-		if err != nil {
-			return nil, err
-		}
-		st, err := next(resp.Header.Revision)
-		if err != nil {
-			return nil, err
+			if st, err = next(resp.Header.Revision); err != nil {
+				return nil, err
+			}
+			// let the shares settle before the next change (the gap halves every round)
+			for settle, moving := 0, st; moving.Writes > 0; settle++ {
+				if settle == 30 {
+					return nil, errors.New("the shares still move 30 rounds after a change")
+				}
+				if moving, err = next(0); err != nil {
+					return nil, err
+				}
+			}
+			if st.Writes == 1 {
+				break
+			}
 		}
 		changed = append(changed, st)
-		// let the shares settle before the next change (the gap halves every round)
-		for settle := 0; st.Writes > 0 && run < runs-1; settle++ {
-			if settle == 30 {
-				return nil, errors.New("the shares still move 30 rounds after a change")
-			}
-			if st, err = next(0); err != nil {
-				return nil, err
-			}
-		}
 	}
 
-	figs := []Figure{firstLoad}
+	figs := []Figure{firstLoad, heap}
 	total := func(st liveRound) float64 { return ms(st.Read + st.Decide + st.Write) }
 	for _, set := range []struct {
 		what   string
@@ -286,9 +307,10 @@ func liveRoundsOf(w io.Writer, runs int, format recordFormat) ([]Figure, error) 
 		if len(set.rounds) == 0 {
 			continue
 		}
-		var all, read, decide, write, writes, bytes, cpu, etcd, decoded []float64
+		var all, read, decide, write, writes, bytes, cpu, etcd, decoded, settled []float64
 		for _, st := range set.rounds {
 			cpu, etcd, decoded = append(cpu, ms(st.cpu)), append(etcd, ms(st.etcdCPU)), append(decoded, float64(st.Decoded))
+			settled = append(settled, float64(st.Settled))
 			all, read, decide = append(all, total(st)), append(read, ms(st.Read)), append(decide, ms(st.Decide))
 			write, writes, bytes = append(write, ms(st.Write)), append(writes, float64(st.Writes)), append(bytes, float64(st.Bytes)/1e3)
 		}
@@ -306,12 +328,13 @@ func liveRoundsOf(w io.Writer, runs int, format recordFormat) ([]Figure, error) 
 			NewFigure("steering", name+": read (the view)", "ms", read),
 			NewFigure("steering", name+": records decoded", "records", decoded),
 			NewFigure("steering", name+": decide", "ms", decide),
+			NewFigure("steering", name+": services left as they were (settled)", "services", settled),
 			NewFigure("steering", name+": write", "ms", write),
 			NewFigure("steering", name+": keys written", "keys", writes),
 			NewFigure("steering", name+": bytes written", "kB", bytes))
-		fmt.Fprintf(w, "  %-45s %8.1f ms (read %.1f, decide %.1f, write %.1f; CPU: controller %.0f ms, etcd %.0f ms), %.0f records decoded, %.0f keys, %.0f kB written (medians of %d)\n",
+		fmt.Fprintf(w, "  %-45s %8.1f ms (read %.1f, decide %.1f, write %.1f; CPU: controller %.0f ms, etcd %.0f ms), %.0f records decoded, %.0f services settled, %.0f keys, %.0f kB written (medians of %d)\n",
 			set.what, Summary(all).Median, Summary(read).Median, Summary(decide).Median, Summary(write).Median, Summary(cpu).Median, Summary(etcd).Median,
-			Summary(decoded).Median, Summary(writes).Median, Summary(bytes).Median, len(set.rounds))
+			Summary(decoded).Median, Summary(settled).Median, Summary(writes).Median, Summary(bytes).Median, len(set.rounds))
 	}
 	return figs, nil
 }

@@ -55,6 +55,9 @@ type Controller struct {
 	// shares in force: while neither moves, the law would give them back again. Used
 	// by the rounds alone.
 	settled map[string]fixedPoint
+	// termWrote is the services written in this term: each once at least, the leader
+	// their shares name changed. Used by the rounds alone; reset when leading starts.
+	termWrote map[string]bool
 
 	mu      sync.Mutex
 	leading bool
@@ -104,7 +107,7 @@ func (c *Controller) LastRound() RoundStats {
 // NewController makes a controller named name (its identity in the election).
 func NewController(cli *clientv3.Client, prefix, name string, interval, lease time.Duration, log *slog.Logger) *Controller {
 	c := &Controller{cli: cli, keys: newKeys(prefix), name: name, interval: interval, lease: lease, law: steer.Manifold{}, log: log,
-		clock: clock.Real(), mine: map[string]mineSteering{}, settled: map[string]fixedPoint{}}
+		clock: clock.Real(), mine: map[string]mineSteering{}, settled: map[string]fixedPoint{}, termWrote: map[string]bool{}}
 	c.view = newFleetView(cli, c.keys, c.clock, log)
 	return c
 }
@@ -175,12 +178,8 @@ func (c *Controller) term(ctx context.Context) error {
 	tick := c.clock.NewTicker(c.interval)
 	defer tick.Stop()
 	for {
-		// a round may outlast its interval (the ticker drops the ticks it missed): a term's
-		// first round at 1 000 sites writes 10 MB of shares, more than a second's work
-		// for a loaded etcd, and a round cut short writes nothing the next would not
-		rctx, cancel := context.WithTimeout(ctx, max(c.interval, roundTimeout))
-		err := c.round(rctx, c.clock.Now(), held)
-		cancel()
+		// a round may outlast its interval (the ticker drops the ticks it missed)
+		err := c.round(ctx, c.clock.Now(), held)
 		if errors.Is(err, errNotLeader) {
 			return err
 		}
@@ -202,13 +201,16 @@ func (c *Controller) setLeading(v bool) {
 	defer c.mu.Unlock()
 	c.leading = v
 	c.written = nil
+	c.termWrote = map[string]bool{}
 }
 
 var errNotLeader = errors.New("no longer the leader")
 
-// roundTimeout bounds a round's requests (at least; an interval longer than it bounds
-// them instead).
-const roundTimeout = 10 * time.Second
+// roundWriteTimeout bounds each write transaction of a round (at least; an interval longer
+// than it bounds them instead): a term's first round at 1 000 sites writes 10 MB of
+// shares, seconds of work for a loaded etcd. What a round wrote before one failed
+// stays written: the next round does not write it again.
+const roundWriteTimeout = 10 * time.Second
 
 // maxWriteBytes bounds the values one write transaction carries: etcd refuses a
 // request above 1.5 MiB (its --max-request-bytes), and a service of 1 000 sites ×
@@ -234,8 +236,8 @@ func (c *Controller) stale(cur wire.Steering, now time.Time) bool {
 }
 
 // round reads the fleet, decides every service with origins and writes the shares
-// that changed, if held still holds. A term's first round writes every service: the
-// leader they name changes.
+// that changed, if held still holds. Every service is written once in a term (by its
+// first round, or the first that gets it written): the leader they name changes.
 func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp) error {
 	var stats RoundStats
 	began := time.Now()
@@ -247,16 +249,14 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 	decided := time.Now()
 	stats.Read = decided.Sub(began)
 
-	c.mu.Lock()
-	all := c.written == nil
-	c.mu.Unlock()
 	var writes []steeringWrite
 	var written []wire.Steering
 	withOrigins := map[string]bool{}
 	for k, spec := range snap.specs {
 		withOrigins[spec.Name] = true
 		cur, rev, had := c.current(spec.Name, snap)
-		if fp, ok := c.settled[spec.Name]; ok && had && !all && fp == (fixedPoint{snap.gens[k], rev}) && !c.stale(cur, now) {
+		again := !c.termWrote[spec.Name] // the leader its shares name is another
+		if fp, ok := c.settled[spec.Name]; ok && had && !again && fp == (fixedPoint{snap.gens[k], rev}) && !c.stale(cur, now) {
 			stats.Services++
 			stats.Settled++
 			written = append(written, cur) // nothing moved: the law would give them back
@@ -272,7 +272,7 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 		shares := d.Shares()
 		if had && steer.Shares(cur.Shares).Equal(shares) {
 			c.settled[spec.Name] = fixedPoint{snap.gens[k], rev}
-			if !all && !c.stale(cur, now) {
+			if !again && !c.stale(cur, now) {
 				written = append(written, cur) // in force already: the nodes have nothing to do
 				continue
 			}
@@ -314,7 +314,9 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 		for i := range ops {
 			ops[i] = writes[i].op
 		}
-		w, err := c.cli.Txn(ctx).If(held).Then(ops...).Commit()
+		wctx, cancel := context.WithTimeout(ctx, max(c.interval, roundWriteTimeout))
+		w, err := c.cli.Txn(wctx).If(held).Then(ops...).Commit()
+		cancel()
 		if err != nil {
 			return fmt.Errorf("write the shares: %w", err)
 		}
@@ -327,6 +329,7 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 				delete(c.settled, wr.service)
 			} else {
 				c.mine[wr.service] = mineSteering{rev: w.Header.Revision, st: *wr.st}
+				c.termWrote[wr.service] = true
 			}
 		}
 		stats.Writes += n
