@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -24,9 +21,12 @@ import (
 
 // The live steering controller, `manifold steer --config`:
 //
-//	campaign (etcd election under P/steer/leader, a lease of Lease)
+//	the fleet's view (view.go): P/services/, P/nodes/, P/alive/, P/steering/ kept
+//	    from a watch, each record decoded once when it changes
+//	campaign (etcd election under P/steer/leader, a lease of Lease), once the
+//	    view is read
 //	leader: every Interval, one round:
-//	    read P/services/, P/nodes/, P/alive/, P/steering/ at one revision
+//	    the view at its revision
 //	    per service with origins: the alive nodes' records ─► steer.Observation
 //	    steer.Manifold.Decide(observation, the shares in force) ─► P/steering/<service>
 //	    when its shares changed (every service in a term's first round), written only
@@ -45,6 +45,19 @@ type Controller struct {
 	law             steer.Controller
 	log             *slog.Logger
 	clock           clock.Clock // paces the rounds and dates them; request timeouts are their contexts'
+	view            *fleetView
+	// mine is each service's shares as this controller last wrote them, with the
+	// revision of the write: the steering key at that revision is not decoded again.
+	// Used by the rounds alone.
+	mine map[string]mineSteering
+	// settled is, for each service last decided at a fixed point (the law gave back
+	// the shares in force), where its observation stood then and the revision of the
+	// shares in force: while neither moves, the law would give them back again. Used
+	// by the rounds alone.
+	settled map[string]fixedPoint
+	// termWrote is the services written in this term: each once at least, the leader
+	// their shares name changed. Used by the rounds alone; reset when leading starts.
+	termWrote map[string]bool
 
 	mu      sync.Mutex
 	leading bool
@@ -53,12 +66,31 @@ type Controller struct {
 	last    RoundStats
 }
 
+// fixedPoint is where a service stood when the law gave back its shares in force.
+type fixedPoint struct {
+	gen viewGen
+	rev int64
+}
+
+// mineSteering is a service's shares as the controller wrote them, at rev.
+type mineSteering struct {
+	rev int64
+	st  wire.Steering
+}
+
 // RoundStats is what a round cost: its time by phase, and what it wrote.
 type RoundStats struct {
-	// Read is reading the fleet (one etcd transaction) and decoding the records;
-	// Decide the control law over every service; Write the transactions that wrote.
+	// Read is taking the fleet's view (kept from a watch); Decide the observations and
+	// the control law over every service; Write the transactions that wrote.
 	Read, Decide, Write time.Duration
 	Records, Services   int // the alive nodes' records read, the services decided
+	// Settled is the services of Services not observed nor decided again: nothing of
+	// them changed since the law last gave back their shares in force.
+	Settled int
+	// Decoded is the records the view decoded since the round before (those that
+	// changed), Decoding the time it took, on the view's goroutine rather than in Read.
+	Decoded  int
+	Decoding time.Duration
 	// Revision is the store's revision the round read.
 	Revision int64
 	// Writes counts the keys put or deleted, Bytes the values put.
@@ -74,7 +106,10 @@ func (c *Controller) LastRound() RoundStats {
 
 // NewController makes a controller named name (its identity in the election).
 func NewController(cli *clientv3.Client, prefix, name string, interval, lease time.Duration, log *slog.Logger) *Controller {
-	return &Controller{cli: cli, keys: newKeys(prefix), name: name, interval: interval, lease: lease, law: steer.Manifold{}, log: log, clock: clock.Real()}
+	c := &Controller{cli: cli, keys: newKeys(prefix), name: name, interval: interval, lease: lease, law: steer.Manifold{}, log: log,
+		clock: clock.Real(), mine: map[string]mineSteering{}, settled: map[string]fixedPoint{}, termWrote: map[string]bool{}}
+	c.view = newFleetView(cli, c.keys, c.clock, log)
+	return c
 }
 
 // Leading tells whether the controller leads now; Rounds counts its rounds.
@@ -100,9 +135,18 @@ func (c *Controller) Written() []wire.Steering {
 	return c.written
 }
 
-// Run campaigns and, while it leads, decides every interval, until ctx ends; then it
-// resigns, so that a standby takes over at once rather than when the lease ends.
+// Run keeps the fleet's view, campaigns once it has read the fleet and, while it
+// leads, decides every interval, until ctx ends; then it resigns, so that a standby
+// takes over at once rather than when the lease ends. A standby keeps its view too:
+// it leads from its first round.
 func (c *Controller) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { c.view.run(ctx) }) // the view's goroutine, owned by Run
+	defer func() { cancel(); wg.Wait() }()
+	if err := c.view.waitFor(ctx, func() bool { return c.view.loaded }); err != nil {
+		return nil // ctx ended
+	}
 	for {
 		err := c.term(ctx)
 		if ctx.Err() != nil {
@@ -134,9 +178,8 @@ func (c *Controller) term(ctx context.Context) error {
 	tick := c.clock.NewTicker(c.interval)
 	defer tick.Stop()
 	for {
-		rctx, cancel := context.WithTimeout(ctx, max(c.interval, time.Second))
-		err := c.round(rctx, c.clock.Now(), held)
-		cancel()
+		// a round may outlast its interval (the ticker drops the ticks it missed)
+		err := c.round(ctx, c.clock.Now(), held)
 		if errors.Is(err, errNotLeader) {
 			return err
 		}
@@ -158,9 +201,16 @@ func (c *Controller) setLeading(v bool) {
 	defer c.mu.Unlock()
 	c.leading = v
 	c.written = nil
+	c.termWrote = map[string]bool{}
 }
 
 var errNotLeader = errors.New("no longer the leader")
+
+// roundWriteTimeout bounds each write transaction of a round (at least; an interval longer
+// than it bounds them instead): a term's first round at 1 000 sites writes 10 MB of
+// shares, seconds of work for a loaded etcd. What a round wrote before one failed
+// stays written: the next round does not write it again.
+const roundWriteTimeout = 10 * time.Second
 
 // maxWriteBytes bounds the values one write transaction carries: etcd refuses a
 // request above 1.5 MiB (its --max-request-bytes), and a service of 1 000 sites ×
@@ -186,67 +236,46 @@ func (c *Controller) stale(cur wire.Steering, now time.Time) bool {
 }
 
 // round reads the fleet, decides every service with origins and writes the shares
-// that changed, if held still holds. A term's first round writes every service: the
-// leader they name changes.
+// that changed, if held still holds. Every service is written once in a term (by its
+// first round, or the first that gets it written): the leader they name changes.
 func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp) error {
 	var stats RoundStats
 	began := time.Now()
-	resp, err := c.cli.Txn(ctx).Then(
-		clientv3.OpGet(c.keys.services(), clientv3.WithPrefix()),
-		clientv3.OpGet(c.keys.nodes(), clientv3.WithPrefix()),
-		clientv3.OpGet(c.keys.alives(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-		clientv3.OpGet(c.keys.steering(), clientv3.WithPrefix()),
-	).Commit()
+	snap, err := c.view.snapshot(ctx)
 	if err != nil {
-		return fmt.Errorf("read the fleet: %w", err)
+		return err
 	}
-	alive := map[string]bool{}
-	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
-		alive[strings.TrimPrefix(string(kv.Key), c.keys.alives())] = true
-	}
-	var records []wire.NodeRecord
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		var r wire.NodeRecord
-		// a record of a newer format than this release reads is passed by, not misread
-		if decode.JSONInto(kv.Value, decode.MaxFileSize, &r) == nil && alive[r.Name] && r.Readable() {
-			records = append(records, r)
-		}
-	}
-	current := map[string]wire.Steering{}
-	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
-		var st wire.Steering
-		if decode.JSONInto(kv.Value, decode.MaxFileSize, &st) == nil {
-			current[strings.TrimPrefix(string(kv.Key), c.keys.steering())] = st
-		}
-	}
-	stats.Records, stats.Revision = len(records), resp.Header.Revision
+	stats.Records, stats.Revision, stats.Decoded, stats.Decoding = len(snap.records), snap.rev, snap.decoded, snap.decoding
 	decided := time.Now()
 	stats.Read = decided.Sub(began)
 
-	c.mu.Lock()
-	all := c.written == nil
-	c.mu.Unlock()
-	var ops []clientv3.Op
-	var sizes []int
+	var writes []steeringWrite
 	var written []wire.Steering
 	withOrigins := map[string]bool{}
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		var spec wire.ServiceSpec
-		if err := decodeSpec(kv.Value, &spec); err != nil || len(spec.Origins) == 0 {
-			continue // the nodes refuse a service that does not parse; one without origins is not steered
-		}
+	for k, spec := range snap.specs {
 		withOrigins[spec.Name] = true
-		obs, ok := Observe(spec, records)
+		cur, rev, had := c.current(spec.Name, snap)
+		again := !c.termWrote[spec.Name] // the leader its shares name is another
+		if fp, ok := c.settled[spec.Name]; ok && had && !again && fp == (fixedPoint{snap.gens[k], rev}) && !c.stale(cur, now) {
+			stats.Services++
+			stats.Settled++
+			written = append(written, cur) // nothing moved: the law would give them back
+			continue
+		}
+		delete(c.settled, spec.Name)
+		obs, ok := Observe(spec, snap.records)
 		if !ok {
 			continue // no alive node carries it: nothing to decide on, the shares stay
 		}
 		stats.Services++
-		cur, had := current[spec.Name]
 		d := c.law.Decide(now, obs, steer.Shares(cur.Shares))
 		shares := d.Shares()
-		if had && !all && steer.Shares(cur.Shares).Equal(shares) && !c.stale(cur, now) {
-			written = append(written, cur) // in force already: the nodes have nothing to do
-			continue
+		if had && steer.Shares(cur.Shares).Equal(shares) {
+			c.settled[spec.Name] = fixedPoint{snap.gens[k], rev}
+			if !again && !c.stale(cur, now) {
+				written = append(written, cur) // in force already: the nodes have nothing to do
+				continue
+			}
 		}
 		st := wire.Steering{Service: spec.Name, Round: cur.Round + 1, At: now.UTC().Format(time.RFC3339Nano), Leader: c.name,
 			Shares: wire.Shares(shares), Decision: steer.WireDecision(d)}
@@ -263,36 +292,49 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 				return err
 			}
 		}
-		ops = append(ops, clientv3.OpPut(c.keys.steeringOf(spec.Name), string(value)))
-		sizes = append(sizes, len(value))
+		writes = append(writes, steeringWrite{clientv3.OpPut(c.keys.steeringOf(spec.Name), string(value)), len(value), spec.Name, &st})
 		written = append(written, st)
 	}
 	// a service that lost its origins (or was deleted) goes back to its own weights
-	for name := range current {
+	for name := range snap.steering {
 		if !withOrigins[name] {
-			ops = append(ops, clientv3.OpDelete(c.keys.steeringOf(name)))
-			sizes = append(sizes, 0)
+			writes = append(writes, steeringWrite{clientv3.OpDelete(c.keys.steeringOf(name)), 0, name, nil})
 		}
 	}
 	wrote := time.Now()
 	stats.Decide = wrote.Sub(decided)
 	// in transactions within etcd's bounds, each held to the leader key
-	for len(ops) > 0 {
+	for len(writes) > 0 {
 		n, size := 0, 0
-		for n < len(ops) && n < maxWriteOps && (n == 0 || size+sizes[n] <= maxWriteBytes) {
-			size += sizes[n]
+		for n < len(writes) && n < maxWriteOps && (n == 0 || size+writes[n].size <= maxWriteBytes) {
+			size += writes[n].size
 			n++
 		}
-		w, err := c.cli.Txn(ctx).If(held).Then(ops[:n]...).Commit()
+		ops := make([]clientv3.Op, n)
+		for i := range ops {
+			ops[i] = writes[i].op
+		}
+		wctx, cancel := context.WithTimeout(ctx, max(c.interval, roundWriteTimeout))
+		w, err := c.cli.Txn(wctx).If(held).Then(ops...).Commit()
+		cancel()
 		if err != nil {
 			return fmt.Errorf("write the shares: %w", err)
 		}
 		if !w.Succeeded {
 			return errNotLeader
 		}
+		for _, wr := range writes[:n] {
+			if wr.st == nil {
+				delete(c.mine, wr.service)
+				delete(c.settled, wr.service)
+			} else {
+				c.mine[wr.service] = mineSteering{rev: w.Header.Revision, st: *wr.st}
+				c.termWrote[wr.service] = true
+			}
+		}
 		stats.Writes += n
 		stats.Bytes += size
-		ops, sizes = ops[n:], sizes[n:]
+		writes = writes[n:]
 	}
 	stats.Write = time.Since(wrote)
 	c.mu.Lock()
@@ -303,6 +345,29 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 	return nil
 }
 
+// steeringWrite is a put of a service's shares (st), or the delete of its key (st nil).
+type steeringWrite struct {
+	op      clientv3.Op
+	size    int
+	service string
+	st      *wire.Steering
+}
+
+// current is a service's shares in force in snap, and the revision of their write:
+// those this controller wrote, unless the view shows a later write of the key, or its
+// delete after the write; else the key decoded. had is false when the service has none
+// (or none that decode).
+func (c *Controller) current(service string, snap fleetSnapshot) (st wire.Steering, rev int64, had bool) {
+	sv, ok := snap.steering[service]
+	if m, mine := c.mine[service]; mine && (ok && sv.rev <= m.rev || !ok && snap.rev < m.rev) {
+		return m.st, m.rev, true // the view may not have caught up with the write yet
+	}
+	if !ok || decode.JSONInto(sv.value, decode.MaxFileSize, &st) != nil {
+		return wire.Steering{}, 0, false
+	}
+	return st, sv.rev, true
+}
+
 // decodeSpec reads a service document of the fleet store (YAML, bounded by package
 // decode) into its wire form.
 func decodeSpec(data []byte, spec *wire.ServiceSpec) error {
@@ -311,112 +376,4 @@ func decodeSpec(data []byte, spec *wire.ServiceSpec) error {
 		return err
 	}
 	return doc.Decode(spec)
-}
-
-// Observe is what the alive nodes' records say of a service with origins: each
-// origin's capacity, load (the new flows/s the nodes sent its backends, or the new
-// streams/s their tunnel edges opened to its connectors) and health (a backend of it
-// healthy, or a connector of it attached, on some node), and each site's demand (the
-// new flows/s of its nodes) and RTT to each origin (see siteRTT). ok is false when no
-// alive node carries the service.
-func Observe(spec wire.ServiceSpec, records []wire.NodeRecord) (obs steer.Observation, ok bool) {
-	originOf := map[netip.Addr]string{}
-	for _, b := range spec.Backends {
-		if a, err := netip.ParseAddr(b.Address); err == nil {
-			originOf[a] = b.Origin
-		}
-	}
-	named := map[string]bool{} // a node's tunnel edge names an origin by its name
-	for _, o := range spec.Origins {
-		named[o.Name] = true
-	}
-	load := map[string]float64{}
-	healthy := map[string]bool{}
-	demand := map[string]float64{}
-	rtts := map[string]map[string][]float64{} // site → origin → each node's RTT, ms
-	for _, r := range records {
-		for _, sl := range r.Services {
-			if sl.Name != spec.Name {
-				continue
-			}
-			ok = true
-			demand[r.Site] += sl.NewFlowsPerSecond
-			nodeRTT := map[string][]float64{}
-			for _, v := range originViews(sl, originOf, named) {
-				load[v.origin] += v.load
-				healthy[v.origin] = healthy[v.origin] || v.healthy
-				if v.healthy && v.rttMs > 0 {
-					nodeRTT[v.origin] = append(nodeRTT[v.origin], v.rttMs)
-				}
-			}
-			if rtts[r.Site] == nil {
-				rtts[r.Site] = map[string][]float64{}
-			}
-			for o, ms := range nodeRTT {
-				rtts[r.Site][o] = append(rtts[r.Site][o], mean(ms))
-			}
-		}
-	}
-	for _, o := range spec.Origins {
-		obs.Origins = append(obs.Origins, steer.Origin{Name: o.Name, Capacity: float64(o.Capacity), Load: load[o.Name], Healthy: healthy[o.Name]})
-	}
-	for _, site := range slices.Sorted(maps.Keys(demand)) {
-		obs.Sites = append(obs.Sites, steer.Site{Name: site, Demand: demand[site], RTT: siteRTT(spec.Origins, rtts[site])})
-	}
-	return obs, ok
-}
-
-// originView is what a node sees of an origin through one of its backends (a routed
-// origin) or through its tunnel edge (a tunnelled origin): the same figures, so that
-// steering observes both alike.
-type originView struct {
-	origin  string
-	load    float64 // new flows (streams) per second
-	healthy bool
-	rttMs   float64 // 0: not measured
-}
-
-// originViews are a node's views of the service's origins: one per backend of an
-// origin, one per origin its tunnel edge reaches. A backend or an origin the service
-// does not have is left out.
-func originViews(sl wire.ServiceLoad, originOf map[netip.Addr]string, named map[string]bool) []originView {
-	out := make([]originView, 0, len(sl.Backends)+len(sl.Origins))
-	for _, b := range sl.Backends {
-		a, err := netip.ParseAddr(b.Address)
-		if o, known := originOf[a]; err == nil && known {
-			out = append(out, originView{o, b.NewFlowsPerSecond, b.Healthy, b.RTTMilliseconds})
-		}
-	}
-	for _, o := range sl.Origins {
-		if named[o.Name] {
-			out = append(out, originView{o.Name, o.NewFlowsPerSecond, o.Healthy, o.RTTMilliseconds})
-		}
-	}
-	return out
-}
-
-// siteRTT is a site's RTT to each origin: the mean over the site's nodes of each
-// node's mean RTT to the origin's healthy backends. A site whose nodes measured
-// nothing (a health check of kind none, or none succeeded yet) has every origin at 0,
-// so that the target breaks the tie in the order of the service's origins. An origin
-// that the site's nodes measured nothing of while they measured others has no healthy
-// backend from there: it is left out, unreachable from the site.
-func siteRTT(origins []wire.OriginSpec, measured map[string][]float64) map[string]time.Duration {
-	rtt := map[string]time.Duration{}
-	for _, o := range origins {
-		if len(measured) == 0 {
-			rtt[o.Name] = 0
-		} else if ms, ok := measured[o.Name]; ok {
-			rtt[o.Name] = time.Duration(mean(ms) * float64(time.Millisecond))
-		}
-	}
-	return rtt
-}
-
-func mean(xs []float64) float64 {
-	var sum float64
-	for _, x := range xs {
-		sum += x
-	}
-	return sum / float64(len(xs))
 }

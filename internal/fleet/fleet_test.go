@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/manifoldlb/manifold/internal/api/wire"
+	"github.com/manifoldlb/manifold/internal/clock"
 	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/reconcile"
 	"github.com/manifoldlb/manifold/internal/store"
@@ -884,5 +885,76 @@ func TestCatchUpWaitsForTheStoreRevision(t *testing.T) {
 	}
 	if got := a.State().AppliedRevision; got < want {
 		t.Fatalf("caught up at revision %d, the store had %d", got, want)
+	}
+}
+
+// A node writes its record when it changed, not every second: an unchanged record is
+// not written again (its lease is kept alive), a changed one is at the next second,
+// and an unchanged one again, the same bytes, once recordRefresh has passed. A fake
+// clock drives the publisher; each call for the node's record marks a publication.
+func TestARecordIsWrittenWhenItChanges(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	fake := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	k := &sink{updates: make(chan reconcile.Update, 1000)}
+	a := NewSource(cli, prefix, nodeFile(t, "a"), k, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a.clock = fake
+	var site atomic.Value
+	site.Store("s1")
+	calls := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		a.Publish(ctx, func() wire.NodeRecord {
+			select {
+			case calls <- struct{}{}:
+			case <-ctx.Done():
+			}
+			return wire.NodeRecord{Site: site.Load().(string)}
+		})
+	})
+	defer func() { cancel(); wg.Wait() }()
+	<-calls // the first publication
+	// tick lets the publication under way finish and the next one start
+	tick := func(d time.Duration) {
+		t.Helper()
+		bctx, bcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer bcancel()
+		if err := fake.BlockUntilContext(bctx, 1); err != nil {
+			t.Fatal("the publisher armed no ticker")
+		}
+		fake.Advance(d)
+		<-calls
+	}
+	written := func() (version int64, value string) {
+		t.Helper()
+		resp, err := cli.Get(context.Background(), newKeys(prefix).node("a"))
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("a's record: %v %v", resp, err)
+		}
+		return resp.Kvs[0].Version, string(resp.Kvs[0].Value)
+	}
+	tick(publishEvery)
+	v1, first := written()
+	for range 5 {
+		tick(publishEvery)
+	}
+	if v, _ := written(); v != v1 {
+		t.Fatalf("an unchanged record written %d times in 5 s", v-v1)
+	}
+	if resp, err := cli.Get(context.Background(), newKeys(prefix).alive("a")); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("a's alive key: %v %v", resp, err)
+	}
+	site.Store("s2")
+	tick(publishEvery) // the changed record is read
+	tick(publishEvery) // and written
+	v2, changed := written()
+	var rec wire.NodeRecord
+	if err := json.Unmarshal([]byte(changed), &rec); err != nil || v2 != v1+1 || rec.Site != "s2" || changed == first {
+		t.Fatalf("after a change: version %d (was %d), %s", v2, v1, changed)
+	}
+	tick(recordRefresh)
+	tick(publishEvery)
+	if v3, again := written(); v3 != v2+1 || again != changed {
+		t.Fatalf("after %v unchanged: version %d (was %d), %s, want the same bytes again", recordRefresh, v3, v2, again)
 	}
 }

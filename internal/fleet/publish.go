@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,13 +18,20 @@ import (
 
 const (
 	publishEvery = time.Second
+	// recordRefresh is how often a node writes its record again while it does not
+	// change (the same bytes, which the steering controller does not decode again):
+	// a record deleted behind the node's back comes back.
+	recordRefresh = time.Minute
 	// leaseTTL is how long a node stays alive in the fleet's eyes after its last
 	// keep-alive, in seconds: a few missed publications, not one.
 	leaseTTL = 5
 )
 
-// Publish writes the node's record and keeps its alive key under a lease, every
-// second until ctx ends; then it revokes the lease, so the node shows gone at once.
+// Publish keeps the node's alive key under a lease, every second until ctx ends, and
+// writes its record when it changed (at most every second; the same again every
+// recordRefresh): at 1 000 sites the records are what the steering controller reads,
+// and an unchanged one costs it nothing. Then it revokes the lease, so the node shows
+// gone at once.
 // record gives what the node knows (name, site, addresses, BGP, load); the source
 // fills in what it knows (applied revision, apply error, stale since). Runs on a
 // goroutine of the caller's, which owns it.
@@ -33,8 +41,9 @@ func (s *Source) Publish(ctx context.Context, record func() wire.NodeRecord) {
 	defer tick.Stop()
 	var failing error
 	var truncated *wire.RecordTruncation // the last record's cut; nil: it fit whole
+	var last lastRecord
 	for {
-		cut, err := s.publish(ctx, &lease, record())
+		cut, err := s.publish(ctx, &lease, &last, record())
 		switch {
 		case err != nil && failing == nil && ctx.Err() == nil:
 			s.log.Warn("cannot publish the node's record in the fleet store", "err", err)
@@ -58,13 +67,33 @@ func (s *Source) Publish(ctx context.Context, record func() wire.NodeRecord) {
 	}
 }
 
+// lastRecord is the record a node last wrote, when, and the lease of its alive key.
+type lastRecord struct {
+	data      []byte
+	updatedAt string // its UpdatedAt
+	written   time.Time
+	lease     clientv3.LeaseID
+}
+
 // publish keeps the lease (granting a new one when it expired while etcd was away)
-// and writes the alive key and the record, cut to its bound (encodeRecord): cut says
-// what it left out, nil when the record fit whole.
-func (s *Source) publish(ctx context.Context, lease *clientv3.LeaseID, rec wire.NodeRecord) (cut *wire.RecordTruncation, err error) {
-	data, cut, err := encodeRecord(s.fill(rec))
+// and writes the alive key under a new lease, and the record, cut to its bound
+// (encodeRecord), when it is not the last one written (its time aside), with a new
+// lease, or recordRefresh after the last write: cut says what it left out, nil when
+// the record fit whole.
+func (s *Source) publish(ctx context.Context, lease *clientv3.LeaseID, last *lastRecord, rec wire.NodeRecord) (cut *wire.RecordTruncation, err error) {
+	rec = s.fill(rec)
+	now := rec.UpdatedAt
+	rec.UpdatedAt = last.updatedAt // unchanged, it is the same bytes as the last write
+	data, cut, err := encodeRecord(rec)
 	if err != nil {
 		return nil, err
+	}
+	changed := !bytes.Equal(data, last.data)
+	if changed {
+		rec.UpdatedAt = now
+		if data, cut, err = encodeRecord(rec); err != nil {
+			return nil, err
+		}
 	}
 	if cut != nil {
 		s.recordsTruncated.Add(1)
@@ -79,6 +108,7 @@ func (s *Source) publish(ctx context.Context, lease *clientv3.LeaseID, rec wire.
 			return nil, fmt.Errorf("keep the lease: %w", err)
 		}
 	}
+	var ops []clientv3.Op
 	if *lease == 0 {
 		g, err := s.cli.Grant(ctx, leaseTTL)
 		if err != nil {
@@ -86,11 +116,20 @@ func (s *Source) publish(ctx context.Context, lease *clientv3.LeaseID, rec wire.
 		}
 		*lease = g.ID
 	}
-	_, err = s.cli.Txn(ctx).Then(
-		clientv3.OpPut(s.keys.alive(s.name), "", clientv3.WithLease(*lease)),
-		clientv3.OpPut(s.keys.node(s.name), string(data)),
-	).Commit()
-	return cut, err
+	if last.lease != *lease {
+		ops = append(ops, clientv3.OpPut(s.keys.alive(s.name), "", clientv3.WithLease(*lease)))
+	}
+	if changed || len(ops) > 0 || s.clock.Now().Sub(last.written) >= recordRefresh {
+		ops = append(ops, clientv3.OpPut(s.keys.node(s.name), string(data)))
+	}
+	if len(ops) == 0 {
+		return cut, nil
+	}
+	if _, err = s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+		return cut, err
+	}
+	*last = lastRecord{data: data, updatedAt: rec.UpdatedAt, written: s.clock.Now(), lease: *lease}
+	return cut, nil
 }
 
 // fill completes the node's record with the source's state.

@@ -23,7 +23,7 @@ import (
 // RecordServices is what a node's record says of its services: the totals, and the
 // services the fleet reads one by one, in the order a record cut to its bound keeps
 // them. First every service with origins, whose loads, health and RTTs are the
-// steering controller's input; then every service not as desired: a backend down or
+// steering controller's input, one entry per origin (originLoads); then every service not as desired: a backend down or
 // failing its check, or the VIP not announced for another reason than the node having
 // no BGP. An operator's draining is as desired. rtt gives a backend's smoothed RTT in
 // milliseconds (0: none yet); origins the tunnelled origins of each tunnel service, as
@@ -53,21 +53,52 @@ func RecordServices(services []wire.ServiceStatus, rtt func(service, backend str
 			continue
 		}
 		l := wire.ServiceLoad{Name: s.Name, Announced: s.Announced, NewFlowsPerSecond: s.NewFlowsPerSecond,
-			PacketsPerSecond: s.PacketsPerSecond, BytesPerSecond: s.BytesPerSecond, Backends: make([]wire.BackendLoad, 0, len(s.Backends))}
+			PacketsPerSecond: s.PacketsPerSecond, BytesPerSecond: s.BytesPerSecond}
+		if len(s.Spec.Origins) > 0 {
+			l.Origins = originLoads(s, rtt, origins[s.Name])
+			steered = append(steered, l)
+			continue
+		}
+		l.Backends = make([]wire.BackendLoad, 0, len(s.Backends))
 		for _, b := range s.Backends {
 			l.Backends = append(l.Backends, wire.BackendLoad{Address: b.Address, State: b.State, Healthy: b.Health.Up,
 				NewFlowsPerSecond: b.NewFlowsPerSecond, PacketsPerSecond: b.PacketsPerSecond, BytesPerSecond: b.BytesPerSecond,
 				RTTMilliseconds: rtt(s.Name, b.Address)})
 		}
-		l.Origins = origins[s.Name]
-		if len(s.Spec.Origins) > 0 {
-			steered = append(steered, l)
-		} else {
-			exceptions = append(exceptions, l)
-		}
+		exceptions = append(exceptions, l)
 	}
 	listed := make([]wire.ServiceLoad, 0, len(steered)+len(exceptions)) // [] rather than null when none
 	return append(append(listed, steered...), exceptions...), totals
+}
+
+// originLoads is a steered service's load as the record carries it: one entry per
+// origin, in the service's order, folding the node's backends of the origin and its
+// tunnel edge's view of it (tunnelled) as the steering controller folds them
+// (originTally): the controller observes the same from it as from one entry per
+// backend, and reads a hundredth of it at 100 backends a service. An origin the node
+// sees nothing of (no backend, no connector) is left out, as its backends were.
+func originLoads(s *wire.ServiceStatus, rtt func(service, backend string) float64, tunnelled []wire.OriginLoad) []wire.OriginLoad {
+	o := newOriginIndex(s.Spec)
+	var t originTally
+	t.reset(len(s.Spec.Origins))
+	for i := range s.Backends {
+		b := &s.Backends[i]
+		if j, ok := o.ofBackend(b.Address); ok {
+			t.add(j, b.NewFlowsPerSecond, b.Health.Up, rtt(s.Name, b.Address))
+		}
+	}
+	for k, ol := range tunnelled {
+		if j, ok := o.ofName(ol.Name, k); ok {
+			t.add(j, ol.NewFlowsPerSecond, ol.Healthy, ol.RTTMilliseconds)
+		}
+	}
+	out := make([]wire.OriginLoad, 0, len(s.Spec.Origins))
+	for j, spec := range s.Spec.Origins {
+		if t.seen[j] {
+			out = append(out, wire.OriginLoad{Name: spec.Name, Healthy: t.healthy[j], NewFlowsPerSecond: t.load[j], RTTMilliseconds: t.rtt(j)})
+		}
+	}
+	return out
 }
 
 // Strings a record carries from elsewhere are cut to these many bytes: an apply error

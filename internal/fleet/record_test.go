@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/reconcile"
+	"github.com/manifoldlb/manifold/internal/steer"
 )
 
 // statuses is n services as a node's status shows them, each with two backends, all
@@ -36,6 +39,8 @@ func noRTT(string, string) float64 { return 0 }
 func TestRecordServicesListsWhatTheFleetReads(t *testing.T) {
 	st := statuses(7)
 	st[1].Spec.Origins = []wire.OriginSpec{{Name: "eu"}} // steered, all well
+	st[1].Spec.Backends = []wire.BackendSpec{{Address: st[1].Backends[0].Address, Origin: "eu"}, {Address: st[1].Backends[1].Address, Origin: "eu"}}
+	st[1].Backends[0].NewFlowsPerSecond, st[1].Backends[1].NewFlowsPerSecond = 3, 4
 	st[2].Backends[1].State, st[2].Backends[1].Health.Up = wire.BackendDown, false
 	st[3].Announced, st[3].Reason = false, reconcile.ReasonNoBackend
 	st[4].Announced, st[4].Reason = false, reconcile.ReasonNoBGP // no BGP on the node: as desired
@@ -55,7 +60,10 @@ func TestRecordServicesListsWhatTheFleetReads(t *testing.T) {
 	if want := []string{st[1].Name, st[2].Name, st[3].Name, st[6].Name}; strings.Join(names, " ") != strings.Join(want, " ") {
 		t.Errorf("listed %v, want %v", names, want)
 	}
-	if got[0].Backends[0].RTTMilliseconds != 12.5 || len(got[1].Backends) != 2 || got[1].Backends[1].Healthy {
+	// the steered service: one entry per origin, its backends' loads summed, the RTT of
+	// the one that measured one
+	if want := []wire.OriginLoad{{Name: "eu", Healthy: true, NewFlowsPerSecond: 7, RTTMilliseconds: 12.5}}; !reflect.DeepEqual(got[0].Origins, want) || got[0].Backends != nil ||
+		len(got[1].Backends) != 2 || got[1].Backends[1].Healthy {
 		t.Errorf("steered %+v, with a down backend %+v", got[0], got[1])
 	}
 	if want := (wire.RecordTotals{Services: 7, Announced: 5, Backends: 14, BackendsUp: 11, BackendsDown: 2}); totals != want {
@@ -71,6 +79,7 @@ func worstRecord(n int) wire.NodeRecord {
 		st[i].Backends[0].State, st[i].Backends[0].Health.Up = wire.BackendDown, false
 		if i%1000 == 0 {
 			st[i].Spec.Origins = []wire.OriginSpec{{Name: "eu"}}
+			st[i].Spec.Backends = []wire.BackendSpec{{Address: st[i].Backends[0].Address, Origin: "eu"}, {Address: st[i].Backends[1].Address, Origin: "eu"}}
 		}
 	}
 	rec := wire.NodeRecord{V: wire.RecordVersion, Name: "lb1", Site: "ams1", Addresses: []string{"10.0.0.11"},
@@ -133,7 +142,7 @@ func TestRecordBoundAt100000Services(t *testing.T) {
 			t.Fatalf("%d services cut: %+v, %d services %d refused kept", n, back.Truncated, len(back.Services), len(back.Refused))
 		}
 		for i := range n / 1000 {
-			if len(back.Services[i].Backends) != 2 || back.Services[i].Name != fmt.Sprintf("svc-%06d", 1000*i) {
+			if len(back.Services[i].Origins) != 1 || back.Services[i].Name != fmt.Sprintf("svc-%06d", 1000*i) {
 				t.Fatalf("the steered services first: %d is %+v", i, back.Services[i])
 			}
 		}
@@ -252,4 +261,106 @@ func TestObserveABoundedRecordAsAWholeOne(t *testing.T) {
 	if len(read.Services) >= len(whole.Services)/10 {
 		t.Fatalf("the bounded record lists %d of %d services", len(read.Services), len(whole.Services))
 	}
+}
+
+// perBackend is a steered service's entry as a node of the release before published
+// it: one per backend, and its tunnel edge's origins as they are.
+func perBackend(s wire.ServiceStatus, rtt func(service, backend string) float64, tunnelled []wire.OriginLoad) wire.ServiceLoad {
+	l := wire.ServiceLoad{Name: s.Name, Announced: s.Announced, NewFlowsPerSecond: s.NewFlowsPerSecond, Origins: tunnelled}
+	for _, b := range s.Backends {
+		l.Backends = append(l.Backends, wire.BackendLoad{Address: b.Address, State: b.State, Healthy: b.Health.Up,
+			NewFlowsPerSecond: b.NewFlowsPerSecond, RTTMilliseconds: rtt(s.Name, b.Address)})
+	}
+	return l
+}
+
+// The controller observes the same fleet alike from records of one entry per backend
+// (the release before), of one entry per origin (this one's), and from a fleet of
+// both: loads, health, demand, and each site's RTT to each origin, with origins
+// reached by backends and by tunnel, backends down, unmeasured or idle.
+func TestObservePerOriginAsPerBackend(t *testing.T) {
+	rng := rand.New(rand.NewPCG(28, 4))
+	spec := wire.ServiceSpec{Name: "web"}
+	for j := range 6 {
+		spec.Origins = append(spec.Origins, wire.OriginSpec{Name: fmt.Sprintf("o%d", j), Capacity: uint32(100 * (j + 1)), Tunnel: j == 5})
+		for k := range 3 {
+			if j < 5 {
+				spec.Backends = append(spec.Backends, wire.BackendSpec{Address: fmt.Sprintf("10.0.%d.%d", j, k+1), Origin: spec.Origins[j].Name})
+			}
+		}
+	}
+	var old, cur, mixed []wire.NodeRecord
+	for n := range 40 {
+		s := wire.ServiceStatus{Name: "web", Announced: true, NewFlowsPerSecond: float64(rng.IntN(1000)) / 7, Spec: spec}
+		rtts := map[string]float64{}
+		for _, b := range spec.Backends {
+			up := rng.IntN(5) > 0
+			s.Backends = append(s.Backends, wire.BackendStatus{Address: b.Address, State: wire.BackendUp, Health: wire.BackendHealth{Up: up},
+				NewFlowsPerSecond: float64(rng.IntN(300)) / 3})
+			if rng.IntN(4) > 0 {
+				rtts[b.Address] = 1 + rng.Float64()*200
+			}
+		}
+		rtt := func(_, backend string) float64 { return rtts[backend] }
+		tunnelled := []wire.OriginLoad{{Name: "o5", Healthy: rng.IntN(3) > 0, NewFlowsPerSecond: float64(rng.IntN(100)), RTTMilliseconds: rng.Float64() * 50},
+			{Name: "gone", Healthy: true, NewFlowsPerSecond: 5, RTTMilliseconds: 1}} // not an origin of the service
+		name, site := fmt.Sprintf("n%02d", n), fmt.Sprintf("site%d", n%12)
+		listed, _ := RecordServices([]wire.ServiceStatus{s}, rtt, map[string][]wire.OriginLoad{"web": tunnelled})
+		o := wire.NodeRecord{Name: name, Site: site, Services: []wire.ServiceLoad{perBackend(s, rtt, tunnelled)}}
+		c := wire.NodeRecord{Name: name, Site: site, Services: listed}
+		if len(c.Services[0].Backends) != 0 || len(c.Services[0].Origins) > len(spec.Origins) {
+			t.Fatalf("a per-origin entry of %d backends and %d origins", len(c.Services[0].Backends), len(c.Services[0].Origins))
+		}
+		// through JSON, as the controller reads them
+		for _, r := range []*wire.NodeRecord{&o, &c} {
+			data, err := json.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			*r = wire.NodeRecord{}
+			if err := json.Unmarshal(data, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		old, cur = append(old, o), append(cur, c)
+		mixed = append(mixed, map[bool]wire.NodeRecord{true: o, false: c}[n%3 == 0])
+	}
+	want, ok := Observe(spec, old)
+	if !ok || len(want.Sites) != 12 {
+		t.Fatalf("observed %d sites (%v)", len(want.Sites), ok)
+	}
+	for what, recs := range map[string][]wire.NodeRecord{"per origin": cur, "a fleet of both": mixed} {
+		got, ok := Observe(spec, recs)
+		if !ok || !sameObservation(got, want) {
+			t.Errorf("%s: observed\n%+v\nper backend:\n%+v", what, got, want)
+		}
+	}
+}
+
+// sameObservation compares two observations, their figures to 1e-9: a sum of the same
+// numbers in another grouping may differ in its last bits.
+func sameObservation(a, b steer.Observation) bool {
+	near := func(x, y float64) bool { return math.Abs(x-y) <= 1e-9*max(1, math.Abs(x), math.Abs(y)) }
+	if len(a.Origins) != len(b.Origins) || len(a.Sites) != len(b.Sites) {
+		return false
+	}
+	for i, o := range a.Origins {
+		p := b.Origins[i]
+		if o.Name != p.Name || o.Capacity != p.Capacity || o.Healthy != p.Healthy || !near(o.Load, p.Load) {
+			return false
+		}
+	}
+	for i, s := range a.Sites {
+		p := b.Sites[i]
+		if s.Name != p.Name || !near(s.Demand, p.Demand) || len(s.RTT) != len(p.RTT) {
+			return false
+		}
+		for o, d := range s.RTT {
+			e, ok := p.RTT[o]
+			if !ok || math.Abs(float64(d-e)) > 1 { // a nanosecond: the rounding of a Duration
+				return false
+			}
+		}
+	}
+	return true
 }

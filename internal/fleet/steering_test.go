@@ -189,6 +189,25 @@ func putRecord(t *testing.T, cli *clientv3.Client, r wire.NodeRecord) {
 	}
 }
 
+// following runs ctl's view of the fleet (which Run runs) for a test that runs its
+// rounds itself.
+func following(t *testing.T, ctl *Controller) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { ctl.view.run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// caughtUp waits until ctl's view holds every write made to the store so far.
+func caughtUp(t *testing.T, cli *clientv3.Client, ctl *Controller) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ctl.view.caughtUp(ctx, storeRevision(t, cli)); err != nil {
+		t.Fatalf("the controller's view is not at the store's revision: %v", err)
+	}
+}
+
 // nextSteering waits for the next write of a service's shares.
 func nextSteering(t *testing.T, watch clientv3.WatchChan) wire.Steering {
 	t.Helper()
@@ -290,8 +309,10 @@ func TestControllerWritesWhatChanged(t *testing.T) {
 	putRecord(t, cli, both("n2", "ams", 100))
 	ctl := NewController(cli, prefix, "a", time.Second, 2*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	always := clientv3.Compare(clientv3.CreateRevision(prefix+"/no such key"), "=", 0)
+	following(t, ctl)
 	round := func() RoundStats {
 		t.Helper()
+		caughtUp(t, cli, ctl)
 		if err := ctl.round(context.Background(), time.Now(), always); err != nil {
 			t.Fatal(err)
 		}
@@ -307,11 +328,15 @@ func TestControllerWritesWhatChanged(t *testing.T) {
 	if st := round(); st.Writes != 0 {
 		t.Fatalf("a round with nothing changed wrote %d services", st.Writes)
 	}
+	// the law gave both back their shares: while nothing changes, neither is decided again
+	if st := round(); st.Writes != 0 || st.Settled != 2 {
+		t.Fatalf("a second round with nothing changed wrote %d services, left %d as they were, want 0 and 2", st.Writes, st.Settled)
+	}
 	putRecord(t, cli, both("n2", "ams", 300)) // api: 400/s for us's 200: half spills
 	moved := 0
 	for st := round(); st.Writes > 0; st = round() {
-		if st.Writes != 1 {
-			t.Fatalf("api's demand moved, and a round wrote %d services", st.Writes)
+		if st.Writes != 1 || st.Settled != 1 {
+			t.Fatalf("api's demand moved, and a round wrote %d services and left %d as they were, want 1 and web", st.Writes, st.Settled)
 		}
 		if moved++; moved > 20 {
 			t.Fatal("api's shares still move after 20 rounds")
@@ -327,6 +352,7 @@ func TestControllerWritesWhatChanged(t *testing.T) {
 	}
 	// unchanged shares are written again once their decision is decisionRefresh old, so
 	// that the demand and loads it shows are of now
+	caughtUp(t, cli, ctl)
 	if err := ctl.round(context.Background(), time.Now().Add(decisionRefresh), always); err != nil {
 		t.Fatal(err)
 	}
@@ -353,6 +379,8 @@ func TestControllerWritesWithinBounds(t *testing.T) {
 	maxWriteBytes = 700 // below one service's document (841 bytes), above its shares and origins (607)
 	ctl := NewController(cli, prefix, "a", time.Second, 2*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	always := clientv3.Compare(clientv3.CreateRevision(prefix+"/no such key"), "=", 0)
+	following(t, ctl)
+	caughtUp(t, cli, ctl)
 	if err := ctl.round(context.Background(), time.Now(), always); err != nil {
 		t.Fatal(err)
 	}

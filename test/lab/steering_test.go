@@ -178,7 +178,7 @@ func TestSteering(t *testing.T) {
 		}
 	}
 
-	t.Log("the RTT each node measures to each backend, and the controller's per site and origin")
+	t.Log("the RTT each node measures to each origin (the mean over its backends), and the controller's per site and origin")
 	err = Eventually(20*time.Second, 100*time.Millisecond, func() error {
 		var fl wire.FleetStatus
 		if err := sjc.Get("/api/v1/fleet", &fl); err != nil {
@@ -187,18 +187,21 @@ func TestSteering(t *testing.T) {
 		seen := 0
 		for _, n := range fl.Nodes {
 			for _, s := range n.Services {
-				for _, b := range s.Backends {
-					want := rttOf[originOf(l, b.Address)][n.Site]
-					got := time.Duration(b.RTTMilliseconds * float64(time.Millisecond))
+				if len(s.Backends) != 0 {
+					return fmt.Errorf("%s lists %s by backend, want one entry per origin", n.Name, s.Name)
+				}
+				for _, o := range s.Origins {
+					want := rttOf[o.Name][n.Site]
+					got := time.Duration(o.RTTMilliseconds * float64(time.Millisecond))
 					if got < want || got > want+rttSlack {
-						return fmt.Errorf("%s (site %s) measures %v to %s, configured %v", n.Name, n.Site, got, b.Address, want)
+						return fmt.Errorf("%s (site %s) measures %v to %s, configured %v", n.Name, n.Site, got, o.Name, want)
 					}
 					seen++
 				}
 			}
 		}
-		if seen != 16 {
-			return fmt.Errorf("%d backends in the nodes' records, want 4 per node of 4", seen)
+		if seen != 8 {
+			return fmt.Errorf("%d origins in the nodes' records, want 2 per node of 4", seen)
 		}
 		return nil
 	})
@@ -470,16 +473,6 @@ func originConns(origins map[string][]*OriginServer) map[string]uint64 {
 		}
 	}
 	return out
-}
-
-// originOf is the origin of a backend of the lab, by address: its host's role says it.
-func originOf(l *Lab, addr string) string {
-	for _, h := range l.HostsOf(Backend) {
-		if h.Addr4.String() == addr {
-			return h.Role[:2]
-		}
-	}
-	return ""
 }
 
 // checkDashboard: every metric the shipped Grafana dashboard queries is in the live

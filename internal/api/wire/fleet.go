@@ -1,7 +1,8 @@
 package wire
 
 // The fleet's wire types: what each node publishes about itself in the fleet store
-// (under a lease, every second), and GET /api/v1/fleet.
+// (its alive key under a lease kept every second, its record when it changes), and
+// GET /api/v1/fleet.
 
 // FleetStatus is the body of GET /api/v1/fleet.
 type FleetStatus struct {
@@ -54,7 +55,9 @@ type NodeRecord struct {
 	Refused []FleetRefusal `json:"refused,omitempty"`
 	// StaleSince is set while the node cannot reach the store.
 	StaleSince string `json:"stale_since,omitempty"`
-	// UpdatedAt is when the node wrote this record (RFC 3339).
+	// UpdatedAt is when the record last changed (RFC 3339): a node writes its record
+	// when it changes (at most every second) and the same bytes again every minute;
+	// whether the node is alive is its alive key's (FleetNode.Alive).
 	UpdatedAt string      `json:"updated_at"`
 	BGP       []FleetPeer `json:"bgp,omitempty"`
 	// Totals counts every service and backend the node carries. Services lists only
@@ -112,31 +115,37 @@ type FleetPeer struct {
 }
 
 // ServiceLoad is a service as one node sees and carries it: whether it announces it,
-// its backends' health and the traffic it sends them, per second. A tunnel service's
-// new flows are its client connections, and its origins (those the node's tunnel edge
-// reaches through connectors) are in Origins, as a routed service's are in Backends.
-// Zero rates are left out of the JSON (a reader of any release reads them as 0): an
-// idle service costs the record its name and backends only.
+// its backends' health and the traffic it sends them, per second. A service with
+// origins (steered) lists one entry per origin in Origins and no Backends: the node's
+// backends of each origin folded into one entry (fleet.RecordServices), with what its
+// tunnel edge sees of a tunnelled origin; a record of the release before listed every
+// backend, and a controller reads both alike (fleet.Observe; a controller of that
+// release read Origins already, by name). A tunnel service's new flows are its client
+// connections. Zero rates are left out of the JSON (a reader of any release reads them
+// as 0): an idle service costs the record its name and entries only.
 type ServiceLoad struct {
 	Name              string        `json:"name"`
 	Announced         bool          `json:"announced"`
 	NewFlowsPerSecond float64       `json:"new_flows_per_second,omitempty"`
 	PacketsPerSecond  float64       `json:"packets_per_second,omitempty"`
 	BytesPerSecond    float64       `json:"bytes_per_second,omitempty"`
-	Backends          []BackendLoad `json:"backends"`
+	Backends          []BackendLoad `json:"backends,omitempty"`
 	Origins           []OriginLoad  `json:"origins,omitempty"`
 }
 
-// OriginLoad is one origin of a tunnel service as the node's tunnel edge sees it.
+// OriginLoad is one origin of a steered service as the node sees it, through its
+// backends of the origin and, for an origin reached by tunnel, its tunnel edge.
 type OriginLoad struct {
 	Name string `json:"name"`
-	// Healthy: a connector of the origin is attached to the edge, answering its pings.
+	// Healthy: a backend of the origin passes its check, or a connector of the origin
+	// is attached to the edge, answering its pings.
 	Healthy bool `json:"healthy"`
-	// NewFlowsPerSecond is the new streams per second the edge opened to the origin's
-	// connectors.
-	NewFlowsPerSecond float64 `json:"new_flows_per_second"`
-	// RTTMilliseconds is the edge's smoothed round-trip time on the origin's tunnels
-	// (QUIC's, the mean over its connectors). Absent without a connector.
+	// NewFlowsPerSecond is the new flows per second the node sent the origin's backends,
+	// and the new streams the edge opened to its connectors.
+	NewFlowsPerSecond float64 `json:"new_flows_per_second,omitempty"`
+	// RTTMilliseconds is the mean of the node's smoothed round-trip times to the
+	// origin's healthy backends (as BackendLoad's) and on its tunnels (QUIC's or TCP's,
+	// the mean over its connectors). Absent while none is measured.
 	RTTMilliseconds float64 `json:"rtt_ms,omitempty"`
 }
 
