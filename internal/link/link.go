@@ -59,12 +59,23 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	}
 	l := &link{cfg: cfg, pub: pub, log: log.With("link", cfg.Name), clock: clock.Real(), inRoute: make([]bool, cfg.Tunnels)}
 	defer l.closeTunnels()
+	sources, err := l.sourcePorts()
+	if err != nil {
+		return err
+	}
 	for i := range cfg.Tunnels {
-		t, err := openTunnel(cfg, i, priv, l.log)
+		var from []uint16
+		if sources != nil {
+			from = sources[i]
+		}
+		t, err := openTunnel(cfg, i, priv, from, l.log)
 		if err != nil {
 			return err
 		}
 		l.tunnels = append(l.tunnels, t)
+		if from := t.sourcePort(); from != t.port {
+			l.log.Debug("tunnel sends from its own path's port", "tunnel", i, "port", t.port, "source_port", from)
+		}
 	}
 	if l.prober, err = newProber(l.tunnels, l.clock, cfg.Health.Interval, cfg.Health.Rise, cfg.Health.Fall); err != nil {
 		return err
@@ -102,6 +113,24 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	defer l.removeRoute()
 	l.log.Info("link up", "route", r.kind(), "prefixes", cfg.Remote.Prefixes, "tunnels_up", len(up))
 	return l.loop(ctx)
+}
+
+// sourcePorts chooses the ports the tunnels send from (nil: their own), with
+// link.source_ports: spread on a multipath route to the peer (paths.go).
+func (l *link) sourcePorts() ([][]uint16, error) {
+	if l.cfg.SourcePorts != config.LinkSpread {
+		return nil, nil
+	}
+	sources, paths, err := sourcePorts(kernelPath, l.cfg.Remote.Address, l.cfg.Port, l.cfg.Tunnels)
+	if err != nil {
+		return nil, fmt.Errorf("link.source_ports: spread: %w", err)
+	}
+	if sources == nil {
+		l.log.Info("one path to the peer: the tunnels send from their own ports", "paths", paths)
+		return nil, nil
+	}
+	l.log.Info("a multipath route to the peer: each tunnel sends from a port hashed onto a path of its own", "paths", paths, "tunnels", l.cfg.Tunnels)
+	return sources, nil
 }
 
 // checkHost refuses what would go wrong once installed: a peer the host has no route
