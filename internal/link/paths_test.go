@@ -12,7 +12,6 @@ import (
 	"github.com/manifoldlb/manifold/internal/hostprog"
 )
 
-
 // The ports chosen for the tunnels are, by ip(8)'s own reading of the namespace's
 // route, on the paths they were chosen for: a path of its own for each of 4 tunnels,
 // and with 6 tunnels on 4 paths, tunnels i and i+4 share path i with ports of their
