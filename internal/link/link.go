@@ -59,7 +59,9 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	}
 	l := &link{cfg: cfg, pub: pub, log: log.With("link", cfg.Name), clock: clock.Real(), inRoute: make([]bool, cfg.Tunnels)}
 	defer l.closeTunnels()
-	sources, err := l.sourcePorts()
+	changes := sysctl.New(l.log)
+	defer changes.Restore()
+	sources, err := l.sourcePorts(changes)
 	if err != nil {
 		return err
 	}
@@ -96,8 +98,6 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	changes := sysctl.New(l.log)
-	defer changes.Restore()
 	if err := l.hostSettings(changes); err != nil {
 		return err
 	}
@@ -117,9 +117,18 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 
 // sourcePorts chooses the ports the tunnels send from (nil: their own), with
 // link.source_ports: spread on a multipath route to the peer (paths.go).
-func (l *link) sourcePorts() ([][]uint16, error) {
+// The host's multipath hash must read the ports first: it is set here, before the
+// tunnels start, not with the other settings once the peer answers.
+func (l *link) sourcePorts(changes *sysctl.Changes) ([][]uint16, error) {
 	if l.cfg.SourcePorts != config.LinkSpread {
 		return nil, nil
+	}
+	v := "ipv4"
+	if l.cfg.Remote.Address.Is6() {
+		v = "ipv6"
+	}
+	if err := changes.Set("net/"+v+"/fib_multipath_hash_policy", "1", "each tunnel's UDP flow takes the path its ports hash onto (link.source_ports: spread)"); err != nil {
+		return nil, err
 	}
 	sources, paths, err := sourcePorts(kernelPath, l.cfg.Remote.Address, l.cfg.Port, l.cfg.Tunnels)
 	if err != nil {

@@ -91,6 +91,7 @@ type LinkConfig struct {
 	Interval                time.Duration
 	Rise, Fall              int
 	ConnectTimeout          time.Duration // 0: the default
+	SourcePorts             string        // link.source_ports; "": the default
 }
 
 func (c LinkConfig) yaml(keyFile string) []byte {
@@ -107,6 +108,9 @@ func (c LinkConfig) yaml(keyFile string) []byte {
 	fmt.Fprintf(&b, "  tunnels: %d\n  private_key_file: %s\n  peer_public_key: %s\n", c.Tunnels, keyFile, c.PeerPublicKey)
 	if c.ConnectTimeout > 0 {
 		fmt.Fprintf(&b, "  connect_timeout: %s\n", c.ConnectTimeout)
+	}
+	if c.SourcePorts != "" {
+		fmt.Fprintf(&b, "  source_ports: %s\n", c.SourcePorts)
 	}
 	if c.Interval > 0 {
 		fmt.Fprintf(&b, "  health: {interval: %s, rise: %d, fall: %d}\n", c.Interval, c.Rise, c.Fall)
