@@ -20,6 +20,7 @@ type Paths struct {
 	A, B         *Host
 	AddrA, AddrB netip.Addr // the outer addresses, on lo, routed over the paths
 	N            int
+	Mbits        int // each path's cap, each way
 }
 
 // PathDev is the name of path i's veth on gateway A (side "a") or B (side "b").
@@ -30,9 +31,8 @@ func PathDev(side string, i int) string { return "p" + side + strconv.Itoa(i) }
 // 10.254.255.2 over all n with a layer-3+4 hash; a path whose carrier is lost leaves
 // the route at once (ignore_routes_with_linkdown), as a bond member does.
 func (l *Lab) AddPaths(a, b *Host, n, mbits int) (*Paths, error) {
-	p := &Paths{A: a, B: b, AddrA: netip.MustParseAddr("10.254.255.1"), AddrB: netip.MustParseAddr("10.254.255.2"), N: n}
+	p := &Paths{A: a, B: b, AddrA: netip.MustParseAddr("10.254.255.1"), AddrB: netip.MustParseAddr("10.254.255.2"), N: n, Mbits: mbits}
 	addr := func(i, host int) netip.Addr { return netip.AddrFrom4([4]byte{10, 254, byte(i), byte(host)}) }
-	rate := fmt.Sprintf("%dmbit", mbits)
 	for _, h := range []*Host{a, b} {
 		if err := h.Sysctl(map[string]string{
 			"net.ipv4.fib_multipath_hash_policy":            "1",
@@ -59,13 +59,8 @@ func (l *Lab) AddPaths(a, b *Host, n, mbits int) (*Paths, error) {
 					return nil, err
 				}
 			}
-			for _, args := range [][]string{
-				{"qdisc", "add", "dev", end.dev, "root", "handle", "1:", "htb", "default", "1"},
-				{"class", "add", "dev", end.dev, "parent", "1:", "classid", "1:1", "htb", "rate", rate, "ceil", rate},
-			} {
-				if err := end.h.Exec(hostprog.TC, args...); err != nil {
-					return nil, err
-				}
+			if err := capDev(end.h, end.dev, mbits); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -104,8 +99,65 @@ func (p *Paths) Cut(i int) error {
 	return p.A.Exec(hostprog.IP, "link", "set", PathDev("a", i), "down")
 }
 
+// Drop makes path i drop every packet, both ways, with its carrier up: a failure
+// the gateways' kernels do not see, only the link's probes.
+func (p *Paths) Drop(i int) error {
+	for _, end := range []struct {
+		h   *Host
+		dev string
+	}{{p.A, PathDev("a", i)}, {p.B, PathDev("b", i)}} {
+		if err := end.h.Exec(hostprog.TC, "qdisc", "replace", "dev", end.dev, "root", "pfifo", "limit", "0"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Undrop caps path i again, as AddPaths did, ending a Drop.
+func (p *Paths) Undrop(i int) error {
+	for _, end := range []struct {
+		h   *Host
+		dev string
+	}{{p.A, PathDev("a", i)}, {p.B, PathDev("b", i)}} {
+		if err := end.h.Exec(hostprog.TC, "qdisc", "del", "dev", end.dev, "root"); err != nil {
+			return err
+		}
+		if err := capDev(end.h, end.dev, p.Mbits); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// capDev caps dev's egress at mbits Mbit/s with htb.
+func capDev(h *Host, dev string, mbits int) error {
+	rate := fmt.Sprintf("%dmbit", mbits)
+	for _, args := range [][]string{
+		{"qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"},
+		{"class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", rate, "ceil", rate},
+	} {
+		if err := h.Exec(hostprog.TC, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Mend brings path i back.
 func (p *Paths) Mend(i int) error { return p.A.Exec(hostprog.IP, "link", "set", PathDev("a", i), "up") }
+
+// TxBytes is the bytes gateway A has sent over all the paths.
+func (p *Paths) TxBytes() (uint64, error) {
+	var n uint64
+	for i := range p.N {
+		s, err := p.A.LinkStats(PathDev("a", i))
+		if err != nil {
+			return 0, err
+		}
+		n += s.TxBytes
+	}
+	return n, nil
+}
 
 // TxPackets counts the packets each path has sent, from A's end and from B's.
 func (p *Paths) TxPackets() (fromA, fromB []uint64, err error) {
