@@ -80,11 +80,14 @@ func openTunnel(cfg *config.Link, i int, priv [32]byte, sources []uint16, log *s
 		bind = t.spread
 	}
 	t.wg = device.NewDevice(td, bind, logger)
-	// The peer is always at its address and port+i: following the source of its
-	// packets (roaming) would answer a spreading peer on the port it sends from, and
-	// the two directions, each placed on a path by the side that sends it, would be
-	// one flow again.
-	t.wg.DisableSomeRoamingForBrokenMobileSemantics()
+	if cfg.SourcePorts == config.LinkSpread {
+		// The peer is always at its address and port+i: following the source of its
+		// packets (roaming) would answer a spreading peer on the port it sends from,
+		// and the two directions, each placed on a path by the side that sends it,
+		// would be one flow again. With fixed ports roaming stays on, for a peer
+		// behind a NAT that rewrites them.
+		t.wg.DisableSomeRoamingForBrokenMobileSemantics()
+	}
 	defer func() {
 		if err != nil {
 			t.close()
