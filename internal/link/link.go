@@ -349,7 +349,7 @@ func (l *link) status() wire.LinkStatus {
 	for i, t := range l.tunnels {
 		v := l.prober.states[i].view()
 		n, last, _ := t.handshakeInfo()
-		ts := wire.LinkTunnel{Index: t.index, Device: t.name, Port: t.port, LocalInner: t.local.String(), RemoteInner: t.remote.String(),
+		ts := wire.LinkTunnel{Index: t.index, Device: t.name, Port: t.port, SourcePort: t.sourcePort(), LocalInner: t.local.String(), RemoteInner: t.remote.String(),
 			State: wire.LinkTunnelDown, InRoute: l.inRoute[i], Handshakes: n, ProbesSent: v.sent, ProbesLost: v.lost,
 			LastProbeRTTMillis: float64(v.rtt.Microseconds()) / 1000, Transitions: v.trans}
 		if v.up {

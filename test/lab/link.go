@@ -156,3 +156,24 @@ func InRoute(st *wire.LinkStatus) []int {
 	}
 	return in
 }
+
+// WaitBalanced waits until the resilient next-hop groups on the gateways have
+// settled: a tunnel that joined takes over buckets only as they fall idle, so until
+// then a flow's tunnel may still change while it pauses, and traffic started at once
+// may keep the buckets busy on the first tunnels for good (unbalanced_timer 0).
+func WaitBalanced(p *Process, gws ...*Host) error {
+	return p.WaitReady(10*time.Second, func() error {
+		for _, gw := range gws {
+			out, err := gw.Output(hostprog.IP, "nexthop", "show")
+			if err != nil {
+				return err
+			}
+			for line := range strings.Lines(out) {
+				if strings.Contains(line, "type resilient") && !strings.Contains(line, "unbalanced_time 0") {
+					return fmt.Errorf("%s: group not balanced yet: %s", gw.Role, line)
+				}
+			}
+		}
+		return nil
+	})
+}

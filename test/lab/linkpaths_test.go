@@ -55,6 +55,17 @@ func TestLinkPaths(t *testing.T) {
 		}
 	}
 	waitAll(30 * time.Second)
+	for _, gw := range []*Host{ll.gwA, ll.gwB} {
+		st, err := LinkStatus(gw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tn := range st.Tunnels {
+			if tn.SourcePort == tn.Port || tn.SourcePort == 0 {
+				t.Errorf("%s: tunnel %d sends from port %d, receives on %d: no port chosen for its path", gw.Role, tn.Index, tn.SourcePort, tn.Port)
+			}
+		}
+	}
 
 	// Each tunnel's probes, both ways, go over a path of their own: with two tunnels
 	// on one path another would carry nothing but the odd ARP packet.

@@ -306,6 +306,13 @@ func (b *bench) startLink(name string, n int, o linkOptions) (pa, pb *lab.Proces
 			return nil, nil, err
 		}
 	}
+	// tunnels that came up after the first take their share of the flows only once
+	// the groups have moved idle buckets to them
+	if err := lab.WaitBalanced(pa, b.gwA, b.gwB); err != nil {
+		pa.Stop()
+		pb.Stop()
+		return nil, nil, err
+	}
 	return pa, pb, nil
 }
 
@@ -330,11 +337,15 @@ func (b *bench) iperf(pidA, pidB int) (sample, error) {
 	return retryBusy(func() (sample, error) { return b.iperfOnce(pidA, pidB) })
 }
 
-// retryBusy runs an iperf3 client again while its server is still busy with the last.
+// retryBusy runs an iperf3 client again while its server is still busy with the
+// last, or refused the connection before the test began (a server closing the last
+// test may reset the next one's control connection); a stream broken in a test is an
+// error at once.
 func retryBusy(client func() (sample, error)) (sample, error) {
 	for try := 0; ; try++ {
 		s, err := client()
-		if err == nil || !strings.Contains(err.Error(), "server is busy") || try == 50 {
+		refused := err != nil && (strings.Contains(err.Error(), "server is busy") || strings.Contains(err.Error(), "unable to connect to server"))
+		if !refused || try == 50 {
 			return s, err
 		}
 		time.Sleep(200 * time.Millisecond)
