@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,6 +76,7 @@ func (b *bench) paths(ctx context.Context, jsonPath string, rounds int) error {
 	fmt.Printf("link on %d paths of %d Mbit/s (layer-3+4 multipath): iperf3 -P %d from site A to site B, %d s per run, %d rounds\n",
 		pathCount, pathMbits, pathStreams, b.seconds, rounds)
 
+	var load []float64 // the machine's 1-minute load average at the start of each round
 	plain := make([]sample, 0, rounds)
 	samples := make([][]sample, len(pathConfigs))
 	var cuts []cutRun
@@ -82,6 +84,7 @@ func (b *bench) paths(ctx context.Context, jsonPath string, rounds int) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		load = append(load, loadAverage())
 		s, err := retryBusy(func() (sample, error) { return b.iperfFrom(b.gwA, pathServer, 1, b.seconds, 0, 0) })
 		if err != nil {
 			return fmt.Errorf("one path, plain TCP: %w", err)
@@ -96,7 +99,8 @@ func (b *bench) paths(ctx context.Context, jsonPath string, rounds int) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
-			fmt.Printf("  round %d  %-48s %6.3f Gbit/s  CPU s/GB, machine %5.2f\n", round+1, c.name, s.gbps, s.cpuTotal/s.gbytes)
+			fmt.Printf("  round %d  %-48s %6.3f Gbit/s  CPU s/GB: gateway A %5.2f, gateway B %5.2f, machine %5.2f\n",
+				round+1, c.name, s.gbps, s.cpuA/s.gbytes, s.cpuB/s.gbytes, s.cpuTotal/s.gbytes)
 			samples[i] = append(samples[i], s)
 			if cut != nil {
 				fmt.Printf("  round %d  path %d cut: its tunnel's pings stopped %.0f ms (the others' longest gap %.0f ms); dropping silently: out of both routes after %.0f ms; iperf3 runs broken %d of 2\n",
@@ -106,7 +110,7 @@ func (b *bench) paths(ctx context.Context, jsonPath string, rounds int) error {
 		}
 	}
 	if jsonPath != "" {
-		if err := results.WritePart(jsonPath, results.Part{Name: "linkpaths", Method: pathsMethod, Figures: pathFigures(plain, samples, cuts)}); err != nil {
+		if err := results.WritePart(jsonPath, results.Part{Name: "linkpaths", Method: pathsMethod, Figures: pathFigures(plain, samples, cuts, load)}); err != nil {
 			return err
 		}
 		fmt.Printf("results written to %s\n", jsonPath)
@@ -296,7 +300,7 @@ func (b *bench) cutSilent(p *lab.Paths, pa *lab.Process) (took float64, err erro
 	return took, errors.Join(err, p.Undrop(cutPath))
 }
 
-func pathFigures(plain []sample, samples [][]sample, cuts []cutRun) []results.Figure {
+func pathFigures(plain []sample, samples [][]sample, cuts []cutRun, load []float64) []results.Figure {
 	const section = "linkpaths"
 	gbps := func(ss []sample) []float64 {
 		var out []float64
@@ -342,11 +346,14 @@ func pathFigures(plain []sample, samples [][]sample, cuts []cutRun) []results.Fi
 			f.Compare(one, ">=", 0)
 		}
 		figs = slices.Insert(figs, at, f)
-		var cpu []float64
+		var cpuA, cpuB, cpu []float64
 		for _, s := range samples[i] {
-			cpu = append(cpu, s.cpuTotal/s.gbytes)
+			cpuA, cpuB, cpu = append(cpuA, s.cpuA/s.gbytes), append(cpuB, s.cpuB/s.gbytes), append(cpu, s.cpuTotal/s.gbytes)
 		}
-		figs = append(figs, results.NewFigure(section, c.name+": whole machine", "CPU s/GB", cpu))
+		figs = append(figs,
+			results.NewFigure(section, c.name+": gateway A's link process", "CPU s/GB", cpuA),
+			results.NewFigure(section, c.name+": gateway B's link process", "CPU s/GB", cpuB),
+			results.NewFigure(section, c.name+": whole machine, other work included", "CPU s/GB", cpu))
 	}
 	var outage, others, dropped, broken []float64
 	for _, c := range cuts {
@@ -362,5 +369,21 @@ func pathFigures(plain []sample, samples [][]sample, cuts []cutRun) []results.Fi
 	d.Note = "health.interval 100 ms × fall 3, plus the probe in flight: the kernel does not see this failure, the link's probes do; the tunnel's inner flows then move to the other tunnels (resilient next-hop group)"
 	br := results.NewFigure(section, "iperf3 runs with a broken TCP stream, of the two cuts", "runs", broken)
 	br.SetBound("<=", 0)
-	return append(figs, o, ref, d, br)
+	l := results.NewFigure(section, "the machine's load average (1 min) at the start of each round", "runnable", load)
+	l.Note = "2 cores: above 2, other work competed with the link, iperf3 and the paths for the CPU"
+	return append(figs, o, ref, d, br, l)
+}
+
+// loadAverage is the machine's 1-minute load average (0 if unreadable).
+func loadAverage() float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(data))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
