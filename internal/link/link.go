@@ -130,7 +130,8 @@ func (l *link) sourcePorts(changes *sysctl.Changes) ([][]uint16, error) {
 	if err := changes.Set("net/"+v+"/fib_multipath_hash_policy", "1", "each tunnel's UDP flow takes the path its ports hash onto (link.source_ports: spread)"); err != nil {
 		return nil, err
 	}
-	sources, paths, err := sourcePorts(kernelPath, l.cfg.Remote.Address, l.cfg.Port, l.cfg.Tunnels)
+	lo, hi := ephemeralPorts()
+	sources, paths, err := sourcePorts(kernelPath, l.cfg.Remote.Address, l.cfg.Port, l.cfg.Tunnels, lo, hi)
 	if err != nil {
 		return nil, fmt.Errorf("link.source_ports: spread: %w", err)
 	}

@@ -7,12 +7,16 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/conn"
+
+	"github.com/manifoldlb/manifold/internal/sysctl"
 )
 
 // A tunnel is one UDP flow to the network: where the gateway's route to the peer is a
@@ -82,6 +86,11 @@ func kernelPath(remote netip.Addr, sport, dport uint16) (pathKey, error) {
 
 // Bounds of the search for source ports.
 const (
+	// The ports are taken from the kernel's ephemeral range (ip_local_port_range),
+	// which it hands out to clients and no service is configured to listen on: a
+	// tunnel's sending socket must not take the port of another link or service that
+	// starts later. These are its defaults, where it cannot be read.
+	ephemeralLo, ephemeralHi = 32768, 60999
 	// pathScan is how many flows are asked about to find the route's paths: with P
 	// equally likely paths, one unseen in 512 has a chance of P·(1-1/P)^512, below
 	// 10^-5 for P up to 32.
@@ -95,14 +104,15 @@ const (
 // sourcePorts chooses each tunnel's candidate source ports, best first. It finds the
 // paths the route to the peer spreads flows over by asking it about pathScan source
 // ports; tunnel i gets path i mod P (paths ordered by device and gateway, so that a
-// restart chooses the same), and the ports, from port+tunnels upwards, whose flow to
-// the peer's port+i the route hashes onto that path and that no other tunnel has. It
+// restart chooses the same), and the ports of the range [lo, hi] whose flow to the
+// peer's port+i the route hashes onto that path and that no other tunnel has. It
 // returns nil, with the number of paths, when the route has one path: the tunnels
 // then send from port+i.
-func sourcePorts(get routeGetter, remote netip.Addr, port uint16, tunnels int) ([][]uint16, int, error) {
-	// source ports from just above the tunnels' own, wrapping past 65535 to 1024
-	first := int(port) + tunnels
-	nth := func(n int) uint16 { return uint16(1024 + (first-1024+n)%(65536-1024)) }
+func sourcePorts(get routeGetter, remote netip.Addr, port uint16, tunnels int, lo, hi uint16) ([][]uint16, int, error) {
+	if lo == 0 || hi < lo {
+		return nil, 0, fmt.Errorf("source port range %d-%d", lo, hi)
+	}
+	nth := func(n int) uint16 { return lo + uint16(n%(int(hi-lo)+1)) }
 	own := func(p uint16) bool { return p >= port && int(p) < int(port)+tunnels }
 
 	seen := map[pathKey]bool{}
@@ -145,6 +155,20 @@ func sourcePorts(get routeGetter, remote netip.Addr, port uint16, tunnels int) (
 		}
 	}
 	return out, len(paths), nil
+}
+
+// ephemeralPorts reads the kernel's ephemeral port range (the calling thread's
+// namespace's). The IPv4 setting holds for IPv6 too.
+func ephemeralPorts() (lo, hi uint16) {
+	f := strings.Fields(sysctl.Get("net/ipv4/ip_local_port_range"))
+	if len(f) == 2 {
+		a, errA := strconv.ParseUint(f[0], 10, 16)
+		b, errB := strconv.ParseUint(f[1], 10, 16)
+		if errA == nil && errB == nil && a > 0 && a <= b {
+			return uint16(a), uint16(b)
+		}
+	}
+	return ephemeralLo, ephemeralHi
 }
 
 // spreadBind is the tunnel's conn.Bind with link.source_ports: spread: it receives on

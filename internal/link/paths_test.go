@@ -34,6 +34,8 @@ func TestSourcePortsSpreadOverPaths(t *testing.T) {
 		return netlink.RouteAdd(&netlink.Route{Dst: hostNet(single), LinkIndex: r.tunnels[0].ifindex})
 	})
 	const port = 51820
+	// a range holding the tunnels' own ports, which must never be chosen
+	const lo, hi = port - 100, port + 2000
 	devOf := func(sport, dport uint16) string {
 		b, err := hostprog.InNetns(context.Background(), r.name, hostprog.IP, "route", "get", peer.String(),
 			"ipproto", "udp", "sport", fmt.Sprint(sport), "dport", fmt.Sprint(dport)).CombinedOutput()
@@ -47,7 +49,7 @@ func TestSourcePortsSpreadOverPaths(t *testing.T) {
 		var sources [][]uint16
 		var paths int
 		r.in(t, func() (err error) {
-			sources, paths, err = sourcePorts(kernelPath, peer, port, tunnels)
+			sources, paths, err = sourcePorts(kernelPath, peer, port, tunnels, lo, hi)
 			return err
 		})
 		if paths != 4 || len(sources) != tunnels {
@@ -67,6 +69,9 @@ func TestSourcePortsSpreadOverPaths(t *testing.T) {
 				if p >= port && p < port+uint16(tunnels) {
 					t.Errorf("%d tunnels: tunnel %d may send from port %d, a tunnel's own", tunnels, i, p)
 				}
+				if p < lo || p > hi {
+					t.Errorf("%d tunnels: tunnel %d may send from port %d, outside %d-%d", tunnels, i, p, lo, hi)
+				}
 				dev := devOf(p, port+uint16(i))
 				if want, ok := pathOf[i]; ok && dev != want {
 					t.Errorf("%d tunnels: tunnel %d's port %d goes over %s, its first over %s", tunnels, i, p, dev, want)
@@ -84,7 +89,7 @@ func TestSourcePortsSpreadOverPaths(t *testing.T) {
 		t.Logf("%d tunnels: %v", tunnels, pathOf)
 	}
 	r.in(t, func() error {
-		sources, paths, err := sourcePorts(kernelPath, single, port, 4)
+		sources, paths, err := sourcePorts(kernelPath, single, port, 4, lo, hi)
 		if err == nil && (sources != nil || paths != 1) {
 			t.Errorf("one path: %d paths, ports %v; want 1 path and none chosen", paths, sources)
 		}
