@@ -58,11 +58,12 @@ func main() {
 	jsonPath := flag.String("json", "", "also write the results to this file as JSON")
 	rounds := flag.Int("rounds", 3, "rounds; each measures every configuration once")
 	seconds := flag.Int("seconds", 5, "length of each iperf3 run")
+	pathMbits := flag.Int("path-mbits", defaultPathMbits, "linkpaths: each path's cap, Mbit/s each way")
 	part := flag.String("part", "link", "link: the tunnels on one path, bound by the CPU; linkpaths: on four capped paths (paths.go)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, *part, *manifold, *jsonPath, *rounds, *seconds)
+	err := run(ctx, *part, *manifold, *jsonPath, *rounds, *seconds, *pathMbits)
 	switch {
 	case ctx.Err() != nil:
 		fmt.Println("\nInterrupted; the lab has been removed.")
@@ -77,6 +78,7 @@ type bench struct {
 	manifold               string
 	seconds                int
 	parallel               int // iperf3's streams (-P)
+	pathMbits              int // linkpaths: each path's cap
 	l                      *lab.Lab
 	gwA, gwB, hostA, hostB *lab.Host
 	keyA, keyB             lab.WireGuardKey
@@ -90,9 +92,9 @@ type sample struct {
 	wireGbps             float64 // linkpaths: the frames gateway A sent over the paths, per second of the run
 }
 
-func run(ctx context.Context, part, manifold, jsonPath string, rounds, seconds int) (err error) {
-	if rounds < 1 || seconds < 1 {
-		return fmt.Errorf("-rounds %d, -seconds %d: at least 1 each", rounds, seconds)
+func run(ctx context.Context, part, manifold, jsonPath string, rounds, seconds, pathMbits int) (err error) {
+	if rounds < 1 || seconds < 1 || pathMbits < 1 {
+		return fmt.Errorf("-rounds %d, -seconds %d, -path-mbits %d: at least 1 each", rounds, seconds, pathMbits)
 	}
 	if part != "link" && part != "linkpaths" {
 		return fmt.Errorf("-part %q: link or linkpaths", part)
@@ -114,7 +116,7 @@ func run(ctx context.Context, part, manifold, jsonPath string, rounds, seconds i
 			err = errors.Join(err, fmt.Errorf("teardown: %w", cerr))
 		}
 	}()
-	b := &bench{manifold: manifold, seconds: seconds, parallel: 8, l: l, gwA: l.Host("gwa"), gwB: l.Host("gwb")}
+	b := &bench{manifold: manifold, seconds: seconds, parallel: 8, pathMbits: pathMbits, l: l, gwA: l.Host("gwa"), gwB: l.Host("gwb")}
 	if b.hostA, err = l.AddSiteHost(b.gwA, "hosta", netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.1.0.2"), netip.Addr{}, netip.Addr{}); err != nil {
 		return err
 	}

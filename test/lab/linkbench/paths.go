@@ -25,15 +25,16 @@ import (
 )
 
 const (
-	pathCount   = 4
-	pathMbits   = 200
-	pathStreams = 32 // iperf3 -P: each of 4 tunnels gets some (a miss: 4·(3/4)^32 ≈ 4·10^-4)
-	cutSeconds  = 6  // the iperf3 run during a cut; the cut comes a third in
-	cutPath     = 1
-	pingEvery   = "0.005" // s between the pings that time a cut tunnel's outage
+	pathCount        = 4
+	defaultPathMbits = 200 // -path-mbits
+	pathStreams      = 32  // iperf3 -P: each of 4 tunnels gets some (a miss: 4·(3/4)^32 ≈ 4·10^-4)
+	cutSeconds       = 6   // the iperf3 run during a cut; the cut comes a third in
+	cutPath          = 1
+	pingEvery        = "0.005" // s between the pings that time a cut tunnel's outage
 	// cutStreamRate paces each iperf3 stream during the cuts: 32 × 4 Mbit/s fill
-	// the 4 paths to 16 %, so the streams are live through the cut while the paths'
-	// queues stay short and a ping's gap is the cut's, not a full queue's drops
+	// 4 paths of 200 Mbit/s to 16 % (of 100, 32 %), so the streams are live through
+	// the cut while the paths' queues stay short and a ping's gap is the cut's, not
+	// a full queue's drops
 	cutStreamRate = "4M"
 )
 
@@ -60,7 +61,7 @@ type cutRun struct {
 }
 
 func (b *bench) paths(ctx context.Context, jsonPath string, rounds int) error {
-	p, err := b.l.AddPaths(b.gwA, b.gwB, pathCount, pathMbits)
+	p, err := b.l.AddPaths(b.gwA, b.gwB, pathCount, b.pathMbits)
 	if err != nil {
 		return err
 	}
@@ -74,7 +75,7 @@ func (b *bench) paths(ctx context.Context, jsonPath string, rounds int) error {
 	}
 	b.parallel = pathStreams
 	fmt.Printf("link on %d paths of %d Mbit/s (layer-3+4 multipath): iperf3 -P %d from site A to site B, %d s per run, %d rounds\n",
-		pathCount, pathMbits, pathStreams, b.seconds, rounds)
+		pathCount, b.pathMbits, pathStreams, b.seconds, rounds)
 
 	var load []float64 // the machine's 1-minute load average at the start of each round
 	plain := make([]sample, 0, rounds)
@@ -110,7 +111,7 @@ func (b *bench) paths(ctx context.Context, jsonPath string, rounds int) error {
 		}
 	}
 	if jsonPath != "" {
-		if err := results.WritePart(jsonPath, results.Part{Name: "linkpaths", Method: pathsMethod, Figures: pathFigures(plain, samples, cuts, load)}); err != nil {
+		if err := results.WritePart(jsonPath, results.Part{Name: "linkpaths", Method: pathsMethod(b.pathMbits), Figures: pathFigures(b.pathMbits, plain, samples, cuts, load)}); err != nil {
 			return err
 		}
 		fmt.Printf("results written to %s\n", jsonPath)
@@ -118,19 +119,21 @@ func (b *bench) paths(ctx context.Context, jsonPath string, rounds int) error {
 	return nil
 }
 
-var pathsMethod = fmt.Sprintf("Site-to-site link on the write-ups' network (test/lab AddPaths): the two gateways joined by %d veth pairs, "+
-	"each capped at %d Mbit/s each way by htb, under a layer-3+4 multipath route between their outer addresses "+
-	"(fib_multipath_hash_policy 1; a path whose carrier is lost leaves the route: ignore_routes_with_linkdown), as "+
-	"bond members hashed by layer 3+4. iperf3 -P %d (5 s) from site A's host to site B's through `manifold link` with 1, 2 "+
-	"and 4 tunnels (link.source_ports: spread, the default: each tunnel sends from a port the gateway's route hashes onto a "+
-	"path of its own), and with 4 and 8 tunnels on ports port+i (source_ports: fixed: where this boot's hash puts them); "+
-	"references in the same round: the cap, and one plain TCP stream over one path (kernel, unencrypted). Cuts, on the "+
-	"link of 4 tunnels during a %d s iperf3 run (32 streams paced at 4 Mbit/s each, so that the paths' queues stay short): path %d taken down at gateway A (B's end loses its carrier), timed by "+
-	"pings every %s s through each tunnel to its far end (the cut tunnel's longest gap between answers, the other "+
-	"tunnels' beside it as the noise of the same run); then path %d dropping every packet with its carrier up (pfifo "+
-	"limit 0), timed from the drop until both gateways' routes leave the tunnel (status polled every 5 ms). The "+
-	"machine's 2 cores are shared with other work running at the same time.",
-	pathCount, pathMbits, pathStreams, cutSeconds, cutPath, pingEvery, cutPath)
+func pathsMethod(mbits int) string {
+	return fmt.Sprintf("Site-to-site link on the write-ups' network (test/lab AddPaths): the two gateways joined by %d veth pairs, "+
+		"each capped at %d Mbit/s each way by htb, under a layer-3+4 multipath route between their outer addresses "+
+		"(fib_multipath_hash_policy 1; a path whose carrier is lost leaves the route: ignore_routes_with_linkdown), as "+
+		"bond members hashed by layer 3+4. iperf3 -P %d (5 s) from site A's host to site B's through `manifold link` with 1, 2 "+
+		"and 4 tunnels (link.source_ports: spread, the default: each tunnel sends from a port the gateway's route hashes onto a "+
+		"path of its own), and with 4 and 8 tunnels on ports port+i (source_ports: fixed: where this boot's hash puts them); "+
+		"references in the same round: the cap, and one plain TCP stream over one path (kernel, unencrypted). Cuts, on the "+
+		"link of 4 tunnels during a %d s iperf3 run (32 streams paced at 4 Mbit/s each, so that the paths' queues stay short): path %d taken down at gateway A (B's end loses its carrier), timed by "+
+		"pings every %s s through each tunnel to its far end (the cut tunnel's longest gap between answers, the other "+
+		"tunnels' beside it as the noise of the same run); then path %d dropping every packet with its carrier up (pfifo "+
+		"limit 0), timed from the drop until both gateways' routes leave the tunnel (status polled every 5 ms). The "+
+		"machine's 2 cores are shared with other work running at the same time.",
+		pathCount, mbits, pathStreams, cutSeconds, cutPath, pingEvery, cutPath)
+}
 
 // pathLink measures one link configuration on the paths, and with cut, the cuts.
 func (b *bench) pathLink(p *lab.Paths, name string, c pathConfig, cut bool) (sample, *cutRun, error) {
@@ -300,7 +303,7 @@ func (b *bench) cutSilent(p *lab.Paths, pa *lab.Process) (took float64, err erro
 	return took, errors.Join(err, p.Undrop(cutPath))
 }
 
-func pathFigures(plain []sample, samples [][]sample, cuts []cutRun, load []float64) []results.Figure {
+func pathFigures(mbits int, plain []sample, samples [][]sample, cuts []cutRun, load []float64) []results.Figure {
 	const section = "linkpaths"
 	gbps := func(ss []sample) []float64 {
 		var out []float64
@@ -311,9 +314,9 @@ func pathFigures(plain []sample, samples [][]sample, cuts []cutRun, load []float
 	}
 	capRuns := make([]float64, len(plain))
 	for i := range capRuns {
-		capRuns[i] = pathMbits / 1000.0
+		capRuns[i] = float64(mbits) / 1000
 	}
-	capFig := results.NewFigure(section, fmt.Sprintf("one path's cap (htb, %d Mbit/s)", pathMbits), "Gbit/s", capRuns)
+	capFig := results.NewFigure(section, fmt.Sprintf("one path's cap (htb, %d Mbit/s)", mbits), "Gbit/s", capRuns)
 	plainFig := results.NewFigure(section, "one path, one plain TCP stream (kernel, unencrypted)", "Gbit/s", gbps(plain))
 	plainFig.Compare(capFig, ">=", 0)
 	plainFig.Note = "the path's own goodput: TCP/IP headers in 1500-byte frames"
