@@ -161,6 +161,7 @@ func (b *bench) pathLink(p *lab.Paths, name string, c pathConfig, cut bool) (sam
 		if !isBroken(err) {
 			return s, nil, err
 		}
+		fmt.Printf("    path %d cut (carrier): %v\n", cutPath, err)
 		r.broken++
 	}
 	if err := b.waitRoutes(pa, pb, pathCount); err != nil {
@@ -170,6 +171,7 @@ func (b *bench) pathLink(p *lab.Paths, name string, c pathConfig, cut bool) (sam
 		if !isBroken(err) {
 			return s, nil, err
 		}
+		fmt.Printf("    path %d dropping: %v\n", cutPath, err)
 		r.broken++
 	}
 	if err := b.waitRoutes(pa, pb, pathCount); err != nil {
