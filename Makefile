@@ -178,9 +178,10 @@ bench: deps bench-deps build
 	set -o pipefail; $(GO) run ./test/lab/fleet100 -manifold $(BIN) -nodes $(FLEET_NODES) -services $(FLEET_SERVICES) \
 		-json $(PARTS)/fleet100.json | tee bench/results/fleet100.txt
 	$(GO) run ./test/lab/linkbench -manifold $(BIN) -json $(PARTS)/link.json
+	$(GO) run ./test/lab/linkbench -part linkpaths -manifold $(BIN) -json $(PARTS)/linkpaths.json
 	$(GO) run ./test/lab/tunnelbench -connect $(CONNECT) -json $(PARTS)/tunnel.json
 	./$(BENCH) report --out bench/results --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
-		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/sizes.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/steerscale.json $(PARTS)/convergence.json $(PARTS)/fleet.json $(PARTS)/fleet100.json $(PARTS)/link.json $(PARTS)/tunnel.json
+		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/sizes.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/steerscale.json $(PARTS)/convergence.json $(PARTS)/fleet.json $(PARTS)/fleet100.json $(PARTS)/link.json $(PARTS)/linkpaths.json $(PARTS)/tunnel.json
 	/usr/bin/python3 bench/plot.py bench/results/latest.json bench/results
 	@mkdir -p bench/results/steer && for f in bench/steer/*.yaml; do n=$$(basename $$f .yaml); ./$(BIN) steer simulate --scenario $$f --json bench/results/steer/$$n.json --plot bench/results/steer/$$n.png > bench/results/steer/$$n.txt || exit 1; done
 

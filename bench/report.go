@@ -101,6 +101,7 @@ var sectionTitles = []struct{ key, title string }{
 	{"fleet", "Fleet: propagation through etcd"},
 	{"steering", "Steering at scale: a round of 1 000 sites × 100 origins × 10 services"},
 	{"link", "Site-to-site link: throughput over WireGuard tunnels"},
+	{"linkpaths", "Site-to-site link on four capped paths (layer-3+4 multipath): tunnels against paths"},
 	{"tunnel", "Tunnels: throughput and open-loop HTTP latency, against rathole and bore"},
 	{"binary_size", "Binary sizes, as shipped (stripped), per binary and target"},
 }

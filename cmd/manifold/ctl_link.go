@@ -25,9 +25,9 @@ func printLink(w io.Writer, st *wire.LinkStatus) {
 		or(st.Route, "not installed yet"), strings.Join(st.Prefixes, ", "))
 	fmt.Fprintf(w, "public key %s\n\n", st.PublicKey)
 	tw := table(w)
-	fmt.Fprintln(tw, "TUNNEL\tDEVICE\tPORT\tSTATE\tIN ROUTE\tTX\tRX\tTX PKTS\tRX PKTS\tHANDSHAKES\tPROBE RTT\tLOST\tCHANGES")
+	fmt.Fprintln(tw, "TUNNEL\tDEVICE\tPORT\tFROM\tSTATE\tIN ROUTE\tTX\tRX\tTX PKTS\tRX PKTS\tHANDSHAKES\tPROBE RTT\tLOST\tCHANGES")
 	for _, t := range st.Tunnels {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%.2fms\t%d/%d\t%d\n", t.Index, t.Device, t.Port, t.State, yesNo(t.InRoute),
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%.2fms\t%d/%d\t%d\n", t.Index, t.Device, t.Port, t.SourcePort, t.State, yesNo(t.InRoute),
 			humanBytes(int64(t.TxBytes)), humanBytes(int64(t.RxBytes)), t.TxPackets, t.RxPackets, t.Handshakes, t.LastProbeRTTMillis, t.ProbesLost, t.ProbesSent, t.Transitions)
 	}
 	tw.Flush()

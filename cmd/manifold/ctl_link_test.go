@@ -14,9 +14,9 @@ import (
 func TestCtlLink(t *testing.T) {
 	st := wire.LinkStatus{Name: "dc1-dc2", Local: "192.0.2.1", Remote: "192.0.2.2", PublicKey: "izTqe+ZOAKLCDswnn493abfOwTLaIqzONdOPANl1KSY=",
 		Prefixes: []string{"10.2.0.0/16"}, Route: "resilient", Tunnels: []wire.LinkTunnel{
-			{Index: 0, Device: "mlink0", Port: 51820, State: wire.LinkTunnelUp, InRoute: true, TxBytes: 3 << 30, RxBytes: 1 << 20, TxPackets: 2200000,
+			{Index: 0, Device: "mlink0", Port: 51820, SourcePort: 40977, State: wire.LinkTunnelUp, InRoute: true, TxBytes: 3 << 30, RxBytes: 1 << 20, TxPackets: 2200000,
 				RxPackets: 900, Handshakes: 4, ProbesSent: 3000, ProbesLost: 2, LastProbeRTTMillis: 0.41, Transitions: 1},
-			{Index: 1, Device: "mlink1", Port: 51821, State: wire.LinkTunnelDown, TxBytes: 900, RxBytes: 12, TxPackets: 20, RxPackets: 1,
+			{Index: 1, Device: "mlink1", Port: 51821, SourcePort: 51821, State: wire.LinkTunnelDown, TxBytes: 900, RxBytes: 12, TxPackets: 20, RxPackets: 1,
 				Handshakes: 1, ProbesSent: 3000, ProbesLost: 61, LastProbeRTTMillis: 0.52, Transitions: 2},
 		}}
 	var got string

@@ -20,7 +20,10 @@ type Link struct {
 	// Tunnels is how many WireGuard tunnels carry the link (both sides the same).
 	Tunnels int
 	// Port is tunnel 0's UDP port at both ends; tunnel i uses Port+i.
-	Port           uint16
+	Port uint16
+	// SourcePorts is where each tunnel sends from: its own port, or one chosen so that
+	// the host's multipath route to the peer puts the tunnels on distinct paths.
+	SourcePorts    LinkSourcePorts
 	PrivateKeyFile string
 	PeerPublicKey  [32]byte
 	MTU            int
@@ -32,6 +35,18 @@ type Link struct {
 	ConnectTimeout time.Duration
 	Health         LinkHealth
 }
+
+// LinkSourcePorts is the value of link.source_ports.
+type LinkSourcePorts string
+
+const (
+	// LinkSpread: each tunnel sends from a port the host's multipath route hashes onto
+	// a path of its own (round robin when there are more tunnels than paths).
+	LinkSpread LinkSourcePorts = "spread"
+	// LinkFixed: each tunnel sends from its own port, port+i; the network's hash
+	// places it.
+	LinkFixed LinkSourcePorts = "fixed"
+)
 
 // LinkSite is one end of a link: its outer address and the networks behind it.
 type LinkSite struct {
@@ -49,6 +64,7 @@ type LinkHealth struct {
 const (
 	MaxLinkTunnels            = 64
 	DefaultLinkPort           = 51820
+	DefaultLinkSourcePorts    = LinkSpread
 	MaxLinkPort               = 65535 - MaxLinkTunnels + 1 // the last tunnel's port fits
 	DefaultLinkMTU            = 1420
 	MinLinkMTU                = 1280 // IPv6's minimum, so that either family crosses
@@ -109,6 +125,9 @@ func (p *parser) link(n *yaml.Node, path string, l *Link) {
 		case "port":
 			x, _ := p.integer(v, path)
 			l.Port = uint16(x)
+		case "source_ports":
+			s, _ := p.enum(v, path)
+			l.SourcePorts = LinkSourcePorts(s)
 		case "private_key_file":
 			l.PrivateKeyFile = p.filePath(v, path)
 		case "peer_public_key":
@@ -188,6 +207,9 @@ func applyLinkDefaults(l *Link, present func(path string) bool) {
 	}
 	if !present("link.port") {
 		l.Port = DefaultLinkPort
+	}
+	if !present("link.source_ports") {
+		l.SourcePorts = DefaultLinkSourcePorts
 	}
 	if !present("link.mtu") {
 		l.MTU = DefaultLinkMTU

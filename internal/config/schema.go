@@ -269,6 +269,8 @@ var LinkSchema = []Field{
 		Doc: "default: the number of CPUs; the same on both sides"},
 	{Path: "link.port", Type: TypeInt, Default: def(DefaultLinkPort), Range: &Range{1, MaxLinkPort}, Example: "51820",
 		Doc: "tunnel i uses UDP port+i at both ends: N flows to the network"},
+	{Path: "link.source_ports", Type: TypeEnum, Enum: enum(LinkSpread, LinkFixed), Default: def(DefaultLinkSourcePorts), Example: "spread",
+		Doc: "spread: each tunnel sends from a port that this host's layer-3+4 multipath route to the peer hashes onto a path of its own (it still receives on port+i); fixed: from port+i, and the peer is followed wherever its packets come from (a peer behind a NAT that rewrites ports needs fixed on the other side)"},
 	{Path: "link.private_key_file", Type: TypeString, File: FileAny, Required: true, Example: "/etc/manifold/dc1.key",
 		Doc: "this side's WireGuard private key (wg genkey); read at start"},
 	{Path: "link.peer_public_key", Type: TypeString, Required: true, Example: "ThxgqOncpcA21h5JzqGQLqMx880sOzNM5Hg8TQMpNkk=",

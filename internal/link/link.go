@@ -59,12 +59,25 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	}
 	l := &link{cfg: cfg, pub: pub, log: log.With("link", cfg.Name), clock: clock.Real(), inRoute: make([]bool, cfg.Tunnels)}
 	defer l.closeTunnels()
+	changes := sysctl.New(l.log)
+	defer changes.Restore()
+	sources, err := l.sourcePorts(changes)
+	if err != nil {
+		return err
+	}
 	for i := range cfg.Tunnels {
-		t, err := openTunnel(cfg, i, priv, l.log)
+		var from []uint16
+		if sources != nil {
+			from = sources[i]
+		}
+		t, err := openTunnel(cfg, i, priv, from, l.log)
 		if err != nil {
 			return err
 		}
 		l.tunnels = append(l.tunnels, t)
+		if from := t.sourcePort(); from != t.port {
+			l.log.Debug("tunnel sends from its own path's port", "tunnel", i, "port", t.port, "source_port", from)
+		}
 	}
 	if l.prober, err = newProber(l.tunnels, l.clock, cfg.Health.Interval, cfg.Health.Rise, cfg.Health.Fall); err != nil {
 		return err
@@ -85,8 +98,6 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	changes := sysctl.New(l.log)
-	defer changes.Restore()
 	if err := l.hostSettings(changes); err != nil {
 		return err
 	}
@@ -102,6 +113,34 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	defer l.removeRoute()
 	l.log.Info("link up", "route", r.kind(), "prefixes", cfg.Remote.Prefixes, "tunnels_up", len(up))
 	return l.loop(ctx)
+}
+
+// sourcePorts chooses the ports the tunnels send from (nil: their own), with
+// link.source_ports: spread on a multipath route to the peer (paths.go).
+// The host's multipath hash must read the ports first: it is set here, before the
+// tunnels start, not with the other settings once the peer answers.
+func (l *link) sourcePorts(changes *sysctl.Changes) ([][]uint16, error) {
+	if l.cfg.SourcePorts != config.LinkSpread {
+		return nil, nil
+	}
+	v := "ipv4"
+	if l.cfg.Remote.Address.Is6() {
+		v = "ipv6"
+	}
+	if err := changes.Set("net/"+v+"/fib_multipath_hash_policy", "1", "each tunnel's UDP flow takes the path its ports hash onto (link.source_ports: spread)"); err != nil {
+		return nil, err
+	}
+	lo, hi := ephemeralPorts()
+	sources, paths, err := sourcePorts(kernelPath, l.cfg.Remote.Address, l.cfg.Port, l.cfg.Tunnels, lo, hi)
+	if err != nil {
+		return nil, fmt.Errorf("link.source_ports: spread: %w", err)
+	}
+	if sources == nil {
+		l.log.Info("one path to the peer: the tunnels send from their own ports", "paths", paths)
+		return nil, nil
+	}
+	l.log.Info("a multipath route to the peer: each tunnel sends from a port hashed onto a path of its own", "paths", paths, "tunnels", l.cfg.Tunnels)
+	return sources, nil
 }
 
 // checkHost refuses what would go wrong once installed: a peer the host has no route
@@ -311,7 +350,7 @@ func (l *link) status() wire.LinkStatus {
 	for i, t := range l.tunnels {
 		v := l.prober.states[i].view()
 		n, last, _ := t.handshakeInfo()
-		ts := wire.LinkTunnel{Index: t.index, Device: t.name, Port: t.port, LocalInner: t.local.String(), RemoteInner: t.remote.String(),
+		ts := wire.LinkTunnel{Index: t.index, Device: t.name, Port: t.port, SourcePort: t.sourcePort(), LocalInner: t.local.String(), RemoteInner: t.remote.String(),
 			State: wire.LinkTunnelDown, InRoute: l.inRoute[i], Handshakes: n, ProbesSent: v.sent, ProbesLost: v.lost,
 			LastProbeRTTMillis: float64(v.rtt.Microseconds()) / 1000, Transitions: v.trans}
 		if v.up {

@@ -28,6 +28,7 @@ type tunnel struct {
 	local, remote netip.Addr // inner addresses: the probes' ends
 	ifindex       int
 	wg            *device.Device
+	spread        *spreadBind // with link.source_ports: spread on a multipath route; else nil
 
 	mu            sync.Mutex
 	handshakes    uint64
@@ -51,8 +52,9 @@ func innerAddrs(cfg *config.Link, i int) (local, remote netip.Addr) {
 }
 
 // openTunnel brings up tunnel i: the TUN device, wireguard-go on it with the peer,
-// the inner addresses, the device up. On error it leaves nothing behind.
-func openTunnel(cfg *config.Link, i int, priv [32]byte, log *slog.Logger) (_ *tunnel, err error) {
+// the inner addresses, the device up. sources are the ports it may send from (nil:
+// its own, port+i). On error it leaves nothing behind.
+func openTunnel(cfg *config.Link, i int, priv [32]byte, sources []uint16, log *slog.Logger) (_ *tunnel, err error) {
 	t := &tunnel{index: i, name: fmt.Sprintf("%s%d", cfg.Devices, i), port: cfg.Port + uint16(i)}
 	t.local, t.remote = innerAddrs(cfg, i)
 	if _, err := netlink.LinkByName(t.name); err == nil {
@@ -72,7 +74,20 @@ func openTunnel(cfg *config.Link, i int, priv [32]byte, log *slog.Logger) (_ *tu
 			log.Debug("wireguard", "tunnel", i, "err", msg)
 		},
 	}
-	t.wg = device.NewDevice(td, conn.NewDefaultBind(), logger)
+	bind := conn.NewDefaultBind()
+	if sources != nil {
+		t.spread = newSpreadBind(sources)
+		bind = t.spread
+	}
+	t.wg = device.NewDevice(td, bind, logger)
+	if cfg.SourcePorts == config.LinkSpread {
+		// The peer is always at its address and port+i: following the source of its
+		// packets (roaming) would answer a spreading peer on the port it sends from,
+		// and the two directions, each placed on a path by the side that sends it,
+		// would be one flow again. With fixed ports roaming stays on, for a peer
+		// behind a NAT that rewrites them.
+		t.wg.DisableSomeRoamingForBrokenMobileSemantics()
+	}
 	defer func() {
 		if err != nil {
 			t.close()
@@ -105,6 +120,16 @@ func openTunnel(cfg *config.Link, i int, priv [32]byte, log *slog.Logger) (_ *tu
 		return nil, fmt.Errorf("tunnel %d: %s up: %w", i, t.name, err)
 	}
 	return t, nil
+}
+
+// sourcePort is the UDP port the tunnel sends from.
+func (t *tunnel) sourcePort() uint16 {
+	if t.spread != nil {
+		if p := t.spread.sourcePort(); p != 0 {
+			return p
+		}
+	}
+	return t.port
 }
 
 func hostNet(a netip.Addr) *net.IPNet {

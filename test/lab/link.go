@@ -91,6 +91,7 @@ type LinkConfig struct {
 	Interval                time.Duration
 	Rise, Fall              int
 	ConnectTimeout          time.Duration // 0: the default
+	SourcePorts             string        // link.source_ports; "": the default
 }
 
 func (c LinkConfig) yaml(keyFile string) []byte {
@@ -107,6 +108,9 @@ func (c LinkConfig) yaml(keyFile string) []byte {
 	fmt.Fprintf(&b, "  tunnels: %d\n  private_key_file: %s\n  peer_public_key: %s\n", c.Tunnels, keyFile, c.PeerPublicKey)
 	if c.ConnectTimeout > 0 {
 		fmt.Fprintf(&b, "  connect_timeout: %s\n", c.ConnectTimeout)
+	}
+	if c.SourcePorts != "" {
+		fmt.Fprintf(&b, "  source_ports: %s\n", c.SourcePorts)
 	}
 	if c.Interval > 0 {
 		fmt.Fprintf(&b, "  health: {interval: %s, rise: %d, fall: %d}\n", c.Interval, c.Rise, c.Fall)
@@ -151,4 +155,25 @@ func InRoute(st *wire.LinkStatus) []int {
 		}
 	}
 	return in
+}
+
+// WaitBalanced waits until the resilient next-hop groups on the gateways have
+// settled: a tunnel that joined takes over buckets only as they fall idle, so until
+// then a flow's tunnel may still change while it pauses, and traffic started at once
+// may keep the buckets busy on the first tunnels for good (unbalanced_timer 0).
+func WaitBalanced(p *Process, gws ...*Host) error {
+	return p.WaitReady(10*time.Second, func() error {
+		for _, gw := range gws {
+			out, err := gw.Output(hostprog.IP, "nexthop", "show")
+			if err != nil {
+				return err
+			}
+			for line := range strings.Lines(out) {
+				if strings.Contains(line, "type resilient") && !strings.Contains(line, "unbalanced_time 0") {
+					return fmt.Errorf("%s: group not balanced yet: %s", gw.Role, line)
+				}
+			}
+		}
+		return nil
+	})
 }

@@ -169,26 +169,6 @@ func (ll *linkLab) tunnelsOf(t *testing.T, flows []*flow) []int {
 	return devs
 }
 
-// waitBalanced waits until the resilient next-hop groups on both gateways have
-// settled (a tunnel that joined takes over buckets only as they fall idle), so that
-// a flow's tunnel no longer changes while the flow pauses.
-func (ll *linkLab) waitBalanced(p *Process) error {
-	return p.WaitReady(10*time.Second, func() error {
-		for _, gw := range []*Host{ll.gwA, ll.gwB} {
-			out, err := gw.Output(hostprog.IP, "nexthop", "show")
-			if err != nil {
-				return err
-			}
-			for line := range strings.Lines(out) {
-				if strings.Contains(line, "type resilient") && !strings.Contains(line, "unbalanced_time 0") {
-					return fmt.Errorf("%s: group not balanced yet: %s", gw.Role, line)
-				}
-			}
-		}
-		return nil
-	})
-}
-
 // TestLink runs a link of four tunnels between two sites: flows spread over every
 // tunnel, a tunnel whose UDP port the WAN drops leaves the route within interval ×
 // fall and its flows go on over the others while the others' connections stay on
@@ -245,7 +225,7 @@ func TestLink(t *testing.T) {
 		flows[i] = &flow{conn: c, r: bufio.NewReaderSize(c, 1<<17)}
 	}
 	if st.Route == "resilient" {
-		if err := ll.waitBalanced(pa); err != nil {
+		if err := WaitBalanced(pa, ll.gwA, ll.gwB); err != nil {
 			t.Fatal(err)
 		}
 	}

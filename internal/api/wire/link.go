@@ -23,9 +23,12 @@ type LinkStatus struct {
 
 // LinkTunnel is one WireGuard tunnel of a link.
 type LinkTunnel struct {
-	Index       int    `json:"index"`
-	Device      string `json:"device"`       // its TUN device
-	Port        uint16 `json:"port"`         // its UDP port at both ends
+	Index  int    `json:"index"`
+	Device string `json:"device"` // its TUN device
+	Port   uint16 `json:"port"`   // its UDP port at both ends, where it receives
+	// SourcePort is the UDP port it sends from: Port, or with link.source_ports:
+	// spread on a multipath route to the peer, one hashed onto a path of its own.
+	SourcePort  uint16 `json:"source_port"`
 	LocalInner  string `json:"local_inner"`  // this end's inner address (probes)
 	RemoteInner string `json:"remote_inner"` // the other end's
 	// State is "up" once rise probes were answered, "down" once none was for fall

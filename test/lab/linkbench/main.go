@@ -11,6 +11,10 @@
 // process (wireguard-go's crypto and its TUN and UDP system calls) and by the whole
 // machine. The ratio N tunnels ÷ 1 tunnel is the scaling figure. Numbers, never
 // pass/fail.
+//
+// With -part linkpaths (make bench's part of that name, paths.go) the gateways are
+// joined instead by four paths capped at 200 Mbit/s under a layer-3+4 multipath
+// route, where the paths, not the cores, are the limit.
 package main
 
 import (
@@ -54,10 +58,12 @@ func main() {
 	jsonPath := flag.String("json", "", "also write the results to this file as JSON")
 	rounds := flag.Int("rounds", 3, "rounds; each measures every configuration once")
 	seconds := flag.Int("seconds", 5, "length of each iperf3 run")
+	pathMbits := flag.Int("path-mbits", defaultPathMbits, "linkpaths: each path's cap, Mbit/s each way")
+	part := flag.String("part", "link", "link: the tunnels on one path, bound by the CPU; linkpaths: on four capped paths (paths.go)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, *manifold, *jsonPath, *rounds, *seconds)
+	err := run(ctx, *part, *manifold, *jsonPath, *rounds, *seconds, *pathMbits)
 	switch {
 	case ctx.Err() != nil:
 		fmt.Println("\nInterrupted; the lab has been removed.")
@@ -71,6 +77,8 @@ func main() {
 type bench struct {
 	manifold               string
 	seconds                int
+	parallel               int // iperf3's streams (-P)
+	pathMbits              int // linkpaths: each path's cap
 	l                      *lab.Lab
 	gwA, gwB, hostA, hostB *lab.Host
 	keyA, keyB             lab.WireGuardKey
@@ -81,13 +89,17 @@ type sample struct {
 	gbps                 float64
 	gbytes               float64
 	cpuA, cpuB, cpuTotal float64 // seconds
+	wireGbps             float64 // linkpaths: the frames gateway A sent over the paths, per second of the run
 }
 
-func run(ctx context.Context, manifold, jsonPath string, rounds, seconds int) (err error) {
-	if rounds < 1 || seconds < 1 {
-		return fmt.Errorf("-rounds %d, -seconds %d: at least 1 each", rounds, seconds)
+func run(ctx context.Context, part, manifold, jsonPath string, rounds, seconds, pathMbits int) (err error) {
+	if rounds < 1 || seconds < 1 || pathMbits < 1 {
+		return fmt.Errorf("-rounds %d, -seconds %d, -path-mbits %d: at least 1 each", rounds, seconds, pathMbits)
 	}
-	if err := lab.Preflight("linkbench", &manifold, hostprog.Ethtool, hostprog.IP, hostprog.Iperf3); err != nil {
+	if part != "link" && part != "linkpaths" {
+		return fmt.Errorf("-part %q: link or linkpaths", part)
+	}
+	if err := lab.Preflight("linkbench", &manifold, hostprog.Ethtool, hostprog.IP, hostprog.Iperf3, hostprog.TC, hostprog.Ping); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", prefix+"-")
@@ -104,7 +116,7 @@ func run(ctx context.Context, manifold, jsonPath string, rounds, seconds int) (e
 			err = errors.Join(err, fmt.Errorf("teardown: %w", cerr))
 		}
 	}()
-	b := &bench{manifold: manifold, seconds: seconds, l: l, gwA: l.Host("gwa"), gwB: l.Host("gwb")}
+	b := &bench{manifold: manifold, seconds: seconds, parallel: 8, pathMbits: pathMbits, l: l, gwA: l.Host("gwa"), gwB: l.Host("gwb")}
 	if b.hostA, err = l.AddSiteHost(b.gwA, "hosta", netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.1.0.2"), netip.Addr{}, netip.Addr{}); err != nil {
 		return err
 	}
@@ -123,6 +135,9 @@ func run(ctx context.Context, manifold, jsonPath string, rounds, seconds int) (e
 	}
 	if _, err := server.WaitLog(10*time.Second, func(line string) bool { return strings.Contains(line, "listening") }); err != nil {
 		return err
+	}
+	if part == "linkpaths" {
+		return b.paths(ctx, jsonPath, rounds)
 	}
 	fmt.Printf("link benchmark: iperf3 -P 8 from site A to site B, %d s per run, %d rounds, %d cores\n", seconds, rounds, runtime.NumCPU())
 
@@ -254,39 +269,65 @@ func (b *bench) kernel() (sample, error) {
 
 // link measures manifold link with n tunnels, started on both gateways for the run.
 func (b *bench) link(name string, n int) (sample, error) {
-	cfgA := lab.LinkConfig{Name: "ab", Local: b.gwA.Addr4, Remote: b.gwB.Addr4, LocalPrefixes: []netip.Prefix{siteA}, Prefixes: []netip.Prefix{siteB},
-		Tunnels: n, Key: b.keyA, PeerPublicKey: b.keyB.Public}
-	cfgB := cfgA
-	cfgB.Local, cfgB.Remote, cfgB.LocalPrefixes, cfgB.Prefixes, cfgB.Key, cfgB.PeerPublicKey = cfgA.Remote, cfgA.Local, cfgA.Prefixes, cfgA.LocalPrefixes, b.keyB, b.keyA.Public
-	pa, err := b.l.StartLink(b.manifold, b.gwA, "link-gwa-"+name, cfgA)
+	pa, pb, err := b.startLink(name, n, linkOptions{local: b.gwA.Addr4, remote: b.gwB.Addr4})
 	if err != nil {
 		return sample{}, err
 	}
 	defer pa.Stop()
-	pb, err := b.l.StartLink(b.manifold, b.gwB, "link-gwb-"+name, cfgB)
-	if err != nil {
-		return sample{}, err
-	}
 	defer pb.Stop()
+	return b.iperf(pa.Pid(), pb.Pid())
+}
+
+// linkOptions are what differs between the bench's links besides the tunnels.
+type linkOptions struct {
+	local, remote netip.Addr // gateway A's outer address and B's
+	sourcePorts   string     // link.source_ports; "": the default
+}
+
+// startLink starts manifold link with n tunnels on both gateways and waits until
+// both route over all n; the caller stops them.
+func (b *bench) startLink(name string, n int, o linkOptions) (pa, pb *lab.Process, err error) {
+	cfgA := lab.LinkConfig{Name: "ab", Local: o.local, Remote: o.remote, LocalPrefixes: []netip.Prefix{siteA}, Prefixes: []netip.Prefix{siteB},
+		Tunnels: n, Key: b.keyA, PeerPublicKey: b.keyB.Public, SourcePorts: o.sourcePorts}
+	cfgB := cfgA
+	cfgB.Local, cfgB.Remote, cfgB.LocalPrefixes, cfgB.Prefixes, cfgB.Key, cfgB.PeerPublicKey = cfgA.Remote, cfgA.Local, cfgA.Prefixes, cfgA.LocalPrefixes, b.keyB, b.keyA.Public
+	if pa, err = b.l.StartLink(b.manifold, b.gwA, "link-gwa-"+name, cfgA); err != nil {
+		return nil, nil, err
+	}
+	if pb, err = b.l.StartLink(b.manifold, b.gwB, "link-gwb-"+name, cfgB); err != nil {
+		pa.Stop()
+		return nil, nil, err
+	}
 	for _, side := range []struct {
 		p  *lab.Process
 		gw *lab.Host
 	}{{pa, b.gwA}, {pb, b.gwB}} {
-		err := side.p.WaitReady(30*time.Second, func() error {
-			st, err := lab.LinkStatus(side.gw)
-			if err != nil {
-				return err
-			}
-			if got := len(lab.InRoute(st)); got != n {
-				return fmt.Errorf("%d of %d tunnels in the route", got, n)
-			}
-			return nil
-		})
-		if err != nil {
-			return sample{}, err
+		if err := side.p.WaitReady(30*time.Second, func() error { return b.routes(side.gw, n) }); err != nil {
+			pa.Stop()
+			pb.Stop()
+			return nil, nil, err
 		}
 	}
-	return b.iperf(pa.Pid(), pb.Pid())
+	// tunnels that came up after the first take their share of the flows only once
+	// the groups have moved idle buckets to them
+	if err := lab.WaitBalanced(pa, b.gwA, b.gwB); err != nil {
+		pa.Stop()
+		pb.Stop()
+		return nil, nil, err
+	}
+	return pa, pb, nil
+}
+
+// routes says whether the link on gw routes over n tunnels.
+func (b *bench) routes(gw *lab.Host, n int) error {
+	st, err := lab.LinkStatus(gw)
+	if err != nil {
+		return err
+	}
+	if got := len(lab.InRoute(st)); got != n {
+		return fmt.Errorf("%s: %d of %d tunnels in the route", gw.Role, got, n)
+	}
+	return nil
 }
 
 // iperf runs the client in site A and returns its throughput and the CPU time of the
@@ -295,9 +336,18 @@ func (b *bench) iperf(pidA, pidB int) (sample, error) {
 	// The server takes one test at a time and may still be closing the previous one
 	// ("the server is busy running a test"): that refusal ends at once, so ask again,
 	// for at most 10 s.
+	return retryBusy(func() (sample, error) { return b.iperfOnce(pidA, pidB) })
+}
+
+// retryBusy runs an iperf3 client again while its server is still busy with the
+// last, or refused the connection before the test began (a server closing the last
+// test may reset the next one's control connection); a stream broken in a test is an
+// error at once.
+func retryBusy(client func() (sample, error)) (sample, error) {
 	for try := 0; ; try++ {
-		s, err := b.iperfOnce(pidA, pidB)
-		if err == nil || !strings.Contains(err.Error(), "server is busy") || try == 50 {
+		s, err := client()
+		refused := err != nil && (strings.Contains(err.Error(), "server is busy") || strings.Contains(err.Error(), "unable to connect to server"))
+		if !refused || try == 50 {
 			return s, err
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -305,8 +355,15 @@ func (b *bench) iperf(pidA, pidB int) (sample, error) {
 }
 
 func (b *bench) iperfOnce(pidA, pidB int) (sample, error) {
+	return b.iperfFrom(b.hostA, b.hostB.Addr4, b.parallel, b.seconds, pidA, pidB)
+}
+
+// iperfFrom runs iperf3's client on from against the server at to, with parallel
+// streams for seconds and the extra arguments given; an error if any stream broke.
+func (b *bench) iperfFrom(from *lab.Host, to netip.Addr, parallel, seconds, pidA, pidB int, extra ...string) (sample, error) {
 	a0, b0, m0 := procCPU(pidA), procCPU(pidB), machineCPU()
-	out, err := b.hostA.Output(hostprog.Iperf3, "-c", b.hostB.Addr4.String(), "-P", "8", "-t", strconv.Itoa(b.seconds), "-J")
+	args := append([]string{"-c", to.String(), "-P", strconv.Itoa(parallel), "-t", strconv.Itoa(seconds), "-J"}, extra...)
+	out, err := from.Output(hostprog.Iperf3, args...)
 	if err != nil {
 		return sample{}, err
 	}
