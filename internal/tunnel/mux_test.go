@@ -480,7 +480,6 @@ func TestFirstBytes(t *testing.T) {
 	}
 }
 
-
 // BenchmarkMuxOneStreamTLS is BenchmarkMuxOneStream over TLS 1.3, as the tunnel runs it.
 func BenchmarkMuxOneStreamTLS(b *testing.B) {
 	p := newPKI(b)
