@@ -65,20 +65,5 @@ func Sleep(c Clock, d time.Duration, done <-chan struct{}) bool {
 // stalls for itself is not one: only a gap in the whole process's time is. It returns
 // when stop is closed. stalled runs on the watch's goroutine.
 func WatchStalls(c Clock, every, after time.Duration, stop <-chan struct{}, stalled func(gap time.Duration)) {
-	t := c.NewTicker(every)
-	defer t.Stop()
-	last := c.Now()
-	for {
-		select {
-		case <-t.C():
-		case <-stop:
-			return
-		}
-		now := c.Now()
-		if gap := now.Sub(last); gap > after {
-			stalled(gap)
-			now = c.Now() // the time stalled took is not a stall
-		}
-		last = now
-	}
+	NewStallMeter(c, every).watch(stop, after, stalled)
 }

@@ -3,6 +3,7 @@ package clock
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -185,4 +186,68 @@ func TestWatchStalls(t *testing.T) {
 	}
 	close(stop)
 	<-done
+}
+
+// waitBeat waits until m's watch has woken at at.
+func waitBeat(t *testing.T, m *StallMeter, at time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m.mu.Lock()
+		woke := m.beat.Equal(at)
+		m.mu.Unlock()
+		if woke {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the meter's watch did not wake at %v", at)
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestStallMeter: wake-ups on time are no stall; a jump of the clock is one, counted
+// from the first missed wake-up, before the watch has woken as after; a window after
+// it holds none of it; a meter that does not run sees none.
+func TestStallMeter(t *testing.T) {
+	start := time.Unix(0, 0)
+	f := NewFake(start)
+	m := NewStallMeter(f, 100*time.Millisecond)
+	stop, done := make(chan struct{}), make(chan struct{})
+	defer func() { close(stop); <-done }()
+	f.Advance(time.Hour) // not running yet: no stall
+	if got := m.Stalled(start, f.Now()); got != 0 {
+		t.Fatalf("a meter that does not run: %v stalled, want 0", got)
+	}
+	go func() {
+		defer close(done)
+		m.Run(stop)
+	}()
+	f.BlockUntil(1)
+	begin := f.Now()
+	for range 5 {
+		f.Advance(100 * time.Millisecond)
+		waitBeat(t, m, f.Now())
+	}
+	if got := m.Stalled(begin, f.Now()); got != 0 {
+		t.Fatalf("wake-ups on time: %v stalled, want 0", got)
+	}
+	before := f.Now()
+	f.Advance(time.Second) // the process stopped for a second
+	if got := m.Stalled(begin, f.Now()); got != 900*time.Millisecond {
+		t.Fatalf("a stop of 1 s, the watch maybe not woken yet: %v stalled, want 900ms (from its first missed wake-up)", got)
+	}
+	waitBeat(t, m, f.Now())
+	if got := m.Stalled(begin, f.Now()); got != 900*time.Millisecond {
+		t.Fatalf("a stop of 1 s, seen by the watch: %v stalled, want 900ms", got)
+	}
+	if got := m.Stalled(before.Add(500*time.Millisecond), f.Now()); got != 500*time.Millisecond {
+		t.Fatalf("the stall's last half: %v, want 500ms", got)
+	}
+	after := f.Now()
+	f.Advance(100 * time.Millisecond)
+	waitBeat(t, m, f.Now())
+	if got := m.Stalled(after, f.Now()); got != 0 {
+		t.Fatalf("after the stall: %v stalled, want 0", got)
+	}
 }

@@ -36,9 +36,12 @@ const (
 
 // Connector keeps tunnels to the edges and serves its services through them.
 type Connector struct {
-	cfg      *ConnectorConfig
-	log      *slog.Logger
-	clock    clock.Clock
+	cfg   *ConnectorConfig
+	log   *slog.Logger
+	clock clock.Clock
+	// stalls sees when this process did not run, which the tunnels' failure detectors
+	// do not count against their edges (watchdog.go)
+	stalls   *clock.StallMeter
 	services map[string]ServiceConfig
 	quicConf *quic.Config
 	notifier // every tunnel up or down
@@ -82,6 +85,7 @@ func NewConnector(cfg *ConnectorConfig, log *slog.Logger) *Connector {
 	if c.clock == nil {
 		c.clock = clock.Real()
 	}
+	c.stalls = clock.NewStallMeter(clock.Real(), stallWatch) // real time, as the control stream's read deadlines
 	capacity := 0
 	for _, s := range cfg.Services {
 		c.services[s.Name] = s
@@ -147,11 +151,18 @@ func (c *Connector) announced() ([]announcedService, <-chan struct{}) {
 // edge for no new stream, waits for the open ones to end (up to DrainTime), closes
 // the tunnels and returns.
 func (c *Connector) Run(ctx context.Context) error {
+	stop, watched := make(chan struct{}), make(chan struct{})
+	go func() { // until the tunnels have ended, drains included
+		defer close(watched)
+		c.stalls.Run(stop)
+	}()
 	var wg sync.WaitGroup
 	for _, edge := range c.cfg.Edges {
 		wg.Go(func() { c.keep(ctx, c.links[edge]) })
 	}
 	wg.Wait()
+	close(stop)
+	<-watched
 	return nil
 }
 
@@ -274,16 +285,17 @@ func (c *Connector) control(ctx context.Context, conn tunnelConn, control *contr
 	received := make(chan message)
 	failed := make(chan error, 1)
 	go func() { // owned by the session: ends when conn closes or the edge falls silent
-		deadline := time.Now().Add(deadAfter)
+		dog := newWatchdog(clock.Real(), c.stalls, conn) // real time: the stream's read deadlines are
 		for {
-			m, err := control.receive(deadline)
-			deadline = time.Now().Add(deadAfter)
-			if stillHeard(conn, err, &deadline) {
-				continue // the pong is behind the tunnel's data, which does arrive
-			}
-			if err != nil {
+			m, err := control.receive(dog.deadline())
+			switch {
+			case err == nil:
+				dog.heard()
+			case dog.gone(err) || !timedOut(err):
 				failed <- err
 				return
+			default:
+				continue // this process stalled, or the pong is behind the tunnel's data, which does arrive
 			}
 			select {
 			case received <- m:

@@ -51,7 +51,8 @@
 // the edge answers welcome, or closes the connection with an application error code
 // and the reason. Then the
 // connector sends ping every pingInterval and the edge answers pong: each side takes
-// the other for gone after deadAfter without one, which is how an edge stops using a
+// the other for gone after deadAfter without one — of its own running time, its own
+// stalls not held against the peer (watchdog.go) — which is how an edge stops using a
 // connector that vanished (killed, unplugged) within a second. drain from the
 // connector stops new streams; the edge answers drained once the last stream it had
 // opened over the tunnel has ended, and the connector then closes the tunnel.

@@ -119,6 +119,9 @@ type Edge struct {
 	// pendingHellos counts the connections between their first packet and the end of
 	// their hello (at most cfg.MaxPendingHellos)
 	pendingHellos atomic.Int64
+	// stalls sees when this process did not run, which the tunnels' failure detectors
+	// do not count against their connectors (watchdog.go)
+	stalls *clock.StallMeter
 
 	mu        sync.Mutex
 	tunnels   map[uint64]*edgeTunnel
@@ -222,6 +225,7 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 	e := &Edge{
 		cfg:            cfg,
 		log:            cfg.Log,
+		stalls:         clock.NewStallMeter(clock.Real(), stallWatch), // real time, as the control stream's read deadlines
 		tokens:         tokenSet(tokens),
 		refusals:       ratelog.New(cfg.Log, cfg.Clock, time.Second, 10),
 		clientRefusals: ratelog.New(cfg.Log, cfg.Clock, time.Second, 10),
@@ -346,6 +350,7 @@ func (e *Edge) Addr() net.Addr { return e.ln.Addr() }
 // tunnel's goroutine has ended.
 func (e *Edge) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
+	wg.Go(func() { e.stalls.Run(ctx.Done()) })
 	wg.Go(func() { e.acceptTCP(ctx, &wg) })
 	defer func() {
 		e.ln.Close()
@@ -590,20 +595,20 @@ func (e *Edge) refuse(conn tunnelConn, remote, reason, msg string) {
 
 // serveControl answers pings and drains until the tunnel closes or falls silent.
 func (e *Edge) serveControl(t *edgeTunnel) {
-	deadline := time.Now().Add(deadAfter)
+	dog := newWatchdog(clock.Real(), e.stalls, t.conn) // real time: the stream's read deadlines are
 	for {
-		m, err := t.control.receive(deadline)
-		deadline = time.Now().Add(deadAfter)
-		var netErr net.Error
+		m, err := t.control.receive(dog.deadline())
 		switch {
-		case stillHeard(t.conn, err, &deadline):
-			continue // the ping is behind the tunnel's data, which does arrive
-		case errors.As(err, &netErr) && netErr.Timeout():
+		case err == nil:
+			dog.heard()
+		case dog.gone(err):
 			e.gone.Add(1)
 			e.log.Warn("tunnel gone: no ping", "tunnel", t.id, "connector", t.connector, "for", deadAfter)
 			_ = t.conn.CloseWithError(codeGone, "no ping")
 			return
-		case err != nil:
+		case timedOut(err):
+			continue // this process stalled, or the ping is behind the tunnel's data, which does arrive
+		default:
 			e.log.Info("tunnel closed", "tunnel", t.id, "connector", t.connector, "reason", err)
 			return
 		}

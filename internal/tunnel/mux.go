@@ -155,6 +155,11 @@ func newMux(ctx context.Context, conn net.Conn, client bool, protocol string, ma
 		m.nextID = 1
 	}
 	m.ctx, m.cancel = context.WithCancel(ctx)
+	if tcp, ok := tcpConn(conn); ok {
+		if raw, err := tcp.SyscallConn(); err == nil {
+			_ = raw.Control(tuneLossRecovery)
+		}
+	}
 	go m.readLoop()
 	return m
 }

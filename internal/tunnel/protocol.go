@@ -35,6 +35,9 @@ const (
 	// issue's bound for a connector that disappears. Three pings may be lost first.
 	pingInterval = 200 * time.Millisecond
 	deadAfter    = 800 * time.Millisecond
+	// stallWatch is the wake-up of each side's stall meter: a stall of this process
+	// longer than two of them is not counted against its peers (watchdog.go).
+	stallWatch = 100 * time.Millisecond
 
 	// idleTimeout is QUIC's own backstop behind the pings (quic-go's floor is 5 s).
 	idleTimeout = 5 * time.Second

@@ -8,7 +8,6 @@ package tunnel
 
 import (
 	"context"
-	"errors"
 	"net"
 	"time"
 
@@ -77,24 +76,3 @@ func (c quicConn) AcceptStream(ctx context.Context) (tunnelStream, error) {
 func (c quicConn) Protocol() string   { return c.ConnectionState().TLS.NegotiatedProtocol }
 func (c quicConn) Transport() string  { return TransportQUIC }
 func (c quicConn) RTT() time.Duration { return c.ConnectionStats().SmoothedRTT }
-
-// stillHeard says a control stream's read timed out (err) while the connection
-// still received frames within deadAfter, and moves deadline to deadAfter after the
-// last: over TCP, a ping or pong queues behind the streams' data in one byte stream,
-// and a busy tunnel is not a vanished peer. QUIC schedules its control stream's
-// frames apart from the others: its timeout stands.
-func stillHeard(conn tunnelConn, err error, deadline *time.Time) bool {
-	var netErr net.Error
-	if !errors.As(err, &netErr) || !netErr.Timeout() {
-		return false
-	}
-	m, ok := conn.(*muxConn)
-	if !ok {
-		return false
-	}
-	if more := m.lastHeard().Add(deadAfter); time.Until(more) > 0 {
-		*deadline = more
-		return true
-	}
-	return false
-}

@@ -11,6 +11,9 @@
 // tool once; figures are min/median/max over the rounds, and manifold's are compared
 // with rathole's run by run. After the rounds, once, each tool started again: the
 // memory of 1000 idle client connections and of 10 idle tunnels (conns.go). Targets are printed, never asserted.
+// Each latency run also prints the CPU time the tool's processes spent per request.
+// TUNNELBENCH_KEEP=1 keeps the tools' logs; TUNNELBENCH_TIMELINE=file appends every
+// request of the latency runs to file (openloop.go).
 //
 // The tools as configured: manifold, QUIC with TLS 1.3; manifold (TCP), its TLS 1.3
 // over TCP transport (the streams multiplexed over one connection); rathole,
@@ -68,7 +71,8 @@ type tool struct {
 	tunnelUp   string
 }
 
-var rates = []int{1000, 4000}
+// rates are the open-loop request rates of the latency runs (-rates).
+var rates []int
 
 // edgeEnv makes this binary the manifold edge of the benchmark (a process of its own,
 // as rathole's and bore's servers are); its value is the edge's config, JSON.
@@ -92,7 +96,17 @@ func main() {
 	rounds := flag.Int("rounds", 3, "rounds; each measures every tool once")
 	duration := flag.Duration("duration", 5*time.Second, "length of one measurement, whole seconds")
 	only := flag.String("tools", "", "comma-separated tools to measure, by their names in the table (default: all)")
+	rateList := flag.String("rates", "1000,4000", "comma-separated request rates of the latency runs, per second; the last carries the p99 target")
 	flag.Parse()
+	rates = nil
+	for _, r := range strings.Split(*rateList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(r))
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "-rates %q: positive whole numbers\n", *rateList)
+			os.Exit(2)
+		}
+		rates = append(rates, n)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, *manifold, *jsonPath, *rounds, *duration, *only); err != nil {
@@ -194,14 +208,19 @@ func run(ctx context.Context, manifold, jsonPath string, rounds int, d time.Dura
 			line := fmt.Sprintf("round %d %-8s %6.2f Gbit/s", round, t.name, gbps)
 			for _, rate := range rates {
 				url := "http://127.0.0.1:" + strconv.Itoa(t.http) + "/"
-				openLoop(ctx, url, rate, time.Second) // warm-up: connections open, unrecorded
-				r := openLoop(ctx, url, rate, d)
+				client := newOpenLoopClient()
+				openLoop(ctx, client, url, rate, time.Second) // warm-up: connections open, unrecorded
+				cpu := cpuTime(t)
+				r := openLoop(ctx, client, url, rate, d)
+				cpu = cpuTime(t) - cpu
+				client.CloseIdleConnections()
 				results[t.name][p50(rate)] = append(results[t.name][p50(rate)], r.P50Ms)
 				results[t.name][p99(rate)] = append(results[t.name][p99(rate)], r.P99Ms)
 				if r.Failed > 0 {
 					notes[t.name] = append(notes[t.name], fmt.Sprintf("round %d at %d req/s: %d of %d requests failed", round, rate, r.Failed, r.Sent))
 				}
-				line += fmt.Sprintf("  %d/s p50 %.2f p99 %.2f ms (%d failed)", rate, r.P50Ms, r.P99Ms, r.Failed)
+				line += fmt.Sprintf("  %d/s p50 %.2f p99 %.2f ms (%d failed, %.0f µs CPU each)", rate, r.P50Ms, r.P99Ms, r.Failed,
+					float64(cpu/time.Microsecond)/float64(r.Sent))
 			}
 			conns, failed := connsPerSecond(ctx, t.http, d)
 			results[t.name][metricConns] = append(results[t.name][metricConns], conns)
@@ -625,3 +644,28 @@ func loadAverage() string {
 	}
 	return strings.Fields(string(b))[0]
 }
+
+// cpuTime is the CPU time t's processes have used (Linux: /proc), the tool's own cost
+// of a run however loaded the machine; 0 for a process that cannot be read.
+func cpuTime(t *tool) time.Duration {
+	var total time.Duration
+	for _, p := range t.processes {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Process.Pid))
+		if err != nil {
+			continue
+		}
+		// after the command's name in parentheses: utime and stime are fields 14 and 15
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		user, _ := strconv.ParseInt(f[11], 10, 64)
+		sys, _ := strconv.ParseInt(f[12], 10, 64)
+		total += time.Duration(user+sys) * time.Second / clockTicks
+	}
+	return total
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc's CPU times: 100 on every
+// Linux architecture Go supports.
+const clockTicks = 100
