@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -32,24 +33,73 @@ const prefix = "/test"
 func nopLogger() *zap.Logger { return zap.NewNop() }
 
 // sink is the node's run loop as a source sees it: it takes every update, unless
-// refuse (the kernel) says no.
+// refuse (the kernel) says no. As the controller, it folds a Delta update into the
+// services it took before: refuse and the updates channel see every service the node
+// would run (Services), with the update's Delta and Gone as sent; sent keeps the
+// updates as the source sent them.
 type sink struct {
 	updates chan reconcile.Update
 	refuse  func(reconcile.Update) error
+
+	mu      sync.Mutex
+	applied []config.Service
+	sent    []reconcile.Update
 }
 
 func (k *sink) Submit(ctx context.Context, u reconcile.Update) error {
+	k.mu.Lock()
+	k.sent = append(k.sent, u)
+	full := u
+	full.Services = folded(k.applied, u)
+	k.mu.Unlock()
 	if k.refuse != nil {
-		if err := k.refuse(u); err != nil {
+		if err := k.refuse(full); err != nil {
 			return err
 		}
 	}
 	select {
-	case k.updates <- u:
+	case k.updates <- full:
+		k.took(full)
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// took records that the node runs u's services (u folded already, or whole).
+func (k *sink) took(u reconcile.Update) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.applied = u.Services
+}
+
+// folded is the services a node runs once it takes u on top of applied.
+func folded(applied []config.Service, u reconcile.Update) []config.Service {
+	if !u.Delta {
+		return u.Services
+	}
+	byName := map[string]config.Service{}
+	for _, s := range applied {
+		byName[s.Name] = s
+	}
+	for _, name := range u.Gone {
+		delete(byName, name)
+	}
+	for _, s := range u.Services {
+		byName[s.Name] = s
+	}
+	out := make([]config.Service, 0, len(byName))
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		out = append(out, byName[name])
+	}
+	return out
+}
+
+// sentSince is the updates sent from the nth on, as the source sent them.
+func (k *sink) sentSince(n int) []reconcile.Update {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.sent[n:])
 }
 
 // next waits for the next update that matches want, dropping the others.
@@ -507,7 +557,8 @@ func TestInitialThenFollow(t *testing.T) {
 	if err != nil || len(u.Services) != 1 || u.Commit == nil {
 		t.Fatalf("initial: %v %+v", err, u)
 	}
-	if err := u.Commit(); err != nil { // the node applies it
+	k.took(u) // the node applies it
+	if err := u.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	if st := s.State(); st.AppliedRevision != revisionOf(t, u) || !st.Reachable {
