@@ -82,15 +82,15 @@ type Source struct {
 	// transaction's compare does.
 	writes sync.Mutex
 
-	mu         sync.Mutex        // guards everything below
-	docs       map[string][]byte // the services' documents as last read from the store
-	rev        int64             // the services' revision as last read
-	want       *desired          // the services the node runs: the last good state of each
+	mu   sync.Mutex        // guards everything below
+	docs map[string][]byte // the services' documents as last read from the store
+	rev  int64             // the services' revision as last read
+	want *desired          // the services the node runs: the last good state of each
 	// whole says the next update carries every service: the node has not taken one yet,
 	// or refused the last; else it carries the services changed since (Update.Delta)
 	whole      bool
-	watchFrom  int64             // where Run's first watch starts after Initial; 0: Run reads first
-	processed  int64             // the last revision applied or refused
+	watchFrom  int64 // where Run's first watch starts after Initial; 0: Run reads first
+	processed  int64 // the last revision applied or refused
 	applied    int64
 	appliedAt  time.Time // zero: nothing applied yet
 	applyErr   string

@@ -22,9 +22,9 @@ type Update struct {
 	// change to one service among 100 000 costs one service's work, not a walk through
 	// all of them. A source that cannot tell what changed sends everything (the config
 	// file, Kubernetes); so does the fleet after an update was refused.
-	Delta bool
-	Gone  []string
-	Revision string           // the source's name for this state, for logs
+	Delta    bool
+	Gone     []string
+	Revision string // the source's name for this state, for logs
 	// BGP, when set, is the node's bgp section as the source has it now (the config
 	// file does): peers, drain time and communities take effect with the update.
 	BGP *config.BGP
