@@ -937,3 +937,92 @@ func TestCatchUpWaitsForTheStoreRevision(t *testing.T) {
 		t.Fatalf("caught up at revision %d, the store had %d", got, want)
 	}
 }
+
+// A revision hands the node the services it changed and the names of those it
+// removed, not every service (Update.Delta); a bad document refuses its service alone
+// and sends nothing, and the next change to another service goes as a delta still;
+// after the node refused an update, the next carries every service.
+func TestUpdatesNameWhatChanged(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	var refuseNext atomic.Bool
+	a := startNode(t, cli, "a", func(reconcile.Update) error {
+		if refuseNext.CompareAndSwap(true, false) {
+			return &reconcile.KernelError{Err: errors.New("map full")}
+		}
+		return nil
+	})
+	doc := func(port, weight int) string {
+		return fmt.Sprintf(`{"vip": "198.51.100.10", "port": %d, "backends": [{"address": "10.0.1.1", "weight": %d}]}`, port, weight)
+	}
+	ctx := context.Background()
+	for i, name := range []string{"s1", "s2", "s3"} {
+		if err := a.Change(ctx, put(name, doc(80+i, 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// what each update named, as sent, and what the node then runs
+	step := func(what string, change func(), delta bool, changed, gone, runs []string) {
+		t.Helper()
+		for len(a.sink.updates) > 0 { // those of the changes before, taken already
+			<-a.sink.updates
+		}
+		from := len(a.sink.sentSince(0))
+		change()
+		u := a.sink.next(t, what, func(reconcile.Update) bool { return true })
+		sent := a.sink.sentSince(from)
+		if len(sent) != 1 {
+			t.Fatalf("%s: %d updates sent", what, len(sent))
+		}
+		s := sent[0]
+		if s.Delta != delta || !slices.Equal(names(s.Services), changed) || !slices.Equal(s.Gone, gone) {
+			t.Fatalf("%s: sent delta %v, services %v, gone %v; want %v, %v, %v", what, s.Delta, names(s.Services), s.Gone, delta, changed, gone)
+		}
+		if got := names(u.Services); !slices.Equal(got, runs) {
+			t.Fatalf("%s: the node runs %v, want %v", what, got, runs)
+		}
+		a.settles(t, u)
+	}
+	step("a weight", func() {
+		if err := a.Change(ctx, put("s2", doc(81, 5))); err != nil {
+			t.Fatal(err)
+		}
+	}, true, []string{"s2"}, nil, []string{"s1", "s2", "s3"})
+	step("a delete", func() {
+		if err := a.Change(ctx, func(s *store.Store) (*store.Change, error) { return s.DeleteService("s3") }); err != nil {
+			t.Fatal(err)
+		}
+	}, true, nil, []string{"s3"}, []string{"s1", "s2"})
+
+	// a bad document straight into etcd: refused alone, nothing sent
+	from := len(a.sink.sentSince(0))
+	if _, err := cli.Put(ctx, prefix+"/services/s1", "name: s1\nvip: [198.51.100.20\n"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "s1's document refused", func() bool { r := a.State().Refused; return len(r) == 1 && r[0].Service == "s1" })
+	if sent := a.sink.sentSince(from); len(sent) != 0 {
+		t.Fatalf("a refused document sent %d updates: %+v", len(sent), sent)
+	}
+	step("another service beside the bad document", func() {
+		if err := a.Change(ctx, put("s2", doc(81, 7))); err != nil {
+			t.Fatal(err)
+		}
+	}, true, []string{"s2"}, nil, []string{"s1", "s2"})
+	if u := a.sink.sentSince(0); u[len(u)-1].Services[0].Backends[0].Weight != 7 {
+		t.Fatalf("s2 sent with weight %d", u[len(u)-1].Services[0].Backends[0].Weight)
+	}
+
+	// the node refuses an update: the next carries every service
+	refuseNext.Store(true)
+	from = len(a.sink.sentSince(0))
+	if err := a.Change(ctx, put("s4", doc(90, 1))); err == nil {
+		t.Fatal("a write the node refused answered no error")
+	}
+	if sent := a.sink.sentSince(from); len(sent) != 1 || !sent[0].Delta || !slices.Equal(names(sent[0].Services), []string{"s4"}) {
+		t.Fatalf("the refused update: %+v", sent)
+	}
+	step("the next change after a refusal", func() {
+		if err := a.Change(ctx, put("s2", doc(81, 8))); err != nil {
+			t.Fatal(err)
+		}
+	}, false, []string{"s1", "s2", "s4"}, nil, []string{"s1", "s2", "s4"})
+}
