@@ -297,21 +297,27 @@ func byServiceName(s *config.Service, name string) int { return strings.Compare(
 
 // merged is served, sorted by name, with the services of changes put in (nil: taken out).
 func merged(served []*config.Service, changes map[string]*config.Service) []*config.Service {
+	return mergedByName(served, changes, func(s *config.Service) string { return s.Name })
+}
+
+// mergedByName is list (sorted by name) with the elements of changes put in (nil:
+// taken out), in one copy of list.
+func mergedByName[T any](list []*T, changes map[string]*T, name func(*T) string) []*T {
 	names := slices.Sorted(maps.Keys(changes))
-	out := make([]*config.Service, 0, len(served)+len(names))
+	out := make([]*T, 0, len(list)+len(names))
 	i := 0
-	for _, name := range names {
-		j, found := slices.BinarySearchFunc(served[i:], name, byServiceName)
-		out = append(out, served[i:i+j]...)
+	for _, n := range names {
+		j, found := slices.BinarySearchFunc(list[i:], n, func(e *T, n string) int { return strings.Compare(name(e), n) })
+		out = append(out, list[i:i+j]...)
 		i += j
 		if found {
 			i++
 		}
-		if s := changes[name]; s != nil {
-			out = append(out, s)
+		if e := changes[n]; e != nil {
+			out = append(out, e)
 		}
 	}
-	return append(out, served[i:]...)
+	return append(out, list[i:]...)
 }
 
 // index brings the indexes of the served services in line once source's update is
@@ -566,7 +572,7 @@ func (c *Controller) publishChange(ch *change) {
 	edge := slices.ContainsFunc(ch.old, atEdge) || slices.ContainsFunc(ch.changed, atEdge)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.view.Services = mergedStatus(c.view.Services, statuses)
+	c.view.Services = mergedByName(c.view.Services, statuses, func(s *ServiceStatus) string { return s.Config.Name })
 	if edge {
 		c.view.Tunnels, c.view.Edge = c.edgeServices()
 	}
@@ -601,26 +607,6 @@ func (v View) Service(name string) (*ServiceStatus, bool) {
 // service is not served.
 func (v View) Announcement(name string) (Announcement, bool) {
 	return v.announce.get(name)
-}
-
-// mergedStatus is services (sorted by name) with those of changes put in (nil: taken
-// out), as merged does for the served services.
-func mergedStatus(services []*ServiceStatus, changes map[string]*ServiceStatus) []*ServiceStatus {
-	names := slices.Sorted(maps.Keys(changes))
-	out := make([]*ServiceStatus, 0, len(services)+len(names))
-	i := 0
-	for _, name := range names {
-		j, found := slices.BinarySearchFunc(services[i:], name, func(s *ServiceStatus, name string) int { return strings.Compare(s.Config.Name, name) })
-		out = append(out, services[i:i+j]...)
-		i += j
-		if found {
-			i++
-		}
-		if s := changes[name]; s != nil {
-			out = append(out, s)
-		}
-	}
-	return append(out, services[i:]...)
 }
 
 // BGP is the speaker and its config, for the status (nil, nil without bgp). The
