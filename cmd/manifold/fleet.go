@@ -47,7 +47,11 @@ func fleetCmd(args []string, w io.Writer) error {
 	if cfg.Fleet == nil {
 		return fmt.Errorf("%s has no fleet section: it names no fleet store", *cfgPath)
 	}
-	cli, err := fleet.Dial(*cfg.Fleet)
+	dial := fleet.Dial
+	if cmd == "import" {
+		dial = fleet.DialImport
+	}
+	cli, err := dial(*cfg.Fleet)
 	if err != nil {
 		return err
 	}
