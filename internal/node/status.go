@@ -33,6 +33,20 @@ func (n *Node) Status() wire.Status {
 	st.Config = api.Info(n.file.Store())
 	st.Fleet = n.fleetState()
 	st.Kubernetes = n.kubeState()
+	st.Services = n.services(view, true)
+	st.FlowTableEntries, _ = n.lb.FlowCount()
+	st.Drops, _ = n.lb.Drops()
+	if st.Drops == nil {
+		st.Drops = map[string]uint64{}
+	}
+	return st
+}
+
+// services is every service's status, sorted by name; without counters, the data
+// plane's totals are left out (a map lookup per service and backend: the node's record,
+// every second, reads the rates only).
+func (n *Node) services(view reconcile.View, counters bool) []wire.ServiceStatus {
+	out := make([]wire.ServiceStatus, 0, len(view.Services)+len(view.Tunnels))
 	checks := map[health.Target]health.Status{}
 	for _, s := range n.checker.Status() {
 		checks[s.Target] = s
@@ -40,22 +54,17 @@ func (n *Node) Status() wire.Status {
 	checkOf := func(t health.Target) (health.Status, bool) { s, ok := checks[t]; return s, ok }
 	for _, s := range view.Services {
 		ann, _ := view.Announcement(s.Config.Name)
-		st.Services = append(st.Services, n.serviceStatus(s, ann, checkOf))
+		out = append(out, n.serviceStatus(s, ann, checkOf, counters))
 	}
 	var clients map[string]uint64
 	if n.edge != nil && len(view.Tunnels) > 0 {
 		clients = n.edge.Clients()
 	}
 	for i := range view.Tunnels {
-		st.Services = append(st.Services, n.tunnelServiceStatus(view, &view.Tunnels[i], clients))
+		out = append(out, n.tunnelServiceStatus(view, &view.Tunnels[i], clients))
 	}
-	slices.SortFunc(st.Services, func(a, b wire.ServiceStatus) int { return strings.Compare(a.Name, b.Name) })
-	st.FlowTableEntries, _ = n.lb.FlowCount()
-	st.Drops, _ = n.lb.Drops()
-	if st.Drops == nil {
-		st.Drops = map[string]uint64{}
-	}
-	return st
+	slices.SortFunc(out, func(a, b wire.ServiceStatus) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // flows lists the flow table (GET /api/v1/flows): entries of the node's services as
@@ -119,25 +128,29 @@ func (n *Node) tunnelServiceStatus(view reconcile.View, s *config.Service, clien
 		NewFlows: clients[s.Name], NewFlowsPerSecond: n.rates.get(rateKey{tunnel: s.Name}).newFlows}
 }
 
-// serviceStatus is a service's status, with its counters and its backends' health
-// (checkOf, the checker's results).
-func (n *Node) serviceStatus(s *reconcile.ServiceStatus, ann reconcile.Announcement, checkOf func(health.Target) (health.Status, bool)) wire.ServiceStatus {
+// serviceStatus is a service's status, with its rates, its counters (unless not
+// counters) and its backends' health (checkOf, the checker's results).
+func (n *Node) serviceStatus(s *reconcile.ServiceStatus, ann reconcile.Announcement, checkOf func(health.Target) (health.Status, bool), counters bool) wire.ServiceStatus {
 	ss := wire.ServiceStatus{
 		Name: s.Config.Name, VIP: s.Config.VIP.String(), Port: s.Config.Port,
 		Protocol: string(s.Config.Protocol), Forwarding: string(s.Config.Forwarding), Scheduler: string(s.Config.Scheduler),
 		Announced: ann.Announced, Reason: ann.Reason,
 		Backends: []wire.BackendStatus{}, Spec: api.SpecOf(&s.Config),
 	}
-	if c, err := n.lb.ServiceCounters(s.ID); err == nil {
-		ss.Packets, ss.Bytes, ss.NewFlows = c.Packets, c.Bytes, c.NewFlows
+	if counters {
+		if c, err := n.lb.ServiceCounters(s.ID); err == nil {
+			ss.Packets, ss.Bytes, ss.NewFlows = c.Packets, c.Bytes, c.NewFlows
+		}
 	}
 	r := n.rates.get(rateKey{id: s.ID})
 	ss.PacketsPerSecond, ss.BytesPerSecond, ss.NewFlowsPerSecond = r.packets, r.bytes, r.newFlows
 	for _, bk := range s.Backends {
 		bs := wire.BackendStatus{Address: bk.Address.String(), Weight: bk.Weight, State: backendState(bk.State),
 			Health: healthOf(&s.Config, bk.Address, checkOf)}
-		if c, err := n.lb.BackendCounters(bk.ID); err == nil {
-			bs.Packets, bs.Bytes, bs.NewFlows = c.Packets, c.Bytes, c.NewFlows
+		if counters {
+			if c, err := n.lb.BackendCounters(bk.ID); err == nil {
+				bs.Packets, bs.Bytes, bs.NewFlows = c.Packets, c.Bytes, c.NewFlows
+			}
 		}
 		r := n.rates.get(rateKey{backend: true, id: bk.ID})
 		bs.PacketsPerSecond, bs.BytesPerSecond, bs.NewFlowsPerSecond = r.packets, r.bytes, r.newFlows
@@ -167,7 +180,7 @@ func (n *Node) Service(name string) (wire.ServiceStatus, bool) {
 	view := n.ctrl.View()
 	if s, ok := view.Service(name); ok {
 		ann, _ := view.Announcement(name)
-		return n.serviceStatus(s, ann, n.checker.StatusOf), true
+		return n.serviceStatus(s, ann, n.checker.StatusOf, true), true
 	}
 	i, ok := slices.BinarySearchFunc(view.Tunnels, name, func(s config.Service, name string) int { return strings.Compare(s.Name, name) })
 	if !ok {
