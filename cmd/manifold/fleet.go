@@ -47,13 +47,20 @@ func fleetCmd(args []string, w io.Writer) error {
 	if cfg.Fleet == nil {
 		return fmt.Errorf("%s has no fleet section: it names no fleet store", *cfgPath)
 	}
-	cli, err := fleet.Dial(*cfg.Fleet)
+	dial := fleet.Dial
+	if cmd == "import" {
+		dial = fleet.DialImport
+	}
+	cli, err := dial(*cfg.Fleet)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	// the store's requests are bounded, not the reading of the file before them (100 000
+	// services take longer than that to parse on a busy machine)
+	storeCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), 30*time.Second)
+	}
 	switch cmd {
 	case "import":
 		if *from == "" {
@@ -67,12 +74,16 @@ func fleetCmd(args []string, w io.Writer) error {
 		if err != nil {
 			return err
 		}
+		ctx, cancel := storeCtx()
+		defer cancel()
 		if err := fleet.Import(ctx, cli, cfg.Fleet.Prefix, docs, *force); err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "imported %d services from %s into %s\n", len(docs), *from, cfg.Fleet.Prefix)
 		return nil
 	case "export":
+		ctx, cancel := storeCtx()
+		defer cancel()
 		docs, err := fleet.Export(ctx, cli, cfg.Fleet.Prefix)
 		if err != nil {
 			return err

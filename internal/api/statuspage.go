@@ -46,10 +46,15 @@ func backendKey(service, address string) string { return service + "\x00" + addr
 
 // record appends one sample of st, dropping those older than HistoryLength.
 func (h *history) record(now time.Time, st wire.Status) {
+	// the backends with traffic only (series reads 0 for the others): a sample of
+	// every backend of 100 000 services, kept for HistoryLength, held the node's
+	// memory and its collector busy
 	sample := map[string]float64{}
 	for _, s := range st.Services {
 		for _, b := range s.Backends {
-			sample[backendKey(s.Name, b.Address)] = b.PacketsPerSecond
+			if b.PacketsPerSecond != 0 {
+				sample[backendKey(s.Name, b.Address)] = b.PacketsPerSecond
+			}
 		}
 	}
 	h.mu.Lock()

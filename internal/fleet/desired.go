@@ -3,6 +3,7 @@ package fleet
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -23,7 +24,10 @@ import (
 type desired struct {
 	services map[string]*config.Service // the last good state of each service
 	good     map[string][]byte          // the document of that state, for API edits
-	flat     []config.Service           // the kept services sorted by name: the update, copied whole
+	flat     []config.Service           // the kept services sorted by name: a whole update
+	// touched is the services kept or removed since the node last took an update: a
+	// Delta update names only those (changes)
+	touched map[string]struct{}
 	// the kept services by key and by VIP: the candidates for config.Clash
 	byKey   map[config.ServiceKey]string
 	byVIP   map[netip.Addr]map[string]struct{}
@@ -52,7 +56,7 @@ func newDesired() *desired {
 	return &desired{
 		services: map[string]*config.Service{}, good: map[string][]byte{},
 		byKey: map[config.ServiceKey]string{}, byVIP: map[netip.Addr]map[string]struct{}{},
-		refused: map[string]Refusal{}, pending: map[string]pendingService{},
+		refused: map[string]Refusal{}, pending: map[string]pendingService{}, touched: map[string]struct{}{},
 	}
 }
 
@@ -150,6 +154,7 @@ func (d *desired) keep(svc *config.Service, doc []byte) {
 		d.flat = slices.Insert(d.flat, i, *svc)
 	}
 	d.services[svc.Name], d.good[svc.Name] = svc, doc
+	d.touched[svc.Name] = struct{}{}
 	d.byKey[svc.Key()] = svc.Name
 	if d.byVIP[svc.VIP] == nil {
 		d.byVIP[svc.VIP] = map[string]struct{}{}
@@ -163,6 +168,7 @@ func (d *desired) remove(name string) bool {
 		return false
 	}
 	d.unindex(old)
+	d.touched[name] = struct{}{}
 	delete(d.services, name)
 	delete(d.good, name)
 	if i, found := d.at(name); found {
@@ -189,6 +195,24 @@ func (d *desired) unindex(svc *config.Service) {
 // list is the kept services, sorted by name (a copy: the update is the reconciler's).
 func (d *desired) list() []config.Service {
 	return slices.Clone(d.flat)
+}
+
+// changes is the services kept and the names of those removed since the node last
+// took an update (forget): what a Delta update carries, sorted by name.
+func (d *desired) changes() (changed []config.Service, gone []string) {
+	for _, name := range slices.Sorted(maps.Keys(d.touched)) {
+		if svc, ok := d.services[name]; ok {
+			changed = append(changed, *svc)
+		} else {
+			gone = append(gone, name)
+		}
+	}
+	return changed, gone
+}
+
+// forget starts the next changes afresh: the node took every change so far.
+func (d *desired) forget() {
+	clear(d.touched)
 }
 
 // refusedList is the refused documents, sorted by service.

@@ -29,7 +29,7 @@ func serviceDoc(i, weight int) []byte {
 }
 
 // The node's side of one changed service document among n kept ones: decode it, check
-// it against the kept services, and make the update's list (the reconciler's input).
+// it against the kept services, and make the update (the changed service: Update.Delta).
 // What a revision costs a node before the reconciler, without etcd.
 func BenchmarkOneChangeAmong(b *testing.B) {
 	for _, n := range []int{1000, 10000, 100000} {
@@ -44,15 +44,17 @@ func BenchmarkOneChangeAmong(b *testing.B) {
 			if _, refused := d.take(docs); len(refused) > 0 {
 				b.Fatal(refused)
 			}
+			d.forget() // the node took them
 			b.ResetTimer()
 			for i := range b.N {
 				dd := decodeService(node, "/manifold/services/svc-000000", "svc-000000", serviceDoc(0, 2+i%100), int64(n+i))
 				if changed, refused := d.take([]decoded{dd}); !changed || len(refused) > 0 {
 					b.Fatal(refused)
 				}
-				if len(d.list()) != n {
-					b.Fatal("lost a service")
+				if changed, gone := d.changes(); len(changed) != 1 || len(gone) != 0 || len(d.services) != n {
+					b.Fatalf("%d changed, %d gone, %d kept", len(changed), len(gone), len(d.services))
 				}
+				d.forget()
 			}
 		})
 	}

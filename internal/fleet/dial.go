@@ -36,14 +36,27 @@ const DefaultPrefix = "/manifold"
 // has no desired state to serve, and should say so rather than hang.
 const dialTimeout = 3 * time.Second
 
+// importSendLimit is the largest request `manifold fleet import` sends: one
+// transaction of every service (100 000 services are about 15 MB), beyond the client's
+// default of 2 MiB. The members take what their --max-request-bytes allows.
+const importSendLimit = 64 << 20
+
 // Dial connects to the fleet's etcd. Errors name the config field at fault.
-func Dial(cfg config.Fleet) (*clientv3.Client, error) {
+func Dial(cfg config.Fleet) (*clientv3.Client, error) { return dial(cfg, 0) }
+
+// DialImport is Dial for `manifold fleet import`, whose one transaction may be larger
+// than a node's requests (importSendLimit).
+func DialImport(cfg config.Fleet) (*clientv3.Client, error) { return dial(cfg, importSendLimit) }
+
+// dial connects; sendLimit, when not 0, is the largest request the client sends.
+func dial(cfg config.Fleet, sendLimit int) (*clientv3.Client, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("fleet.etcd.endpoints: required")
 	}
 	cc := clientv3.Config{
-		Endpoints:   cfg.Endpoints,
-		DialTimeout: dialTimeout,
+		Endpoints:          cfg.Endpoints,
+		DialTimeout:        dialTimeout,
+		MaxCallSendMsgSize: sendLimit,
 		// the client's own retries and reconnects are not news; this package logs what
 		// they mean for the node (unreachable, stale since)
 		Logger: zap.NewNop(),

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -33,24 +34,73 @@ const prefix = "/test"
 func nopLogger() *zap.Logger { return zap.NewNop() }
 
 // sink is the node's run loop as a source sees it: it takes every update, unless
-// refuse (the kernel) says no.
+// refuse (the kernel) says no. As the controller, it folds a Delta update into the
+// services it took before: refuse and the updates channel see every service the node
+// would run (Services), with the update's Delta and Gone as sent; sent keeps the
+// updates as the source sent them.
 type sink struct {
 	updates chan reconcile.Update
 	refuse  func(reconcile.Update) error
+
+	mu      sync.Mutex
+	applied []config.Service
+	sent    []reconcile.Update
 }
 
 func (k *sink) Submit(ctx context.Context, u reconcile.Update) error {
+	k.mu.Lock()
+	k.sent = append(k.sent, u)
+	full := u
+	full.Services = folded(k.applied, u)
+	k.mu.Unlock()
 	if k.refuse != nil {
-		if err := k.refuse(u); err != nil {
+		if err := k.refuse(full); err != nil {
 			return err
 		}
 	}
 	select {
-	case k.updates <- u:
+	case k.updates <- full:
+		k.took(full)
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// took records that the node runs u's services (u folded already, or whole).
+func (k *sink) took(u reconcile.Update) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.applied = u.Services
+}
+
+// folded is the services a node runs once it takes u on top of applied.
+func folded(applied []config.Service, u reconcile.Update) []config.Service {
+	if !u.Delta {
+		return u.Services
+	}
+	byName := map[string]config.Service{}
+	for _, s := range applied {
+		byName[s.Name] = s
+	}
+	for _, name := range u.Gone {
+		delete(byName, name)
+	}
+	for _, s := range u.Services {
+		byName[s.Name] = s
+	}
+	out := make([]config.Service, 0, len(byName))
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		out = append(out, byName[name])
+	}
+	return out
+}
+
+// sentSince is the updates sent from the nth on, as the source sent them.
+func (k *sink) sentSince(n int) []reconcile.Update {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.sent[n:])
 }
 
 // next waits for the next update that matches want, dropping the others.
@@ -508,7 +558,8 @@ func TestInitialThenFollow(t *testing.T) {
 	if err != nil || len(u.Services) != 1 || u.Commit == nil {
 		t.Fatalf("initial: %v %+v", err, u)
 	}
-	if err := u.Commit(); err != nil { // the node applies it
+	k.took(u) // the node applies it
+	if err := u.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	if st := s.State(); st.AppliedRevision != revisionOf(t, u) || !st.Reachable {
@@ -957,4 +1008,93 @@ func TestARecordIsWrittenWhenItChanges(t *testing.T) {
 	if v3, again := written(); v3 != v2+1 || again != changed {
 		t.Fatalf("after %v unchanged: version %d (was %d), %s, want the same bytes again", recordRefresh, v3, v2, again)
 	}
+}
+
+// A revision hands the node the services it changed and the names of those it
+// removed, not every service (Update.Delta); a bad document refuses its service alone
+// and sends nothing, and the next change to another service goes as a delta still;
+// after the node refused an update, the next carries every service.
+func TestUpdatesNameWhatChanged(t *testing.T) {
+	cli := startEtcd(t, 1).client()
+	var refuseNext atomic.Bool
+	a := startNode(t, cli, "a", func(reconcile.Update) error {
+		if refuseNext.CompareAndSwap(true, false) {
+			return &reconcile.KernelError{Err: errors.New("map full")}
+		}
+		return nil
+	})
+	doc := func(port, weight int) string {
+		return fmt.Sprintf(`{"vip": "198.51.100.10", "port": %d, "backends": [{"address": "10.0.1.1", "weight": %d}]}`, port, weight)
+	}
+	ctx := context.Background()
+	for i, name := range []string{"s1", "s2", "s3"} {
+		if err := a.Change(ctx, put(name, doc(80+i, 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// what each update named, as sent, and what the node then runs
+	step := func(what string, change func(), delta bool, changed, gone, runs []string) {
+		t.Helper()
+		for len(a.sink.updates) > 0 { // those of the changes before, taken already
+			<-a.sink.updates
+		}
+		from := len(a.sink.sentSince(0))
+		change()
+		u := a.sink.next(t, what, func(reconcile.Update) bool { return true })
+		sent := a.sink.sentSince(from)
+		if len(sent) != 1 {
+			t.Fatalf("%s: %d updates sent", what, len(sent))
+		}
+		s := sent[0]
+		if s.Delta != delta || !slices.Equal(names(s.Services), changed) || !slices.Equal(s.Gone, gone) {
+			t.Fatalf("%s: sent delta %v, services %v, gone %v; want %v, %v, %v", what, s.Delta, names(s.Services), s.Gone, delta, changed, gone)
+		}
+		if got := names(u.Services); !slices.Equal(got, runs) {
+			t.Fatalf("%s: the node runs %v, want %v", what, got, runs)
+		}
+		a.settles(t, u)
+	}
+	step("a weight", func() {
+		if err := a.Change(ctx, put("s2", doc(81, 5))); err != nil {
+			t.Fatal(err)
+		}
+	}, true, []string{"s2"}, nil, []string{"s1", "s2", "s3"})
+	step("a delete", func() {
+		if err := a.Change(ctx, func(s *store.Store) (*store.Change, error) { return s.DeleteService("s3") }); err != nil {
+			t.Fatal(err)
+		}
+	}, true, nil, []string{"s3"}, []string{"s1", "s2"})
+
+	// a bad document straight into etcd: refused alone, nothing sent
+	from := len(a.sink.sentSince(0))
+	if _, err := cli.Put(ctx, prefix+"/services/s1", "name: s1\nvip: [198.51.100.20\n"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "s1's document refused", func() bool { r := a.State().Refused; return len(r) == 1 && r[0].Service == "s1" })
+	if sent := a.sink.sentSince(from); len(sent) != 0 {
+		t.Fatalf("a refused document sent %d updates: %+v", len(sent), sent)
+	}
+	step("another service beside the bad document", func() {
+		if err := a.Change(ctx, put("s2", doc(81, 7))); err != nil {
+			t.Fatal(err)
+		}
+	}, true, []string{"s2"}, nil, []string{"s1", "s2"})
+	if u := a.sink.sentSince(0); u[len(u)-1].Services[0].Backends[0].Weight != 7 {
+		t.Fatalf("s2 sent with weight %d", u[len(u)-1].Services[0].Backends[0].Weight)
+	}
+
+	// the node refuses an update: the next carries every service
+	refuseNext.Store(true)
+	from = len(a.sink.sentSince(0))
+	if err := a.Change(ctx, put("s4", doc(90, 1))); err == nil {
+		t.Fatal("a write the node refused answered no error")
+	}
+	if sent := a.sink.sentSince(from); len(sent) != 1 || !sent[0].Delta || !slices.Equal(names(sent[0].Services), []string{"s4"}) {
+		t.Fatalf("the refused update: %+v", sent)
+	}
+	step("the next change after a refusal", func() {
+		if err := a.Change(ctx, put("s2", doc(81, 8))); err != nil {
+			t.Fatal(err)
+		}
+	}, false, []string{"s1", "s2", "s4"}, nil, []string{"s1", "s2", "s4"})
 }

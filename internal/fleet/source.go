@@ -28,6 +28,7 @@ import (
 //
 //	Initial: read P/services/ at one revision ─► decode each document (desired) ─► the node applies them
 //	Run:     watch P/services/ ─► each revision: decode the documents it changes ─► Sink.Submit
+//	         of the services it changed or removed (Update.Delta)
 //	         probe etcd every second; unreachable: keep serving, stale since T; back: read again
 //	         (only the documents that differ from those last read are decoded)
 //	Change:  edit the kept services in memory (the file's code) ─► one Txn, if nothing
@@ -81,12 +82,15 @@ type Source struct {
 	// transaction's compare does.
 	writes sync.Mutex
 
-	mu         sync.Mutex        // guards everything below
-	docs       map[string][]byte // the services' documents as last read from the store
-	rev        int64             // the services' revision as last read
-	want       *desired          // the services the node runs: the last good state of each
-	watchFrom  int64             // where Run's first watch starts after Initial; 0: Run reads first
-	processed  int64             // the last revision applied or refused
+	mu   sync.Mutex        // guards everything below
+	docs map[string][]byte // the services' documents as last read from the store
+	rev  int64             // the services' revision as last read
+	want *desired          // the services the node runs: the last good state of each
+	// whole says the next update carries every service: the node has not taken one yet,
+	// or refused the last; else it carries the services changed since (Update.Delta)
+	whole      bool
+	watchFrom  int64 // where Run's first watch starts after Initial; 0: Run reads first
+	processed  int64 // the last revision applied or refused
 	applied    int64
 	appliedAt  time.Time // zero: nothing applied yet
 	applyErr   string
@@ -117,7 +121,7 @@ type snapshot struct {
 func NewSource(cli *clientv3.Client, prefix string, file *store.Store, sink reconcile.Sink, log *slog.Logger) *Source {
 	return &Source{
 		cli: cli, keys: newKeys(prefix), file: file, node: file.Config(), name: file.Config().Node.Name, site: file.Config().Node.Site, sink: sink, log: log, clock: clock.Real(),
-		docs: map[string][]byte{}, want: newDesired(), progress: make(chan struct{}), steering: map[string]wire.Steering{},
+		docs: map[string][]byte{}, want: newDesired(), whole: true, progress: make(chan struct{}), steering: map[string]wire.Steering{},
 	}
 }
 
@@ -136,12 +140,13 @@ func (s *Source) Initial(ctx context.Context) (reconcile.Update, error) {
 	s.mu.Lock()
 	s.rev, s.watchFrom, s.storeRev, s.steering = snap.rev, header+1, max(s.storeRev, snap.rev), steering
 	services := s.want.list()
+	s.want.forget()
 	s.mu.Unlock()
 	s.reached()
 	return reconcile.Update{
 		Source: SourceName, Services: steered(services, s.site, steering), Revision: strconv.FormatInt(snap.rev, 10),
-		Commit: func() error { s.settled(snap.rev, nil); return nil },
-		Revert: func() error { s.settled(snap.rev, errors.New("the kernel refused it")); return nil },
+		Commit: func() error { s.took(true); s.settled(snap.rev, nil); return nil },
+		Revert: func() error { s.took(false); s.settled(snap.rev, errors.New("the kernel refused it")); return nil },
 	}, nil
 }
 
@@ -347,33 +352,54 @@ func (s *Source) take(docs []decoded) bool {
 }
 
 // process applies the services kept at revision rev, unless they are the ones applied
-// already (changed: they are not) and the shares of the node's site did not move.
+// already (changed: they are not) and the shares of the node's site did not move. The
+// update names only the services changed since the node took the last one (Delta),
+// so that the node settles only those; it carries every service when the node refused
+// the last, or the shares moved (they may move any service's weights).
 func (s *Source) process(ctx context.Context, rev int64, changed, moved bool) {
 	s.mu.Lock()
 	// an API write is made against what the store has, applied here or not
 	s.rev = rev
 	s.storeRev = max(s.storeRev, rev)
 	same := !changed && !moved && !s.appliedAt.IsZero() && s.applyErr == ""
-	var services []config.Service
+	u := reconcile.Update{Source: SourceName, Revision: strconv.FormatInt(rev, 10)}
 	if !same {
-		services = s.want.list()
+		if s.whole || moved {
+			u.Services = s.want.list()
+		} else {
+			u.Delta = true
+			u.Services, u.Gone = s.want.changes()
+		}
+		s.want.forget()
 	}
 	steering := s.steering
 	s.mu.Unlock()
+	u.Services = steered(u.Services, s.site, steering)
 	if same {
 		s.settled(rev, nil)
 		return
 	}
-	err := s.sink.Submit(ctx, reconcile.Update{Source: SourceName, Services: steered(services, s.site, steering), Revision: strconv.FormatInt(rev, 10)})
+	err := s.sink.Submit(ctx, u)
 	if ctx.Err() != nil {
 		return // the node is stopping: nothing was refused
 	}
+	s.took(err == nil)
 	if err != nil {
 		s.log.Error("fleet revision not applied, the node keeps its previous state", "revision", rev, "err", oneLine(err))
+	} else if u.Delta {
+		s.log.Info("fleet revision applied", "revision", rev, "changed", len(u.Services), "gone", len(u.Gone))
 	} else {
-		s.log.Info("fleet revision applied", "revision", rev, "services", len(services))
+		s.log.Info("fleet revision applied", "revision", rev, "services", len(u.Services))
 	}
 	s.settled(rev, err)
+}
+
+// took records whether the node took the last update: if not, the next carries every
+// service, whatever it missed.
+func (s *Source) took(ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.whole = !ok
 }
 
 // settled records the outcome of a revision and wakes the writes waiting for it.

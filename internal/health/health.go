@@ -307,25 +307,42 @@ func (c *Checker) Status() []Status {
 	c.mu.Lock()
 	out := make([]Status, 0, len(c.probers))
 	for _, p := range c.probers {
-		s := Status{
-			Target:               p.target,
-			Up:                   p.state.Up(),
-			LastCheck:            p.lastCheck,
-			LastOK:               p.checks > 0 && p.lastErr == nil,
-			LastLatency:          p.lastLatency,
-			ConsecutiveSuccesses: p.state.Successes(),
-			ConsecutiveFailures:  p.state.Failures(),
-			Checks:               p.checks,
-			Failures:             p.failures,
-		}
-		if p.lastErr != nil {
-			s.LastError = p.lastErr.Error()
-		}
-		out = append(out, s)
+		out = append(out, p.status())
 	}
 	c.mu.Unlock()
 	slices.SortFunc(out, func(a, b Status) int { return compareTargets(a.Target, b.Target) })
 	return out
+}
+
+// StatusOf returns the state and counters of one target; false when it is not in the
+// set. It costs one lookup, whatever the number of targets.
+func (c *Checker) StatusOf(t Target) (Status, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.probers[t]
+	if !ok {
+		return Status{}, false
+	}
+	return p.status(), true
+}
+
+// status is the prober's state and counters; the caller holds the checker's mu.
+func (p *prober) status() Status {
+	s := Status{
+		Target:               p.target,
+		Up:                   p.state.Up(),
+		LastCheck:            p.lastCheck,
+		LastOK:               p.checks > 0 && p.lastErr == nil,
+		LastLatency:          p.lastLatency,
+		ConsecutiveSuccesses: p.state.Successes(),
+		ConsecutiveFailures:  p.state.Failures(),
+		Checks:               p.checks,
+		Failures:             p.failures,
+	}
+	if p.lastErr != nil {
+		s.LastError = p.lastErr.Error()
+	}
+	return s
 }
 
 func compareTargets(a, b Target) int {

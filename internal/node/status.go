@@ -33,34 +33,38 @@ func (n *Node) Status() wire.Status {
 	st.Config = api.Info(n.file.Store())
 	st.Fleet = n.fleetState()
 	st.Kubernetes = n.kubeState()
-	checks := map[health.Target]health.Status{}
-	for _, s := range n.checker.Status() {
-		checks[s.Target] = s
-	}
-	for _, s := range view.Services {
-		st.Services = append(st.Services, n.serviceStatus(s, view.Announce[s.Config.Name], checks))
-	}
-	// a tunnel service has no backends nor data-plane counters: its traffic is the
-	// tunnel edge's (GET /api/v1/tunnels), and its new flows the edge's client
-	// connections
-	var clients map[string]uint64
-	if n.edge != nil && len(view.Tunnels) > 0 {
-		clients = n.edge.Clients()
-	}
-	for _, s := range view.Tunnels {
-		ann := view.Announce[s.Name]
-		st.Services = append(st.Services, wire.ServiceStatus{Name: s.Name, VIP: s.VIP.String(), Port: s.Port,
-			Protocol: string(s.Protocol), Forwarding: string(s.Forwarding), Scheduler: string(s.Scheduler),
-			Announced: ann.Announced, Reason: ann.Reason, Backends: []wire.BackendStatus{}, Spec: api.SpecOf(&s),
-			NewFlows: clients[s.Name], NewFlowsPerSecond: n.rates.get(rateKey{tunnel: s.Name}).newFlows})
-	}
-	slices.SortFunc(st.Services, func(a, b wire.ServiceStatus) int { return strings.Compare(a.Name, b.Name) })
+	st.Services = n.services(view, true)
 	st.FlowTableEntries, _ = n.lb.FlowCount()
 	st.Drops, _ = n.lb.Drops()
 	if st.Drops == nil {
 		st.Drops = map[string]uint64{}
 	}
 	return st
+}
+
+// services is every service's status, sorted by name; without counters, the data
+// plane's totals are left out (a map lookup per service and backend: the node's record,
+// every second, reads the rates only).
+func (n *Node) services(view reconcile.View, counters bool) []wire.ServiceStatus {
+	out := make([]wire.ServiceStatus, 0, len(view.Services)+len(view.Tunnels))
+	checks := map[health.Target]health.Status{}
+	for _, s := range n.checker.Status() {
+		checks[s.Target] = s
+	}
+	checkOf := func(t health.Target) (health.Status, bool) { s, ok := checks[t]; return s, ok }
+	for _, s := range view.Services {
+		ann, _ := view.Announcement(s.Config.Name)
+		out = append(out, n.serviceStatus(s, ann, checkOf, counters))
+	}
+	var clients map[string]uint64
+	if n.edge != nil && len(view.Tunnels) > 0 {
+		clients = n.edge.Clients()
+	}
+	for i := range view.Tunnels {
+		out = append(out, n.tunnelServiceStatus(view, &view.Tunnels[i], clients))
+	}
+	slices.SortFunc(out, func(a, b wire.ServiceStatus) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // flows lists the flow table (GET /api/v1/flows): entries of the node's services as
@@ -113,23 +117,40 @@ func (n *Node) flows(service string, limit int) (wire.FlowsView, error) {
 	return out, nil
 }
 
-func (n *Node) serviceStatus(s reconcile.ServiceStatus, ann reconcile.Announcement, checks map[health.Target]health.Status) wire.ServiceStatus {
+// tunnelServiceStatus is a tunnel service's status. It has no backends nor data-plane
+// counters: its traffic is the tunnel edge's (GET /api/v1/tunnels), and its new flows
+// the edge's client connections (clients, by service).
+func (n *Node) tunnelServiceStatus(view reconcile.View, s *config.Service, clients map[string]uint64) wire.ServiceStatus {
+	ann, _ := view.Announcement(s.Name)
+	return wire.ServiceStatus{Name: s.Name, VIP: s.VIP.String(), Port: s.Port,
+		Protocol: string(s.Protocol), Forwarding: string(s.Forwarding), Scheduler: string(s.Scheduler),
+		Announced: ann.Announced, Reason: ann.Reason, Backends: []wire.BackendStatus{}, Spec: api.SpecOf(s),
+		NewFlows: clients[s.Name], NewFlowsPerSecond: n.rates.get(rateKey{tunnel: s.Name}).newFlows}
+}
+
+// serviceStatus is a service's status, with its rates, its counters (unless not
+// counters) and its backends' health (checkOf, the checker's results).
+func (n *Node) serviceStatus(s *reconcile.ServiceStatus, ann reconcile.Announcement, checkOf func(health.Target) (health.Status, bool), counters bool) wire.ServiceStatus {
 	ss := wire.ServiceStatus{
 		Name: s.Config.Name, VIP: s.Config.VIP.String(), Port: s.Config.Port,
 		Protocol: string(s.Config.Protocol), Forwarding: string(s.Config.Forwarding), Scheduler: string(s.Config.Scheduler),
 		Announced: ann.Announced, Reason: ann.Reason,
 		Backends: []wire.BackendStatus{}, Spec: api.SpecOf(&s.Config),
 	}
-	if c, err := n.lb.ServiceCounters(s.ID); err == nil {
-		ss.Packets, ss.Bytes, ss.NewFlows = c.Packets, c.Bytes, c.NewFlows
+	if counters {
+		if c, err := n.lb.ServiceCounters(s.ID); err == nil {
+			ss.Packets, ss.Bytes, ss.NewFlows = c.Packets, c.Bytes, c.NewFlows
+		}
 	}
 	r := n.rates.get(rateKey{id: s.ID})
 	ss.PacketsPerSecond, ss.BytesPerSecond, ss.NewFlowsPerSecond = r.packets, r.bytes, r.newFlows
 	for _, bk := range s.Backends {
 		bs := wire.BackendStatus{Address: bk.Address.String(), Weight: bk.Weight, State: backendState(bk.State),
-			Health: healthOf(&s.Config, bk.Address, checks)}
-		if c, err := n.lb.BackendCounters(bk.ID); err == nil {
-			bs.Packets, bs.Bytes, bs.NewFlows = c.Packets, c.Bytes, c.NewFlows
+			Health: healthOf(&s.Config, bk.Address, checkOf)}
+		if counters {
+			if c, err := n.lb.BackendCounters(bk.ID); err == nil {
+				bs.Packets, bs.Bytes, bs.NewFlows = c.Packets, c.Bytes, c.NewFlows
+			}
 		}
 		r := n.rates.get(rateKey{backend: true, id: bk.ID})
 		bs.PacketsPerSecond, bs.BytesPerSecond, bs.NewFlowsPerSecond = r.packets, r.bytes, r.newFlows
@@ -152,13 +173,24 @@ func backendState(s datapath.BackendState) wire.BackendState {
 // Services is every service, by name.
 func (n *Node) Services() []wire.ServiceStatus { return n.Status().Services }
 
-// Service is one service, if there is one of that name.
+// Service is one service, if there is one of that name: the status of that service
+// alone (GET /api/v1/services/NAME, and an API write's answer), whatever the number
+// of others.
 func (n *Node) Service(name string) (wire.ServiceStatus, bool) {
-	st := n.Status()
-	if s, ok := st.Service(name); ok {
-		return *s, true
+	view := n.ctrl.View()
+	if s, ok := view.Service(name); ok {
+		ann, _ := view.Announcement(name)
+		return n.serviceStatus(s, ann, n.checker.StatusOf, true), true
 	}
-	return wire.ServiceStatus{}, false
+	i, ok := slices.BinarySearchFunc(view.Tunnels, name, func(s config.Service, name string) int { return strings.Compare(s.Name, name) })
+	if !ok {
+		return wire.ServiceStatus{}, false
+	}
+	var clients map[string]uint64
+	if n.edge != nil {
+		clients = n.edge.Clients()
+	}
+	return n.tunnelServiceStatus(view, &view.Tunnels[i], clients), true
 }
 
 // ChangeOwn makes an API write of the node's own file (its bgp section).
@@ -194,13 +226,13 @@ func (n *Node) bgpStatus() *wire.BGPStatus {
 }
 
 // healthOf is the health of a backend of a service, as the status shows it.
-func healthOf(s *config.Service, addr netip.Addr, checks map[health.Target]health.Status) wire.BackendHealth {
+func healthOf(s *config.Service, addr netip.Addr, checkOf func(health.Target) (health.Status, bool)) wire.BackendHealth {
 	if s.Health.Kind == config.HealthNone || s.Health.Kind == "" {
 		return wire.BackendHealth{Check: "none", Up: true}
 	}
 	t := health.Target{Addr: addr, Check: s.Health}
 	h := wire.BackendHealth{Check: t.String()}
-	st, ok := checks[t]
+	st, ok := checkOf(t)
 	if !ok {
 		return h
 	}

@@ -300,7 +300,8 @@ func (n *Node) tunnelsStatus() wire.TunnelsStatus {
 	view := n.ctrl.View()
 	st := wire.TunnelsStatus{Listen: n.edge.Addr().String(), Services: []wire.TunnelService{}, Tunnels: tunnel.WireTunnels(n.edge.Tunnels()), Counters: tunnel.WireCounters(n.edge.Counters())}
 	for _, s := range view.Edge {
-		ts := wire.TunnelService{Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Announced: view.Announce[s.Name].Announced}
+		ann, _ := view.Announcement(s.Name)
+		ts := wire.TunnelService{Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Announced: ann.Announced}
 		for _, t := range st.Tunnels {
 			for _, share := range t.Services {
 				if share.Name == s.Name && !t.Draining {

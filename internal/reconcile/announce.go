@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -28,7 +29,7 @@ const (
 	reasonRemoved         = "service removed from the config"
 )
 
-// wantedAnnouncements is the announce policy, for every service served: a VIP is
+// wantedAnnouncement is the announce policy, for a service served: a VIP is
 // announced while the node has BGP, is not stopping, has its data plane attached, holds
 // nothing back (Hold), and
 // the service has at least one healthy backend (a draining one counts: its flows still
@@ -42,100 +43,137 @@ const (
 // that starts or comes back) would go to another backend than on the node it came
 // from, and break. The chaos soak found it (docs/security.md). An announced service
 // stays announced while a backend added to it is checked.
-func (c *Controller) wantedAnnouncements() map[string]Announcement {
-	out := map[string]Announcement{}
-	for _, s := range c.served {
-		healthy, unknown := 0, 0
-		for j := range s.Backends {
-			// a backend not checked is not counted healthy, even where its stale
-			// state says up (the health checker's Recheck)
-			if !c.checked(s, &s.Backends[j]) {
-				unknown++
-			} else if c.healthy(s, &s.Backends[j]) {
-				healthy++
-			}
-		}
-		switch {
-		case c.speaker == nil:
-			out[s.Name] = Announcement{Reason: ReasonNoBGP}
-		case c.stopping:
-			out[s.Name] = Announcement{Reason: ReasonStopping}
-		case !c.attached:
-			out[s.Name] = Announcement{Reason: ReasonNotAttached}
-		case c.holds > 0:
-			out[s.Name] = Announcement{Reason: c.holdReason}
-		case isTunnel(s) && !c.connected[s.Name]:
-			out[s.Name] = Announcement{Reason: ReasonNoConnector}
-		case isTunnel(s):
-			out[s.Name] = Announcement{Announced: true, Reason: reasonConnector}
-		case healthy == 0 && s.TunnelledOrigins() && c.connected[s.Name]:
-			out[s.Name] = Announcement{Announced: true, Reason: reasonTunnelledOrigin}
-		case healthy == 0:
-			out[s.Name] = Announcement{Reason: ReasonNoBackend}
-		case unknown > 0 && !c.announce[s.Name].Announced:
-			out[s.Name] = Announcement{Reason: fmt.Sprintf("%d of %d backends healthy, %d not checked yet", healthy, len(s.Backends), unknown)}
-		default:
-			out[s.Name] = Announcement{Announced: true, Reason: fmt.Sprintf("%d of %d backends healthy", healthy, len(s.Backends))}
+func (c *Controller) wantedAnnouncement(s *config.Service) Announcement {
+	healthy, unknown := 0, 0
+	for j := range s.Backends {
+		// a backend not checked is not counted healthy, even where its stale
+		// state says up (the health checker's Recheck)
+		if !c.checked(s, &s.Backends[j]) {
+			unknown++
+		} else if c.healthy(s, &s.Backends[j]) {
+			healthy++
 		}
 	}
-	return out
+	switch {
+	case c.speaker == nil:
+		return Announcement{Reason: ReasonNoBGP}
+	case c.stopping:
+		return Announcement{Reason: ReasonStopping}
+	case !c.attached:
+		return Announcement{Reason: ReasonNotAttached}
+	case c.holds > 0:
+		return Announcement{Reason: c.holdReason}
+	case isTunnel(s) && !c.connected[s.Name]:
+		return Announcement{Reason: ReasonNoConnector}
+	case isTunnel(s):
+		return Announcement{Announced: true, Reason: reasonConnector}
+	case healthy == 0 && s.TunnelledOrigins() && c.connected[s.Name]:
+		return Announcement{Announced: true, Reason: reasonTunnelledOrigin}
+	case healthy == 0:
+		return Announcement{Reason: ReasonNoBackend}
+	case unknown > 0 && !c.announce[s.Name].Announced:
+		return Announcement{Reason: fmt.Sprintf("%d of %d backends healthy, %d not checked yet", healthy, len(s.Backends), unknown)}
+	}
+	return Announcement{Announced: true, Reason: fmt.Sprintf("%d of %d backends healthy", healthy, len(s.Backends))}
 }
 
-// syncAnnouncements brings the speaker in line with wantedAnnouncements. Several
-// services may share a VIP (other ports): the VIP is announced while any of them
-// wants it. Only VIPs of served services are ever announced; a VIP no service has any
-// more is withdrawn. A speaker error is logged, and the next sync tries again.
+// syncAnnouncements brings every service's announcement, and the speaker, in line
+// with wantedAnnouncement. Only VIPs of served services are ever announced; a VIP no
+// service has any more is withdrawn. The speaker's list is read again: what it
+// announces is what counts.
 func (c *Controller) syncAnnouncements() {
-	want := c.wantedAnnouncements()
+	want := make(map[string]Announcement, len(c.served))
+	for _, s := range c.served {
+		want[s.Name] = c.wantedAnnouncement(s)
+	}
 	c.announce = want
 	if c.speaker == nil {
 		return
 	}
-	vips := map[netip.Addr][]string{} // VIP → services that want it announced
-	attrs := map[netip.Addr]bgp.Attributes{}
-	reasons := map[netip.Addr]string{}
-	_, node := c.BGP()
-	for _, s := range c.served {
-		st := want[s.Name]
-		if st.Announced {
-			vips[s.VIP] = append(vips[s.VIP], s.Name)
-			a, ok := attrs[s.VIP]
-			if !ok {
-				a = bgp.Attributes{Communities: slices.Clone(node.Communities), LargeCommunities: slices.Clone(node.LargeCommunities)}
-			}
-			attrs[s.VIP] = withService(a, s.BGP)
-		} else if _, ok := reasons[s.VIP]; !ok {
-			reasons[s.VIP] = st.Reason
-		}
-	}
-	announced := map[netip.Addr]bool{}
+	c.announced = map[netip.Addr]bool{}
 	for _, vip := range c.speaker.Announced() {
-		announced[vip] = true
+		c.announced[vip] = true
 	}
-	for vip, services := range vips {
+	vips := maps.Clone(c.announced)
+	for vip := range c.byVIP {
+		vips[vip] = true
+	}
+	for vip := range vips {
+		c.syncVIP(vip)
+	}
+}
+
+// syncAnnouncementsOf brings in line the announcements of the services a change
+// touched, and the VIPs they had or have: a change to one service costs that service
+// and the others of its VIP.
+func (c *Controller) syncAnnouncementsOf(ch *change) {
+	for _, name := range ch.gone {
+		delete(c.announce, name)
+	}
+	for _, s := range ch.changed {
+		c.announce[s.Name] = c.wantedAnnouncement(s)
+	}
+	if c.speaker == nil {
+		return
+	}
+	vips := map[netip.Addr]bool{}
+	for _, s := range ch.old {
+		vips[s.VIP] = true
+	}
+	for _, s := range ch.changed {
+		vips[s.VIP] = true
+	}
+	for vip := range vips {
+		c.syncVIP(vip)
+	}
+}
+
+// syncVIP announces or withdraws one VIP. Several services may share it (other ports):
+// it is announced while any of them wants it, with the attributes of all of those. A
+// speaker error is logged, and the next sync tries again.
+func (c *Controller) syncVIP(vip netip.Addr) {
+	var (
+		services []string // those that want it announced
+		attrs    bgp.Attributes
+		reason   = reasonRemoved // that of the first service that does not, if any
+		reasoned bool
+	)
+	_, node := c.BGP()
+	for _, s := range c.byVIP[vip] {
+		st := c.announce[s.Name]
+		if !st.Announced {
+			if !reasoned {
+				reason, reasoned = st.Reason, true
+			}
+			continue
+		}
+		if len(services) == 0 {
+			attrs = bgp.Attributes{Communities: slices.Clone(node.Communities), LargeCommunities: slices.Clone(node.LargeCommunities)}
+		}
+		services = append(services, s.Name)
+		attrs = withService(attrs, s.BGP)
+	}
+	if len(services) > 0 {
 		// Announce is idempotent and replaces the route when the attributes changed
-		if err := c.speaker.Announce(vip, attrs[vip]); err != nil {
+		if err := c.speaker.Announce(vip, attrs); err != nil {
 			c.log.Error("announce failed", "vip", vip, "err", err)
-			continue
+			return
 		}
-		if !announced[vip] {
-			c.log.Info("VIP announced", "vip", vip, "services", services, "reason", want[services[0]].Reason)
+		if !c.announced[vip] {
+			c.announced[vip] = true
+			c.log.Info("VIP announced", "vip", vip, "services", services, "reason", c.announce[services[0]].Reason)
 		}
+		return
 	}
-	for vip := range announced {
-		if _, keep := vips[vip]; keep {
-			continue
-		}
-		reason, ok := reasons[vip]
-		if !ok {
-			reason = reasonRemoved
-		}
-		if err := c.speaker.Withdraw(vip); err != nil {
-			c.log.Error("withdraw failed", "vip", vip, "err", err)
-			continue
-		}
-		c.log.Info("VIP withdrawn", "vip", vip, "reason", reason)
+	if !c.announced[vip] {
+		return
 	}
+	if err := c.speaker.Withdraw(vip); err != nil {
+		c.log.Error("withdraw failed", "vip", vip, "err", err)
+		return
+	}
+	delete(c.announced, vip)
+	c.log.Info("VIP withdrawn", "vip", vip, "reason", reason)
 }
 
 // withService adds a service's attributes to a VIP's: a VIP is one route, so it carries

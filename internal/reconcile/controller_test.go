@@ -26,11 +26,13 @@ type fakeSpeaker struct {
 	log       []string // "announce 198.51.100.10", "reannounce …" (other attributes), "withdraw …", "close"
 	failNext  bool     // the next Announce fails
 	closed    bool
+	calls     int // Announce and Withdraw calls, idempotent ones included
 }
 
 func newFakeSpeaker() *fakeSpeaker { return &fakeSpeaker{announced: map[netip.Addr]bgp.Attributes{}} }
 
 func (s *fakeSpeaker) Announce(vip netip.Addr, attrs bgp.Attributes) error {
+	s.calls++
 	if s.closed {
 		return errors.New("announce after close")
 	}
@@ -56,6 +58,7 @@ func (s *fakeSpeaker) SetPeers(peers []config.Peer) error {
 }
 
 func (s *fakeSpeaker) Withdraw(vip netip.Addr) error {
+	s.calls++
 	delete(s.announced, vip)
 	s.log = append(s.log, "withdraw "+vip.String())
 	return nil
@@ -144,7 +147,8 @@ func (r *rig) submit(services ...config.Service) {
 }
 
 func (r *rig) announcement(service string) Announcement {
-	return r.c.View().Announce[service]
+	a, _ := r.c.View().Announcement(service)
+	return a
 }
 
 func TestAnnounceOnlyOnceAttached(t *testing.T) {
@@ -429,7 +433,7 @@ func TestSubmitCommitsBeforeWritingAndRevertsOnKernelError(t *testing.T) {
 		if !r.speaker.is(vip1) {
 			t.Fatalf("fail at write %d: announced %v", failAt, r.speaker.Announced())
 		}
-		if _, ok := r.c.View().Announce["api"]; ok {
+		if _, ok := r.c.View().Announcement("api"); ok {
 			t.Fatalf("fail at write %d: the refused service shows in the view", failAt)
 		}
 	}

@@ -205,18 +205,42 @@ func MaglevKey(s *config.Service, b *config.Backend) string {
 // Apply makes the data plane match cfg and health. On a kernel error it restores the
 // previous state as far as the kernel lets it and returns the error.
 func (r *Reconciler) Apply(cfg *config.Config, healthy HealthFunc) error {
-	if s := SettingsOf(&cfg.Node); r.settings == nil || *r.settings != s {
+	return r.applyUndoable(&cfg.Node, cfg.Services, nil, true, healthy)
+}
+
+// ApplyChanges makes the data plane match changed (services added or changed) and
+// gone (names of services removed; a name the data plane does not have is passed by),
+// leaving every other service as it is: it costs what those services cost, whatever
+// the number of others. A service not settled by an earlier failed Apply is settled
+// by the next Apply, not by this. On a kernel error it restores the services it
+// touched and returns the error.
+func (r *Reconciler) ApplyChanges(node *config.Node, changed []config.Service, gone []string, healthy HealthFunc) error {
+	return r.applyUndoable(node, changed, gone, false, healthy)
+}
+
+// applyUndoable runs apply, and on a kernel error undoes what it did: all of the
+// previous services again (whole) or the ones it touched.
+func (r *Reconciler) applyUndoable(node *config.Node, services []config.Service, gone []string, whole bool, healthy HealthFunc) error {
+	if s := SettingsOf(node); r.settings == nil || *r.settings != s {
 		if err := r.dp.PutSettings(s); err != nil {
 			return err
 		}
 		r.settings = &s
 	}
 	r.undo = map[string]*config.Service{}
-	err := r.apply(cfg.Services, healthy)
+	err := r.apply(services, gone, whole, healthy)
 	if err != nil {
-		prev := r.before()
-		r.undo = nil // the restore records nothing
-		if rerr := r.apply(prev, healthy); rerr != nil {
+		var rerr error
+		if whole {
+			prev := r.before()
+			r.undo = nil // the restore records nothing
+			rerr = r.apply(prev, nil, true, healthy)
+		} else {
+			changed, gone := r.undone()
+			r.undo = nil
+			rerr = r.apply(changed, gone, false, healthy)
+		}
+		if rerr != nil {
 			return fmt.Errorf("%w (and restoring the previous state failed: %v)", err, rerr)
 		}
 		return err
@@ -262,17 +286,51 @@ func (r *Reconciler) before() []config.Service {
 	return out
 }
 
-func (r *Reconciler) apply(services []config.Service, healthy HealthFunc) error {
+// undone is what puts back the services the running Apply touched: the recorded
+// configs of those it changed or removed, and the names of those it added.
+func (r *Reconciler) undone() (changed []config.Service, added []string) {
+	for name, old := range r.undo {
+		if old != nil {
+			changed = append(changed, *old)
+		} else {
+			added = append(added, name)
+		}
+	}
+	slices.Sort(added)
+	return changed, added
+}
+
+// apply writes services: every service the data plane is to have (whole), or those
+// added or changed, gone naming those removed.
+func (r *Reconciler) apply(services []config.Service, gone []string, whole bool, healthy HealthFunc) error {
 	want := map[string]*config.Service{}
 	for i := range services {
 		want[services[i].Name] = &services[i]
 	}
 	// services that went away, or whose VIP/port/protocol changed (a new service)
-	for name, s := range r.services {
-		if w, ok := want[name]; !ok || serviceKey(w) != s.key {
-			if err := r.removeService(s); err != nil {
-				return err
+	var removed []*service
+	if whole {
+		for name, s := range r.services {
+			if w, ok := want[name]; !ok || serviceKey(w) != s.key {
+				removed = append(removed, s)
 			}
+		}
+	} else {
+		for _, name := range gone {
+			if s, ok := r.services[name]; ok && want[name] == nil {
+				removed = append(removed, s)
+			}
+		}
+		for i := range services {
+			w := &services[i]
+			if s, ok := r.services[w.Name]; ok && want[w.Name] == w && serviceKey(w) != s.key {
+				removed = append(removed, s)
+			}
+		}
+	}
+	for _, s := range removed {
+		if err := r.removeService(s); err != nil {
+			return err
 		}
 	}
 	// in the config's order, not the map's: it is the order the services were made in,
@@ -676,10 +734,14 @@ func buildRing(s *service, inputs []ringInput) ([]uint32, error) {
 
 func (r *Reconciler) removeService(s *service) error {
 	r.keep(s.cfg.Name, &s.cfg)
+	// a removal that fails part way leaves a service the restore must write again
+	s.settled = false
 	if err := r.dp.DeleteService(s.key); err != nil {
 		return err
 	}
+	s.entry = nil
 	if err := r.dp.DeleteRing(s.id); err != nil {
+		s.ringStale = true
 		return err
 	}
 	var errs []error

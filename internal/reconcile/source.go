@@ -7,7 +7,7 @@ import (
 )
 
 // Update is a new desired state from one source of services: every service that source
-// wants now. The sources are the config file (store.Source, "file"), the fleet store
+// wants now, or (Delta) what changed since its last update the controller took. The sources are the config file (store.Source, "file"), the fleet store
 // (fleet.Source, "fleet": the fleet's services, with the weights of the steering
 // controller's shares for the node's site) and a Kubernetes cluster (kubesource.Source,
 // "kubernetes"). Each source owns the services it sends; the controller serves the
@@ -16,7 +16,15 @@ import (
 type Update struct {
 	Source   string           // "file", "fleet", "kubernetes": the name of the source, stable for its lifetime
 	Services []config.Service // validated (config.Parse or the source's own check)
-	Revision string           // the source's name for this state, for logs
+	// Delta says Services holds only the services added or changed since the source's
+	// last update that the controller took, and Gone names those it no longer has; its
+	// other services stay as they are. The controller then settles only those: a
+	// change to one service among 100 000 costs one service's work, not a walk through
+	// all of them. A source that cannot tell what changed sends everything (the config
+	// file, Kubernetes); so does the fleet after an update was refused.
+	Delta    bool
+	Gone     []string
+	Revision string // the source's name for this state, for logs
 	// BGP, when set, is the node's bgp section as the source has it now (the config
 	// file does): peers, drain time and communities take effect with the update.
 	BGP *config.BGP

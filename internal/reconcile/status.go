@@ -27,23 +27,36 @@ type BackendStatus struct {
 }
 
 // Snapshot returns every service, sorted by name.
-func (r *Reconciler) Snapshot() []ServiceStatus {
-	out := make([]ServiceStatus, 0, len(r.services))
+func (r *Reconciler) Snapshot() []*ServiceStatus {
+	out := make([]*ServiceStatus, 0, len(r.services))
 	for _, s := range r.services {
-		st := ServiceStatus{Config: s.cfg, ID: s.id}
-		for _, bc := range s.cfg.Backends {
-			b := s.backends[bc.Address]
-			st.Backends = append(st.Backends, BackendStatus{Address: bc.Address, ID: b.id, Weight: bc.Weight, State: b.state})
-		}
-		if w, ok := localWeight(&s.cfg); ok {
-			if b := s.backends[s.cfg.VIP]; b != nil {
-				st.Local = &BackendStatus{Address: s.cfg.VIP, ID: b.id, Weight: w, State: b.state}
-			}
-		}
-		out = append(out, st)
+		out = append(out, s.status())
 	}
-	slices.SortFunc(out, func(a, b ServiceStatus) int { return strings.Compare(a.Config.Name, b.Config.Name) })
+	slices.SortFunc(out, func(a, b *ServiceStatus) int { return strings.Compare(a.Config.Name, b.Config.Name) })
 	return out
+}
+
+// Status returns one service; false when the data plane does not have it.
+func (r *Reconciler) Status(name string) (*ServiceStatus, bool) {
+	s, ok := r.services[name]
+	if !ok {
+		return nil, false
+	}
+	return s.status(), true
+}
+
+func (s *service) status() *ServiceStatus {
+	st := &ServiceStatus{Config: s.cfg, ID: s.id}
+	for _, bc := range s.cfg.Backends {
+		b := s.backends[bc.Address]
+		st.Backends = append(st.Backends, BackendStatus{Address: bc.Address, ID: b.id, Weight: bc.Weight, State: b.state})
+	}
+	if w, ok := localWeight(&s.cfg); ok {
+		if b := s.backends[s.cfg.VIP]; b != nil {
+			st.Local = &BackendStatus{Address: s.cfg.VIP, ID: b.id, Weight: w, State: b.state}
+		}
+	}
+	return st
 }
 
 // RingAddrs returns a service's Maglev ring as backend addresses (nil: no ring). Two

@@ -81,6 +81,7 @@ func (l *Lab) StartEtcd(hosts ...*Host) (*Etcd, error) {
 			"--max-txn-ops", "200000", "--max-request-bytes", strconv.Itoa(64 << 20),
 			"--logger", "zap", "--log-outputs", "stderr",
 		}
+		m.args = append(m.args, l.EtcdArgs...)
 		if err := e.Start(m); err != nil {
 			return e, err
 		}

@@ -120,6 +120,8 @@ type Lab struct {
 	Dir    string
 	Router *Host
 	Hosts  []*Host // in the order of Spec.Hosts
+	// EtcdArgs are added to the command line of the etcd members StartEtcd starts
+	EtcdArgs []string
 
 	logf  func(format string, args ...any)
 	procs []*Process // in start order; stopped in reverse order by Close

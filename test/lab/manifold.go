@@ -28,6 +28,9 @@ type NodeConfig struct {
 	APIToken          string // node.api_token; "" for none
 	BGP               *BGP   // nil: no bgp section
 	ForwardTransit    bool   // node.forward_transit
+	// MaxServices and MaxBackends size the data plane's maps (node.max_services,
+	// node.max_backends); 0 keeps the defaults
+	MaxServices, MaxBackends uint32
 	// Fleet set, the node takes its services from etcd; its file lists none.
 	Fleet *Fleet
 	// Kubeconfig set, the node also takes services from that cluster (a kubernetes
@@ -145,6 +148,12 @@ func (c NodeConfig) YAML() []byte {
 	}
 	if c.ForwardTransit {
 		b.WriteString("  forward_transit: true\n")
+	}
+	if c.MaxServices != 0 {
+		fmt.Fprintf(&b, "  max_services: %d\n", c.MaxServices)
+	}
+	if c.MaxBackends != 0 {
+		fmt.Fprintf(&b, "  max_backends: %d\n", c.MaxBackends)
 	}
 	if g := c.BGP; g != nil {
 		fmt.Fprintf(&b, "bgp:\n  asn: %d\n  router_id: %s\n", g.ASN, g.RouterID)
