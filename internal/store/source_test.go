@@ -182,7 +182,9 @@ func TestSourceSendsOnlyWhatChanged(t *testing.T) {
 		delta bool
 		want  string
 	}{
-		{"weight", func() { change(func(st *Store) (*Change, error) { return st.SetWeight("dns", "2001:db8:1::1", []byte(`{"weight": 7}`)) }) }, true, "dns"},
+		{"weight", func() {
+			change(func(st *Store) (*Change, error) { return st.SetWeight("dns", "2001:db8:1::1", []byte(`{"weight": 7}`)) })
+		}, true, "dns"},
 		{"add", func() {
 			change(func(st *Store) (*Change, error) {
 				return st.PutService("api", []byte(`{"vip": "198.51.100.11", "port": 443, "backends": [{"address": "10.0.1.3"}]}`))
