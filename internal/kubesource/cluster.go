@@ -71,7 +71,6 @@ type Cluster struct {
 // sliceIndex is the name of the index of EndpointSlices by their Service.
 const sliceIndex = "service"
 
-
 // Connect makes the client of the cluster a kubernetes section names (in the cluster
 // when it gives no kubeconfig). Nothing is read yet.
 func Connect(k config.Kubernetes) (*Cluster, error) {
