@@ -527,17 +527,22 @@ func TestUpdatesNameWhatChanged(t *testing.T) {
 	e.sink.mu.Lock()
 	e.sink.refuse = 1
 	e.sink.mu.Unlock()
-	step("b's second endpoint, refused", "b.80", true, func() {
-		want["b.80 198.51.100.8:80/tcp"] = "10.5.0.1×2"
-		e.slice("b", "b-a", ep("10.244.1.2", n1, true), ep("10.244.1.4", n1, true))
-	})
-	if st, _ := e.src.State(); st.Refused != 1 {
-		t.Fatalf("%d updates refused, want 1", st.Refused)
+	// the refused update names b alone; the next (b's next change, or a second event of
+	// the first) carries every service
+	from := e.sink.count()
+	want["b.80 198.51.100.8:80/tcp"] = "10.5.0.1×2"
+	e.slice("b", "b-a", ep("10.244.1.2", n1, true), ep("10.244.1.4", n1, true))
+	e.wait("the update refused", func(st State) bool { return st.Refused == 1 })
+	want["b.80 198.51.100.8:80/tcp"] = "10.5.0.1×3"
+	e.slice("b", "b-a", ep("10.244.1.2", n1, true), ep("10.244.1.4", n1, true), ep("10.244.1.5", n1, true))
+	e.want("b's third endpoint, after a refusal", want)
+	got := e.sink.since(from)
+	if names, delta := named(e.ns, got[:1]); names != "b.80" || !delta {
+		t.Errorf("the refused update carries %q (delta %v), want b.80 (delta)", names, delta)
 	}
-	step("b's third endpoint, after a refusal", "a.81 b.80", false, func() {
-		want["b.80 198.51.100.8:80/tcp"] = "10.5.0.1×3"
-		e.slice("b", "b-a", ep("10.244.1.2", n1, true), ep("10.244.1.4", n1, true), ep("10.244.1.5", n1, true))
-	})
+	if names, delta := named(e.ns, got[1:2]); names != "a.81 b.80" || delta {
+		t.Errorf("the update after a refusal carries %q (delta %v), want a.81 b.80 (every service)", names, delta)
+	}
 	step("n2 ready again", "a.81", true, func() {
 		want["a.81 198.51.100.7:81/tcp"] = "10.5.0.1×1 10.5.0.2×1"
 		e.setReady(n2, true)
