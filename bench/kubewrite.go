@@ -26,8 +26,9 @@ import (
 // KubeWriteMethod says how the Kubernetes figures are measured (issue 26).
 const KubeWriteMethod = "One Service changed among N LoadBalancer Services of manifold's class on " +
 	"the real kube-apiserver (bin/kube-apiserver on a real etcd, on loopback, on this machine): " +
-	"allocateLoadBalancerNodePorts set to false together with the port moved between 80 and 81, so " +
-	"that the node has something to program. Wall time from the Update request to the node's " +
+	"its port moved between 80 and 81, so that the node has something to program (the Services are " +
+	"made with allocateLoadBalancerNodePorts: false, as 10 000 LoadBalancer Services must be: the " +
+	"default node port range holds 2 768). Wall time from the Update request to the node's " +
 	"controller having applied the update (reconcile.Controller.Submit returned) to a real, freshly " +
 	"loaded data plane (BPF maps of the XDP program, attached to no interface), through the node's " +
 	"own source (kubesource.Source, informers as the node's ServiceAccount); and the CPU time of " +
@@ -145,7 +146,8 @@ func createService(ctx context.Context, c *kubetest.Cluster, i int) error {
 	svc, err := services.Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("svc%06d", i)},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
-			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+			Ports:                         []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+			AllocateLoadBalancerNodePorts: new(false)},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return err
@@ -227,7 +229,6 @@ func kubeWrites(c *kubetest.Cluster, n, runs int, whole bool) (apiWriteTimes, er
 		}
 		port := 161 - svc.Spec.Ports[0].Port // 80 ⇄ 81
 		svc.Spec.Ports[0].Port = port
-		svc.Spec.AllocateLoadBalancerNodePorts = new(false)
 		sk.want(fmt.Sprintf("%s.%s.%d", benchNamespace, name, port))
 		cpu, err := processCPU()
 		if err != nil {
