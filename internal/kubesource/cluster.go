@@ -68,6 +68,11 @@ type Cluster struct {
 	all   bool
 }
 
+// maxDirty bounds the Services Changes names: past it, a change is of any Service. It
+// bounds the memory of a Cluster whose changes nobody asks for (the backend agent's,
+// which plans whole), and so many Services replanned one by one cost a whole replan.
+const maxDirty = 4096
+
 // sliceIndex is the name of the index of EndpointSlices by their Service.
 const sliceIndex = "service"
 
@@ -196,9 +201,11 @@ func (c *Cluster) Changed() <-chan struct{} { return c.changed }
 // touched records a change of the Service key ("": of any Service) and wakes Changed.
 func (c *Cluster) touched(key string) {
 	c.mu.Lock()
-	if key == "" {
-		c.all = true
-	} else {
+	switch {
+	case c.all:
+	case key == "" || len(c.dirty) >= maxDirty:
+		c.all, c.dirty = true, map[string]bool{}
+	default:
 		c.dirty[key] = true
 	}
 	c.mu.Unlock()
