@@ -164,7 +164,7 @@ PARTS = bench/results/parts
 # when the machine runs short of memory, and the results say so) and services in the store
 FLEET_NODES    ?= 100
 FLEET_SERVICES ?= 10000
-bench: deps bench-deps build
+bench: deps bench-deps build kube-apiserver
 	@mkdir -p $(PARTS)
 	./$(BENCH) dataplane --json $(PARTS)/dataplane.json
 	./$(BENCH) pktrate --json $(PARTS)/pktrate.json
@@ -172,6 +172,8 @@ bench: deps bench-deps build
 	./$(BENCH) sizes --json $(PARTS)/sizes.json
 	$(GO) run ./test/lab/httpbench -manifold $(BIN) -json $(PARTS)/http.json
 	./$(BENCH) controlplane --json $(PARTS)/controlplane.json
+	./$(BENCH) apiwrite --json $(PARTS)/apiwrite.json
+	./$(BENCH) kubewrite --json $(PARTS)/kubewrite.json
 	./$(BENCH) steerscale --json $(PARTS)/steerscale.json
 	$(GO) run ./test/lab/cpbench -manifold $(BIN) -json $(PARTS)/convergence.json
 	$(GO) run ./test/lab/fleetbench -manifold $(BIN) -json $(PARTS)/fleet.json
@@ -181,7 +183,7 @@ bench: deps bench-deps build
 	$(GO) run ./test/lab/linkbench -part linkpaths -manifold $(BIN) -json $(PARTS)/linkpaths.json
 	$(GO) run ./test/lab/tunnelbench -connect $(CONNECT) -json $(PARTS)/tunnel.json
 	./$(BENCH) report --out bench/results --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
-		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/sizes.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/steerscale.json $(PARTS)/convergence.json $(PARTS)/fleet.json $(PARTS)/fleet100.json $(PARTS)/link.json $(PARTS)/linkpaths.json $(PARTS)/tunnel.json
+		$(PARTS)/dataplane.json $(PARTS)/pktrate.json $(PARTS)/transit.json $(PARTS)/sizes.json $(PARTS)/http.json $(PARTS)/controlplane.json $(PARTS)/apiwrite.json $(PARTS)/kubewrite.json $(PARTS)/steerscale.json $(PARTS)/convergence.json $(PARTS)/fleet.json $(PARTS)/fleet100.json $(PARTS)/link.json $(PARTS)/linkpaths.json $(PARTS)/tunnel.json
 	/usr/bin/python3 bench/plot.py bench/results/latest.json bench/results
 	@mkdir -p bench/results/steer && for f in bench/steer/*.yaml; do n=$$(basename $$f .yaml); ./$(BIN) steer simulate --scenario $$f --json bench/results/steer/$$n.json --plot bench/results/steer/$$n.png > bench/results/steer/$$n.txt || exit 1; done
 

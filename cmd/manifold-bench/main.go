@@ -4,6 +4,8 @@
 //	manifold-bench pktrate        packets/s through one node in a namespace lab
 //	manifold-bench transit        transit packets/s routed in XDP or by the kernel, 10 and 800 000 routes
 //	manifold-bench controlplane   Maglev builds and programming services into the kernel
+//	manifold-bench apiwrite       an API weight change among 1 000 to 100 000 services in the config file, answered and programmed
+//	manifold-bench kubewrite      one Service changed among 1 000 and 10 000 on the real kube-apiserver, programmed on the node
 //	manifold-bench steerscale     a steering round at 1 000 sites × 100 origins × 10 services, simulated and live on etcd
 //	manifold-bench sizes          the shipped binaries' sizes, per binary and target
 //	manifold-bench report         merge the parts' JSON into latest.json and latest.md
@@ -20,6 +22,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +36,8 @@ Usage:
   manifold-bench pktrate [--rounds N] [--seconds S] [--paths P1,P2] [--json FILE]
   manifold-bench transit [--rounds N] [--seconds S] [--json FILE]
   manifold-bench controlplane [--runs N] [--json FILE]
+  manifold-bench apiwrite [--runs N] [--services 1000,10000,100000] [--json FILE]
+  manifold-bench kubewrite [--runs N] [--services 1000,10000] [--root DIR] [--json FILE]
   manifold-bench steerscale [--runs N] [--live-runs N] [--scenario FILE] [--json FILE]
   manifold-bench sizes [--repo DIR] [--json FILE]
   manifold-bench report [--out DIR] [--commit REV] PART.json...
@@ -55,6 +60,10 @@ func main() {
 		err = transit(args, os.Stdout)
 	case "controlplane":
 		err = controlplane(args, os.Stdout)
+	case "apiwrite":
+		err = apiwrite(args, os.Stdout)
+	case "kubewrite":
+		err = kubewrite(args, os.Stdout)
 	case "steerscale":
 		err = steerscale(args, os.Stdout)
 	case "sizes":
@@ -156,6 +165,68 @@ func controlplane(args []string, w io.Writer) error {
 		return nil
 	}
 	return bench.WritePart(*out, part)
+}
+
+// apiwrite measures an API weight change among many services in the config file.
+func apiwrite(args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("manifold-bench apiwrite", flag.ContinueOnError)
+	runs := fs.Int("runs", 10, "weight changes measured per count and mode")
+	counts := fs.String("services", "1000,10000,100000", "the numbers of services in the file, comma-separated")
+	out := fs.String("json", "", "also write the figures as JSON to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ns, err := positiveList(*counts)
+	if err != nil {
+		return fmt.Errorf("--services: %w", err)
+	}
+	if *runs < 1 {
+		return errors.New("--runs must be at least 1")
+	}
+	fmt.Fprintf(w, "API write: one weight change among many services in the config file, %d runs.\n\n", *runs)
+	part, err := bench.APIWrite(w, *runs, ns)
+	if err != nil || *out == "" {
+		return err
+	}
+	return bench.WritePart(*out, part)
+}
+
+// kubewrite measures one Service change among many on the real kube-apiserver.
+func kubewrite(args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("manifold-bench kubewrite", flag.ContinueOnError)
+	runs := fs.Int("runs", 10, "changes measured per count and mode")
+	counts := fs.String("services", "1000,10000", "the numbers of Services in the cluster, comma-separated, ascending")
+	root := fs.String("root", ".", "the repository: bin/kube-apiserver, deploy/kubernetes")
+	out := fs.String("json", "", "also write the figures as JSON to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ns, err := positiveList(*counts)
+	if err != nil {
+		return fmt.Errorf("--services: %w", err)
+	}
+	if *runs < 1 {
+		return errors.New("--runs must be at least 1")
+	}
+	fmt.Fprintf(w, "Kubernetes: one Service changed among many, programmed on the node, %d runs.\n\n", *runs)
+	part, err := bench.KubeWrite(w, *runs, ns, *root)
+	if err != nil || *out == "" {
+		return err
+	}
+	return bench.WritePart(*out, part)
+}
+
+// positiveList parses "1000,10000".
+func positiveList(list string) ([]int, error) {
+	var ns []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		ns = append(ns, n)
+	}
+	return ns, nil
 }
 
 // steerscale measures a steering round at internet scale.

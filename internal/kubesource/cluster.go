@@ -16,6 +16,10 @@ package kubesource
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -51,9 +55,26 @@ type Cluster struct {
 	eventsCtx  context.Context
 	stopEvents context.CancelFunc
 	// changed gets a value (dropped when one is pending) on every change of a cached
-	// object: a burst of changes makes one Plan.
+	// object that a Plan reads: a burst of changes makes one Plan.
 	changed chan struct{}
+	// byService finds a Service's EndpointSlices (the slice informer's index)
+	byService cache.Indexer
+
+	mu sync.Mutex // guards dirty and all
+	// dirty is the Services (NAMESPACE/NAME) whose own objects, the Service or its
+	// EndpointSlices, changed since the last Changes; all says a change may touch any
+	// Service (a Node, an IPPool, a Namespace's labels), or Changes was never asked
+	dirty map[string]bool
+	all   bool
 }
+
+// maxDirty bounds the Services Changes names: past it, a change is of any Service. It
+// bounds the memory of a Cluster whose changes nobody asks for (the backend agent's,
+// which plans whole), and so many Services replanned one by one cost a whole replan.
+const maxDirty = 4096
+
+// sliceIndex is the name of the index of EndpointSlices by their Service.
+const sliceIndex = "service"
 
 // Connect makes the client of the cluster a kubernetes section names (in the cluster
 // when it gives no kubeconfig). Nothing is read yet.
@@ -86,7 +107,7 @@ func NewCluster(cfg *rest.Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{core: core, changed: make(chan struct{}, 1)}
+	c := &Cluster{core: core, changed: make(chan struct{}, 1), dirty: map[string]bool{}, all: true}
 	c.eventsCtx, c.stopEvents = context.WithCancel(context.Background())
 	services := c.informers.Add(core, "services", &corev1.Service{})
 	slices := c.informers.Add(discovery, "endpointslices", &discoveryv1.EndpointSlice{})
@@ -106,15 +127,49 @@ func NewCluster(cfg *rest.Config) (*Cluster, error) {
 	c.nodes = corelisters.NewNodeLister(nodes.GetIndexer())
 	c.namespaces = corelisters.NewNamespaceLister(namespaces.GetIndexer())
 	c.pools = cache.NewGenericLister(pools.GetIndexer(), kube.PoolResource.GroupResource())
-	notify := func(any) {
-		select {
-		case c.changed <- struct{}{}:
-		default:
+	if err := slices.AddIndexers(cache.Indexers{sliceIndex: func(obj any) ([]string, error) {
+		if key := sliceService(obj); key != "" {
+			return []string{key}, nil
 		}
+		return nil, nil
+	}}); err != nil {
+		return nil, err
 	}
-	handler := cache.ResourceEventHandlerFuncs{AddFunc: notify, UpdateFunc: func(_, obj any) { notify(obj) }, DeleteFunc: notify}
-	for _, inf := range []cache.SharedIndexInformer{services, slices, nodes, namespaces, pools} {
-		if _, err := inf.AddEventHandler(handler); err != nil {
+	c.byService = slices.GetIndexer()
+	// what each change touches: the Service it is, or is a slice of; any Service for
+	// the rest. A Node's or a Namespace's update that changes nothing a Plan reads (a
+	// Node's heartbeat) is no change.
+	for _, h := range []struct {
+		inf  cache.SharedIndexInformer
+		of   func(obj any) string // the Service touched; nil: any
+		same func(old, cur any) bool
+	}{
+		{services, serviceKey, nil},
+		{slices, sliceService, nil},
+		{nodes, nil, func(old, cur any) bool { return samePlannedNode(old.(*corev1.Node), cur.(*corev1.Node)) }},
+		{namespaces, nil, func(old, cur any) bool {
+			return labels.Equals(old.(*corev1.Namespace).Labels, cur.(*corev1.Namespace).Labels)
+		}},
+		{pools, nil, nil},
+	} {
+		touched := func(obj any) {
+			if h.of == nil {
+				c.touched("")
+			} else if key := h.of(obj); key != "" {
+				c.touched(key)
+			}
+		}
+		handler := cache.ResourceEventHandlerFuncs{AddFunc: touched, DeleteFunc: touched,
+			UpdateFunc: func(old, cur any) {
+				if h.same != nil && h.same(old, cur) {
+					return
+				}
+				if h.of != nil {
+					touched(old) // a slice relabelled leaves its old Service
+				}
+				touched(cur)
+			}}
+		if _, err := h.inf.AddEventHandler(handler); err != nil {
 			return nil, err
 		}
 	}
@@ -140,8 +195,73 @@ func (c *Cluster) Recorder(component, host string, log *slog.Logger) *kube.Event
 	return kube.NewEventRecorder(c.eventsCtx, c.core, component, host, log)
 }
 
-// Changed receives after any change of the cached objects.
+// Changed receives after any change of the cached objects that a Plan reads.
 func (c *Cluster) Changed() <-chan struct{} { return c.changed }
+
+// touched records a change of the Service key ("": of any Service) and wakes Changed.
+func (c *Cluster) touched(key string) {
+	c.mu.Lock()
+	switch {
+	case c.all:
+	case key == "" || len(c.dirty) >= maxDirty:
+		c.all, c.dirty = true, map[string]bool{}
+	default:
+		c.dirty[key] = true
+	}
+	c.mu.Unlock()
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Changes is the Services (NAMESPACE/NAME, sorted) whose objects changed since it was
+// last asked, or all: a change may touch any Service (the first ask says all).
+func (c *Cluster) Changes() (keys []string, all bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys, all = slices.Sorted(maps.Keys(c.dirty)), c.all
+	c.dirty, c.all = map[string]bool{}, false
+	if all {
+		keys = nil
+	}
+	return keys, all
+}
+
+// serviceKey is the key of a Service, or of the last state of a deleted one.
+func serviceKey(obj any) string {
+	key, _ := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	return key
+}
+
+// sliceService is the key of the Service an EndpointSlice (or the last state of a
+// deleted one) is of: "" when it names none.
+func sliceService(obj any) string {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok || s.Labels[discoveryv1.LabelServiceName] == "" {
+		return ""
+	}
+	return s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName]
+}
+
+// samePlannedNode tells whether a Node's update leaves what a Plan reads of it: its
+// readiness (and exclusion) and its InternalIPs.
+func samePlannedNode(old, cur *corev1.Node) bool {
+	if nodeReady(old) != nodeReady(cur) {
+		return false
+	}
+	for _, v6 := range []bool{false, true} {
+		a, aok := internalIP(old, v6)
+		b, bok := internalIP(cur, v6)
+		if a != b || aok != bok {
+			return false
+		}
+	}
+	return true
+}
 
 // Reachable asks the API server whether it is ready.
 func (c *Cluster) Reachable(ctx context.Context) error {
@@ -149,6 +269,38 @@ func (c *Cluster) Reachable(ctx context.Context) error {
 	defer cancel()
 	_, err := c.core.Get().AbsPath("/readyz").DoRaw(ctx)
 	return err
+}
+
+// planOf is the plans of the Services keys (NAMESPACE/NAME) as the caches hold them
+// now: an empty plan for a Service gone.
+func (c *Cluster) planOf(keys []string, defaultClass bool) []servicePlan {
+	nodes, _ := c.nodes.List(labels.Everything())
+	pools := c.Pools()
+	out := make([]servicePlan, 0, len(keys))
+	for _, key := range keys {
+		ns, name, _ := strings.Cut(key, "/")
+		svc, err := c.services.Services(ns).Get(name)
+		if err != nil {
+			svc = nil // gone
+		}
+		var eps []*discoveryv1.EndpointSlice
+		objs, _ := c.byService.ByIndex(sliceIndex, key)
+		for _, o := range objs {
+			eps = append(eps, o.(*discoveryv1.EndpointSlice))
+		}
+		out = append(out, planService(key, svc, eps, nodes, pools, defaultClass))
+	}
+	return out
+}
+
+// serviceKeys is the key of every Service in the cache.
+func (c *Cluster) serviceKeys() []string {
+	svcs, _ := c.services.List(labels.Everything())
+	keys := make([]string, len(svcs))
+	for i, svc := range svcs {
+		keys[i] = svc.Namespace + "/" + svc.Name
+	}
+	return keys
 }
 
 // Plan is the cluster's desired state as the caches hold it now.

@@ -92,56 +92,110 @@ type vipKey struct {
 
 // plan is the pure part of Cluster.Plan.
 func plan(svcs []*corev1.Service, eps []*discoveryv1.EndpointSlice, nodes []*corev1.Node, pools Pools, defaultClass bool) Plan {
-	p := Plan{Nodes: map[string]map[netip.Addr]string{}}
-	slices.SortFunc(svcs, func(a, b *corev1.Service) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	})
 	bySvc := map[string][]*discoveryv1.EndpointSlice{}
 	for _, s := range eps {
 		if name := s.Labels[discoveryv1.LabelServiceName]; name != "" {
 			bySvc[s.Namespace+"/"+name] = append(bySvc[s.Namespace+"/"+name], s)
 		}
 	}
-	taken := map[vipKey]string{}
+	var plans []servicePlan
 	for _, svc := range svcs {
-		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || !ours(svc, defaultClass) {
+		key := svc.Namespace + "/" + svc.Name
+		if sp := planService(key, svc, bySvc[key], nodes, pools, defaultClass); !sp.empty() {
+			plans = append(plans, sp)
+		}
+	}
+	return combine(plans)
+}
+
+// servicePlan is what one Service makes (its key, NAMESPACE/NAME), before the check
+// that each VIP:port/protocol is served once: its services in the order made, each
+// backend's Node, and what it could not serve.
+type servicePlan struct {
+	key       string
+	services  []config.Service
+	nodes     []map[netip.Addr]string // of services[i]'s backends
+	skipped   []string
+	outOfPool []Refusal
+}
+
+func (sp servicePlan) empty() bool {
+	return len(sp.services) == 0 && len(sp.skipped) == 0 && len(sp.outOfPool) == 0
+}
+
+// keys is the VIP:port/protocol of each of the Service's services.
+func (sp servicePlan) keys() []vipKey {
+	out := make([]vipKey, len(sp.services))
+	for i, s := range sp.services {
+		out[i] = vipKey{s.VIP, s.Port, s.Protocol}
+	}
+	return out
+}
+
+// planService is what the Service svc (nil: none, or gone) makes of its EndpointSlices
+// eps and the cluster's Nodes.
+func planService(key string, svc *corev1.Service, eps []*discoveryv1.EndpointSlice, nodes []*corev1.Node, pools Pools, defaultClass bool) servicePlan {
+	sp := servicePlan{key: key}
+	if svc == nil || svc.Spec.Type != corev1.ServiceTypeLoadBalancer || !ours(svc, defaultClass) {
+		return sp
+	}
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		if ing.IP == "" {
+			continue // a host name: not an address manifold serves
+		}
+		vip, err := netip.ParseAddr(ing.IP)
+		if err != nil || !vip.IsGlobalUnicast() {
+			sp.skipped = append(sp.skipped, fmt.Sprintf("Service %s: %q in status.loadBalancer.ingress is not a unicast address", key, ing.IP))
 			continue
 		}
-		key := svc.Namespace + "/" + svc.Name
-		for _, ing := range svc.Status.LoadBalancer.Ingress {
-			if ing.IP == "" {
-				continue // a host name: not an address manifold serves
-			}
-			vip, err := netip.ParseAddr(ing.IP)
-			if err != nil || !vip.IsGlobalUnicast() {
-				p.Skipped = append(p.Skipped, fmt.Sprintf("Service %s: %q in status.loadBalancer.ingress is not a unicast address", key, ing.IP))
+		if !pools.admit(svc, vip) {
+			sp.skipped = append(sp.skipped, fmt.Sprintf("Service %s: %s is in no IPPool that selects the Service: refused", key, vip))
+			sp.outOfPool = append(sp.outOfPool, Refusal{Service: svc, Addr: vip})
+			continue
+		}
+		for _, port := range svc.Spec.Ports {
+			proto, ok := protocols[port.Protocol]
+			if !ok {
+				sp.skipped = append(sp.skipped, fmt.Sprintf("Service %s: port %d/%s: manifold serves TCP and UDP", key, port.Port, port.Protocol))
 				continue
 			}
-			if !pools.admit(svc, vip) {
-				p.Skipped = append(p.Skipped, fmt.Sprintf("Service %s: %s is in no IPPool that selects the Service: refused", key, vip))
-				p.OutOfPool = append(p.OutOfPool, Refusal{Service: svc, Addr: vip})
+			s, owners := service(svc, vip, port, proto, eps, nodes)
+			sp.services = append(sp.services, s)
+			sp.nodes = append(sp.nodes, owners)
+		}
+	}
+	return sp
+}
+
+// combine is the Plan of the Services' plans, sorted by key: a VIP:port/protocol two
+// Services claim is the first's, the second's service is skipped.
+func combine(plans []servicePlan) Plan {
+	p := Plan{Nodes: map[string]map[netip.Addr]string{}}
+	slices.SortFunc(plans, func(a, b servicePlan) int { return compareKeys(a.key, b.key) })
+	taken := map[vipKey]string{}
+	for _, sp := range plans {
+		p.Skipped = append(p.Skipped, sp.skipped...)
+		p.OutOfPool = append(p.OutOfPool, sp.outOfPool...)
+		for i, k := range sp.keys() {
+			if other, dup := taken[k]; dup {
+				p.Skipped = append(p.Skipped, fmt.Sprintf("Service %s: %s port %d/%s is Service %s's already", sp.key, k.vip, k.port, k.proto, other))
 				continue
 			}
-			for _, port := range svc.Spec.Ports {
-				proto, ok := protocols[port.Protocol]
-				if !ok {
-					p.Skipped = append(p.Skipped, fmt.Sprintf("Service %s: port %d/%s: manifold serves TCP and UDP", key, port.Port, port.Protocol))
-					continue
-				}
-				k := vipKey{vip, uint16(port.Port), proto}
-				if other, dup := taken[k]; dup {
-					p.Skipped = append(p.Skipped, fmt.Sprintf("Service %s: %s port %d/%s is Service %s's already", key, vip, port.Port, proto, other))
-					continue
-				}
-				taken[k] = key
-				s, owners := service(svc, vip, port, proto, bySvc[key], nodes)
-				p.Services = append(p.Services, s)
-				p.Nodes[s.Name] = owners
-			}
+			taken[k] = sp.key
+			p.Services = append(p.Services, sp.services[i])
+			p.Nodes[sp.services[i].Name] = sp.nodes[i]
 		}
 	}
 	slices.SortFunc(p.Services, func(a, b config.Service) int { return cmp.Compare(a.Name, b.Name) })
 	return p
+}
+
+// compareKeys orders Service keys (NAMESPACE/NAME) by namespace, then name: of two
+// Services that claim one address, the first so is served.
+func compareKeys(a, b string) int {
+	ans, an, _ := strings.Cut(a, "/")
+	bns, bn, _ := strings.Cut(b, "/")
+	return cmp.Or(cmp.Compare(ans, bns), cmp.Compare(an, bn))
 }
 
 var protocols = map[corev1.Protocol]config.Protocol{corev1.ProtocolTCP: config.TCP, corev1.ProtocolUDP: config.UDP}

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/manifoldlb/manifold/internal/config"
 	"github.com/manifoldlb/manifold/internal/kube"
 )
 
@@ -81,5 +82,44 @@ func TestServiceNameTooLong(t *testing.T) {
 			t.Errorf("%s/%s: %q is not a valid, unique name ending in the port", svc.Namespace, name, got)
 		}
 		seen[got] = true
+	}
+}
+
+// A Service's replan that moves an address two Services claim combines every plan
+// again: the address's second claimant is served once the first lets it go; a replan
+// of an unclaimed address touches that Service alone.
+func TestReplanMovesAContestedAddress(t *testing.T) {
+	of := func(key, name string, weight uint32) servicePlan {
+		s := config.Service{Name: name, VIP: netip.MustParseAddr("192.0.2.1"), Port: 80, Protocol: config.TCP,
+			Backends: []config.Backend{{Address: netip.MustParseAddr("10.0.0.1"), Weight: weight}}}
+		return servicePlan{key: key, services: []config.Service{s}, nodes: []map[netip.Addr]string{{}}}
+	}
+	keep := func(*servicePlan) {}
+	names := func(r replanned) string {
+		var out []string
+		for _, s := range r.changed {
+			out = append(out, s.Name)
+		}
+		for _, g := range r.gone {
+			out = append(out, "-"+g)
+		}
+		return strings.Join(out, " ")
+	}
+	pl := newPlanned()
+	r := pl.replan([]servicePlan{of("ns/b", "ns.b.80", 1), of("ns/a", "ns.a.80", 1)}, keep, nil, true)
+	if names(r) != "ns.a.80" || len(r.served) != 1 || len(r.skipped) != 1 || !strings.Contains(r.skipped[0], "is Service ns/a's already") {
+		t.Fatalf("both claim the address: changed %q, served %d, skipped %q", names(r), len(r.served), r.skipped)
+	}
+	r = pl.replan([]servicePlan{{key: "ns/a"}}, keep, r.served, false)
+	if names(r) != "ns.b.80 -ns.a.80" || len(r.served) != 1 || r.served[0].Name != "ns.b.80" || len(r.skipped) != 0 {
+		t.Fatalf("a gone: changed %q, served %+v, skipped %q", names(r), r.served, r.skipped)
+	}
+	r = pl.replan([]servicePlan{of("ns/b", "ns.b.80", 2)}, keep, r.served, false)
+	if names(r) != "ns.b.80" || r.served[0].Backends[0].Weight != 2 {
+		t.Fatalf("b's weight: changed %q, served %+v", names(r), r.served)
+	}
+	r = pl.replan([]servicePlan{of("ns/c", "ns.c.80", 1)}, keep, r.served, false)
+	if names(r) != "" || len(r.served) != 1 || len(r.skipped) != 1 {
+		t.Fatalf("c claims b's address: changed %q, served %+v, skipped %q", names(r), r.served, r.skipped)
 	}
 }

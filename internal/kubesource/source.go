@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
-	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -75,7 +74,12 @@ func (s *Source) update(f func(*State)) {
 }
 
 // Run follows the cluster until ctx ends: once the caches are filled, every change of
-// the cluster's objects is planned and, when the services differ, submitted.
+// the cluster's objects is planned and, when the services differ, submitted. A change
+// of a Service or its EndpointSlices replans that Service alone, and the update names
+// only the services it changed or removed (Update.Delta); a change that may touch any
+// Service (a Node's readiness or address, an IPPool, a Namespace's labels), or one that
+// moves an address two Services claim, replans every Service. After the node refused
+// an update, the next carries every service.
 func (s *Source) Run(ctx context.Context) error {
 	defer s.cluster.Stop()
 	go s.probe(ctx) // owned by Run: ends with ctx
@@ -87,33 +91,48 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	s.update(func(st *State) { st.Synced = true })
 	s.log.Info("kubernetes: caches synced, serving the cluster's LoadBalancer Services")
-	var last []config.Service
-	current := false // last is what the node runs: nothing to submit while the plan is the same
+	pl := newPlanned()
+	var served []config.Service // the last plan's services, sorted by name
+	current := false            // the node runs served: only what changes since is submitted
 	var skipped []string
 	refused := map[string]bool{} // the last Plan's refusals, each told once in an Event
 	for revision := 1; ; revision++ {
-		p := s.cluster.Plan(s.defaultClass)
-		p = s.servable(p)
-		refused = s.tellRefused(p.OutOfPool, refused)
-		if !slices.Equal(p.Skipped, skipped) {
-			for _, why := range p.Skipped {
+		keys, all := s.cluster.Changes()
+		if all {
+			keys = s.cluster.serviceKeys()
+			pl = newPlanned()
+		}
+		r := pl.replan(s.cluster.planOf(keys, s.defaultClass), s.servable, served, all)
+		refused = s.tellRefused(r.outOfPool, refused)
+		if !slices.Equal(r.skipped, skipped) {
+			for _, why := range r.skipped {
 				s.log.Warn("kubernetes: not served", "why", why)
 			}
-			skipped = p.Skipped
+			skipped = r.skipped
 		}
-		if !current || !reflect.DeepEqual(p.Services, last) {
-			err := s.sink.Submit(ctx, reconcile.Update{Source: SourceName, Services: p.Services, Revision: strconv.Itoa(revision)})
+		served = r.served
+		if !current || len(r.changed)+len(r.gone) > 0 {
+			u := reconcile.Update{Source: SourceName, Revision: strconv.Itoa(revision)}
+			if current {
+				u.Delta, u.Services, u.Gone = true, r.changed, r.gone
+			} else {
+				u.Services = served
+			}
+			err := s.sink.Submit(ctx, u)
 			if ctx.Err() != nil {
 				return nil
 			}
-			if err != nil {
-				s.log.Error("kubernetes: the node refused the cluster's services; the next change tries again", "services", len(p.Services), "err", err)
-			} else {
-				s.log.Info("kubernetes: services applied", "services", len(p.Services), "revision", revision)
+			switch {
+			case err != nil:
+				s.log.Error("kubernetes: the node refused the cluster's services; the next change tries again", "services", len(served), "err", err)
+			case u.Delta:
+				s.log.Info("kubernetes: services applied", "changed", len(u.Services), "gone", len(u.Gone), "services", len(served), "revision", revision)
+			default:
+				s.log.Info("kubernetes: services applied", "services", len(served), "revision", revision)
 			}
-			last, current = p.Services, err == nil
+			current = err == nil
 			s.update(func(st *State) {
-				st.Services, st.Skipped, st.OutOfPool = p.Services, p.Skipped, len(p.OutOfPool)
+				st.Services, st.Skipped, st.OutOfPool = served, r.skipped, len(r.outOfPool)
 				if err != nil {
 					st.Refused++
 				} else {
@@ -121,7 +140,7 @@ func (s *Source) Run(ctx context.Context) error {
 				}
 			})
 		} else {
-			s.update(func(st *State) { st.Skipped, st.OutOfPool = p.Skipped, len(p.OutOfPool) })
+			s.update(func(st *State) { st.Skipped, st.OutOfPool = r.skipped, len(r.outOfPool) })
 		}
 		select {
 		case <-ctx.Done():
@@ -147,18 +166,18 @@ func (s *Source) tellRefused(out []Refusal, before map[string]bool) map[string]b
 	return now
 }
 
-// servable moves to Skipped the services of a family the node has no address of.
-func (s *Source) servable(p Plan) Plan {
-	kept := p.Services[:0:0]
-	for _, svc := range p.Services {
+// servable moves to skipped the services of a family the node has no address of.
+func (s *Source) servable(sp *servicePlan) {
+	var kept []config.Service
+	var nodes []map[netip.Addr]string
+	for i, svc := range sp.services {
 		if !s.node.SourceFor(svc.VIP.Is6()).IsValid() {
-			p.Skipped = append(p.Skipped, "service "+svc.Name+": the node has no address of "+family(svc.VIP)+" (node.address6)")
+			sp.skipped = append(sp.skipped, "service "+svc.Name+": the node has no address of "+family(svc.VIP)+" (node.address6)")
 			continue
 		}
-		kept = append(kept, svc)
+		kept, nodes = append(kept, svc), append(nodes, sp.nodes[i])
 	}
-	p.Services = kept
-	return p
+	sp.services, sp.nodes = kept, nodes
 }
 
 func family(a netip.Addr) string {

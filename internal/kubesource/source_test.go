@@ -2,6 +2,7 @@ package kubesource
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -63,17 +64,30 @@ func apiServer(t *testing.T) *kubetest.Cluster {
 	return cluster
 }
 
-// sink is the node's run loop as the source sees it: it takes every update.
+// sink is the node's run loop as the source sees it: it takes every update, but for
+// the next refuse ones, which it refuses.
 type sink struct {
 	mu      sync.Mutex
 	updates []reconcile.Update
+	refuse  int
 }
 
 func (s *sink) Submit(_ context.Context, u reconcile.Update) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.updates = append(s.updates, u)
+	if s.refuse > 0 {
+		s.refuse--
+		return &reconcile.KernelError{Err: errors.New("map full")}
+	}
 	return nil
+}
+
+// since is the updates after the first from.
+func (s *sink) since(from int) []reconcile.Update {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.updates[from:])
 }
 
 func (s *sink) count() int {
@@ -403,4 +417,185 @@ func TestDaemonSetsLeastPrivilege(t *testing.T) {
 				sc.Privileged, sc.AllowPrivilegeEscalation, sc.Capabilities.Drop, sc.Capabilities.Add, want.caps)
 		}
 	}
+}
+
+// named is what updates carry of the namespace ns's services, each name once and
+// sorted: "a.80 -b.80" (b.80 gone); and whether each was a Delta.
+func named(ns string, updates []reconcile.Update) (string, bool) {
+	set := map[string]bool{}
+	delta := true
+	for _, u := range updates {
+		delta = delta && u.Delta
+		for _, s := range u.Services {
+			if strings.HasPrefix(s.Name, ns+".") {
+				set[strings.TrimPrefix(s.Name, ns+".")] = true
+			}
+		}
+		for _, g := range u.Gone {
+			if strings.HasPrefix(g, ns+".") {
+				set["-"+strings.TrimPrefix(g, ns+".")] = true
+			}
+		}
+	}
+	names := slices.Sorted(maps.Keys(set))
+	slices.SortFunc(names, func(a, b string) int { return strings.Compare(strings.TrimPrefix(a, "-"), strings.TrimPrefix(b, "-")) })
+	return strings.Join(names, " "), delta
+}
+
+// setReady makes the Node name Ready or not.
+func (e *env) setReady(name string, ready bool) {
+	e.t.Helper()
+	nodes := e.c.CS.CoreV1().Nodes()
+	n, err := nodes.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}}
+	if _, err := nodes.UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// editService changes the Service name's spec.
+func (e *env) editService(name string, edit func(*corev1.ServiceSpec)) {
+	e.t.Helper()
+	svcs := e.c.CS.CoreV1().Services(e.ns)
+	svc, err := svcs.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	edit(&svc.Spec)
+	if _, err := svcs.Update(context.Background(), svc, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// A change of one Service or of its EndpointSlices sends that Service's services
+// alone (Update.Delta); a Node no longer ready sends the services whose backends it
+// was; a Service no longer a LoadBalancer is gone, a port changed is one name gone
+// and one added. After the node refused an update, the next carries every service,
+// and the one after is a Delta again.
+func TestUpdatesNameWhatChanged(t *testing.T) {
+	e := newEnv(t)
+	local, cluster := corev1.ServiceExternalTrafficPolicyLocal, corev1.ServiceExternalTrafficPolicyCluster
+	n1, n2 := e.node("n1", "10.5.0.1", true, nil), e.node("n2", "10.5.0.2", true, nil)
+	e.service("a", local, []corev1.ServicePort{tcp("http", 80)}, "198.51.100.7")
+	e.service("b", local, []corev1.ServicePort{tcp("http", 80)}, "198.51.100.8")
+	e.service("c", cluster, []corev1.ServicePort{tcp("http", 80)}, "198.51.100.9")
+	e.slice("a", "a-a", ep("10.244.1.1", n1, true))
+	e.slice("b", "b-a", ep("10.244.1.2", n1, true))
+	e.slice("c", "c-a", ep("10.244.1.3", n1, true))
+	want := map[string]string{
+		"a.80 198.51.100.7:80/tcp": "10.5.0.1×1", "b.80 198.51.100.8:80/tcp": "10.5.0.1×1", "c.80 198.51.100.9:80/tcp": "10.5.0.1×1 10.5.0.2×1"}
+	e.want("three Services", want)
+
+	step := func(what, names string, delta bool, do func()) {
+		t.Helper()
+		from := e.sink.count()
+		do()
+		e.want(what, want)
+		if got, isDelta := named(e.ns, e.sink.since(from)); got != names || isDelta != delta {
+			t.Errorf("%s: the updates carry %q (delta %v), want %q (delta %v)", what, got, isDelta, names, delta)
+		}
+	}
+	step("an endpoint of a on n2", "a.80", true, func() {
+		want["a.80 198.51.100.7:80/tcp"] = "10.5.0.1×1 10.5.0.2×1"
+		e.slice("a", "a-a", ep("10.244.1.1", n1, true), ep("10.244.2.1", n2, true))
+	})
+	step("n2 not ready", "a.80 c.80", true, func() {
+		want["a.80 198.51.100.7:80/tcp"], want["c.80 198.51.100.9:80/tcp"] = "10.5.0.1×1", "10.5.0.1×1"
+		e.setReady(n2, false)
+	})
+	step("c no longer a LoadBalancer", "-c.80", true, func() {
+		delete(want, "c.80 198.51.100.9:80/tcp")
+		e.editService("c", func(s *corev1.ServiceSpec) {
+			s.Type, s.LoadBalancerClass, s.ExternalTrafficPolicy, s.AllocateLoadBalancerNodePorts = corev1.ServiceTypeClusterIP, nil, "", nil
+			for i := range s.Ports {
+				s.Ports[i].NodePort = 0
+			}
+		})
+	})
+	step("a's port 80 now 81", "-a.80 a.81", true, func() {
+		delete(want, "a.80 198.51.100.7:80/tcp")
+		want["a.81 198.51.100.7:81/tcp"] = "10.5.0.1×1"
+		e.editService("a", func(s *corev1.ServiceSpec) { s.Ports[0].Port = 81 })
+	})
+	e.sink.mu.Lock()
+	e.sink.refuse = 1
+	e.sink.mu.Unlock()
+	// the refused update names b alone; the next (b's next change, or a second event of
+	// the first) carries every service
+	from := e.sink.count()
+	want["b.80 198.51.100.8:80/tcp"] = "10.5.0.1×2"
+	e.slice("b", "b-a", ep("10.244.1.2", n1, true), ep("10.244.1.4", n1, true))
+	e.wait("the update refused", func(st State) bool { return st.Refused == 1 })
+	want["b.80 198.51.100.8:80/tcp"] = "10.5.0.1×3"
+	e.slice("b", "b-a", ep("10.244.1.2", n1, true), ep("10.244.1.4", n1, true), ep("10.244.1.5", n1, true))
+	e.want("b's third endpoint, after a refusal", want)
+	got := e.sink.since(from)
+	if names, delta := named(e.ns, got[:1]); names != "b.80" || !delta {
+		t.Errorf("the refused update carries %q (delta %v), want b.80 (delta)", names, delta)
+	}
+	if names, delta := named(e.ns, got[1:2]); names != "a.81 b.80" || delta {
+		t.Errorf("the update after a refusal carries %q (delta %v), want a.81 b.80 (every service)", names, delta)
+	}
+	step("n2 ready again", "a.81", true, func() {
+		want["a.81 198.51.100.7:81/tcp"] = "10.5.0.1×1 10.5.0.2×1"
+		e.setReady(n2, true)
+	})
+}
+
+// Changes names the Service that an event touches: the Service itself or one of its
+// EndpointSlices; a Node's readiness may touch any.
+func TestChangesNameTheService(t *testing.T) {
+	c := apiServer(t)
+	e := &env{t: t, c: c, ns: c.Namespace(t, "changes")}
+	cl, err := NewCluster(c.As(kubetest.NodeUser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); cl.Stop() }()
+	n1 := e.node("n1", "10.6.0.1", true, nil)
+	if err := cl.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, all := cl.Changes(); !all {
+		t.Fatal("the first Changes is not of every Service")
+	}
+	// until (the informers' events come in order per kind, not across kinds)
+	until := func(what string, done func(keys []string, all bool) bool) {
+		t.Helper()
+		deadline := time.After(applyWithin)
+		for {
+			select {
+			case <-cl.Changed():
+			case <-deadline:
+				t.Fatalf("not within %v: %s", applyWithin, what)
+			}
+			if done(cl.Changes()) {
+				return
+			}
+		}
+	}
+	// each wait ends at the event waited for; a's status, written after a, may come
+	// after it: a Service's and a slice's changes name a or b, nothing else, never all
+	only := func(what, key string) func([]string, bool) bool {
+		return func(keys []string, all bool) bool {
+			if all || slices.ContainsFunc(keys, func(k string) bool { return k != e.ns+"/a" && k != e.ns+"/b" }) {
+				t.Fatalf("%s: keys %q, all %v", what, keys, all)
+			}
+			return slices.Contains(keys, key)
+		}
+	}
+	e.service("a", corev1.ServiceExternalTrafficPolicyLocal, []corev1.ServicePort{tcp("http", 80)}, "198.51.100.10")
+	until("Service a", only("Service a", e.ns+"/a"))
+	e.slice("b", "b-a", ep("10.244.1.1", n1, true))
+	until("a slice of b", only("a slice of b", e.ns+"/b"))
+	e.setReady(n1, false)
+	until("n1 not ready", func(_ []string, all bool) bool { return all })
 }

@@ -27,6 +27,11 @@ type Source struct {
 
 	// mu makes changes one at a time: an edit is made against the state it replaces.
 	mu sync.Mutex
+	// whole says the next update carries every service: the node refused the last, so
+	// what it runs may differ from the store's state before the change (guarded by mu).
+	// Else an update names only what the change added, changed or removed
+	// (Update.Delta), and the node settles only that.
+	whole bool
 
 	reloads, reloadFailures atomic.Uint64
 }
@@ -83,7 +88,7 @@ func (s *Source) rereadAndApply(ctx context.Context) {
 		s.log.Error("reload rejected, old config keeps serving", "config", s.store.Path(), "err", oneLine(err))
 		return
 	}
-	if err := s.sink.Submit(ctx, s.update(ch)); err != nil {
+	if err := s.submit(ctx, ch); err != nil {
 		s.reloadFailures.Add(1)
 		s.log.Error("reload failed, previous state restored", "config", s.store.Path(), "err", err)
 		return
@@ -102,7 +107,7 @@ func (s *Source) Change(ctx context.Context, edit func(*Store) (*Change, error))
 	if err != nil {
 		return err
 	}
-	if err := s.sink.Submit(ctx, s.update(ch)); err != nil {
+	if err := s.submit(ctx, ch); err != nil {
 		var kerr *reconcile.KernelError
 		var conflict *reconcile.ConflictError
 		switch {
@@ -121,12 +126,23 @@ func (s *Source) Change(ctx context.Context, edit func(*Store) (*Change, error))
 	return nil
 }
 
-func (s *Source) update(ch *Change) reconcile.Update {
-	return reconcile.Update{
-		Source: SourceName, Services: ch.Config.Services, Revision: ch.Revision(), BGP: ch.Config.BGP,
+// submit hands the change to the sink: the services it changes, or every service
+// after the node refused the last update. Its caller holds mu.
+func (s *Source) submit(ctx context.Context, ch *Change) error {
+	u := reconcile.Update{
+		Source: SourceName, Revision: ch.Revision(), BGP: ch.Config.BGP,
 		Commit: func() error { return s.store.Commit(ch) },
 		Revert: func() error { return s.store.Revert(ch) },
 	}
+	if s.whole {
+		u.Services = ch.Config.Services
+	} else {
+		u.Delta = true
+		u.Services, u.Gone = ch.Changes()
+	}
+	err := s.sink.Submit(ctx, u)
+	s.whole = err != nil
+	return err
 }
 
 // restartOnly refuses a reload that changes what takes effect only when the node

@@ -52,7 +52,7 @@ func TestSourceChangeCommitsAndLogs(t *testing.T) {
 	if err := src.Change(context.Background(), func(st *Store) (*Change, error) { return st.Drain("web", "10.0.1.2") }); err != nil {
 		t.Fatal(err)
 	}
-	if len(sk.got) != 1 || sk.got[0].Source != SourceName || len(sk.got[0].Services) != 2 {
+	if len(sk.got) != 1 || sk.got[0].Source != SourceName || !sk.got[0].Delta || len(sk.got[0].Services) != 1 {
 		t.Fatalf("updates %+v", sk.got)
 	}
 	if !strings.Contains(read(t, src.Store()), "weight: 0") {
@@ -141,5 +141,86 @@ func TestSourceReloadRefusesRestartOnlySections(t *testing.T) {
 	src.rereadAndApply(ctx)
 	if len(sk.got) != 2 || sk.got[1].BGP == nil || sk.got[1].BGP.Peers[0].HoldTime != 6*time.Second {
 		t.Fatalf("a reload changing a peer: updates %+v", sk.got)
+	}
+}
+
+// names is what an update carries, for the comparisons below: "web dns -gone".
+func names(u reconcile.Update) string {
+	var out []string
+	for _, s := range u.Services {
+		out = append(out, s.Name)
+	}
+	for _, g := range u.Gone {
+		out = append(out, "-"+g)
+	}
+	return strings.Join(out, " ")
+}
+
+// An API write names the one service it changed (Update.Delta), a reload the services
+// that differ from those the node ran, by name; after the node refused an update, the
+// next carries every service, and then deltas again.
+func TestSourceSendsOnlyWhatChanged(t *testing.T) {
+	src, sk, _ := newSource(t)
+	ctx := context.Background()
+	path := src.Store().Path()
+	change := func(edit func(*Store) (*Change, error)) {
+		t.Helper()
+		if err := src.Change(ctx, edit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload := func(from, to string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(strings.Replace(read(t, src.Store()), from, to, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		src.rereadAndApply(ctx)
+	}
+	for _, step := range []struct {
+		name  string
+		do    func()
+		delta bool
+		want  string
+	}{
+		{"weight", func() {
+			change(func(st *Store) (*Change, error) { return st.SetWeight("dns", "2001:db8:1::1", []byte(`{"weight": 7}`)) })
+		}, true, "dns"},
+		{"add", func() {
+			change(func(st *Store) (*Change, error) {
+				return st.PutService("api", []byte(`{"vip": "198.51.100.11", "port": 443, "backends": [{"address": "10.0.1.3"}]}`))
+			})
+		}, true, "api"},
+		{"replace", func() {
+			change(func(st *Store) (*Change, error) {
+				return st.PutService("api", []byte(`{"vip": "198.51.100.11", "port": 443, "backends": [{"address": "10.0.1.4"}]}`))
+			})
+		}, true, "api"},
+		{"drain", func() { change(func(st *Store) (*Change, error) { return st.Drain("web", "10.0.1.1") }) }, true, "web"},
+		{"drain again: no change", func() { change(func(st *Store) (*Change, error) { return st.Drain("web", "10.0.1.1") }) }, true, ""},
+		{"remove", func() { change(func(st *Store) (*Change, error) { return st.DeleteService("api") }) }, true, "-api"},
+		{"reload renaming", func() { reload("name: web", "name: shop") }, true, "shop -web"},
+		{"reload of one weight", func() { reload("weight: 7", "weight: 8") }, true, "dns"},
+		{"reload of nothing", func() { reload("# the shop", "# the shop, still") }, true, ""},
+		{"refused", func() {
+			sk.refuse = errors.New("map full")
+			if err := src.Change(ctx, func(st *Store) (*Change, error) { return st.Undrain("shop", "10.0.1.1") }); err == nil {
+				t.Fatal("the kernel's refusal was not returned")
+			}
+		}, true, "shop"},
+		{"after a refusal", func() { change(func(st *Store) (*Change, error) { return st.Undrain("shop", "10.0.1.1") }) }, false, "shop dns"},
+		{"then deltas again", func() { change(func(st *Store) (*Change, error) { return st.Drain("shop", "10.0.1.2") }) }, true, "shop"},
+	} {
+		sk.got = nil
+		step.do()
+		if len(sk.got) != 1 {
+			t.Fatalf("%s: %d updates, want 1", step.name, len(sk.got))
+		}
+		if u := sk.got[0]; u.Delta != step.delta || names(u) != step.want {
+			t.Errorf("%s: update of %q (delta %v), want %q (delta %v)", step.name, names(u), u.Delta, step.want, step.delta)
+		}
+	}
+	// what the node runs is the file: the changed services are as the file has them
+	if got := src.Store().Config().Services; len(got) != 2 || got[0].Name != "shop" || got[0].Backends[1].Weight != 0 || got[1].Backends[0].Weight != 8 {
+		t.Errorf("services %+v", got)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"regexp"
@@ -138,6 +139,9 @@ type Change struct {
 	Created bool           // PutService added a service
 	Summary string         // what changed, for the log: "service web: backend 10.0.1.1 drained"
 
+	// service is the one service an edit of one service (PutService, DeleteService, a
+	// backend's weight) may have changed or removed: "" when any may have (a reload)
+	service    string
 	data, prev []byte
 	prevCfg    *config.Config
 	write      bool // an edit, to be written; a reload adopts what is on disk already
@@ -146,6 +150,30 @@ type Change struct {
 
 // Revision identifies the file's contents after the change (see Store.Revision).
 func (ch *Change) Revision() string { return revision(ch.data) }
+
+// Changes is what the change does to the services: those added or changed, and the
+// names of those gone, each sorted by name. An edit of one service looks at that
+// service only; a reload compares every service with the one of its name before.
+func (ch *Change) Changes() (changed []config.Service, gone []string) {
+	before := map[string]*config.Service{}
+	for i, s := range ch.prevCfg.Services {
+		if ch.service == "" || s.Name == ch.service {
+			before[s.Name] = &ch.prevCfg.Services[i]
+		}
+	}
+	for _, s := range ch.Config.Services {
+		if ch.service != "" && s.Name != ch.service {
+			continue
+		}
+		if old, ok := before[s.Name]; !ok || !reflect.DeepEqual(*old, s) {
+			changed = append(changed, s)
+		}
+		delete(before, s.Name)
+	}
+	gone = slices.Sorted(maps.Keys(before))
+	slices.SortFunc(changed, func(a, b config.Service) int { return strings.Compare(a.Name, b.Name) })
+	return changed, gone
+}
 
 // Reread reads the file again (SIGHUP). On a problem it returns config.Errors.
 func (s *Store) Reread() (*Change, error) {
@@ -358,6 +386,7 @@ func (s *Store) PutService(name string, spec []byte) (*Change, error) {
 	if err != nil {
 		return nil, err
 	}
+	ch.service = name
 	ch.Created = !slices.ContainsFunc(e.cfg.Services, func(o config.Service) bool { return o.Name == name })
 	ch.Summary = fmt.Sprintf("service %s replaced", name)
 	if ch.Created {
@@ -413,6 +442,7 @@ func (s *Store) DeleteService(name string) (*Change, error) {
 	if err != nil {
 		return nil, err
 	}
+	ch.service = name
 	ch.Summary = fmt.Sprintf("service %s deleted", name)
 	return ch, nil
 }
@@ -504,6 +534,7 @@ func (s *Store) editBackend(service, backend, what string, fn func(b *yaml.Node,
 	old := e.cfg.Services[si].Backends[bi].Weight
 	if !fn(node, old) {
 		ch := e.unchanged()
+		ch.service = service
 		ch.Summary = fmt.Sprintf("service %s: backend %s %s already (weight %d)", service, addr, what, old)
 		return ch, nil
 	}
@@ -521,6 +552,7 @@ func (s *Store) editBackend(service, backend, what string, fn func(b *yaml.Node,
 	if err != nil {
 		return nil, err
 	}
+	ch.service = service
 	ch.Summary = fmt.Sprintf("service %s: backend %s %s (weight %d → %d)", service, addr, what, old, ch.Config.Services[si].Backends[bi].Weight)
 	return ch, nil
 }
