@@ -37,7 +37,7 @@ static __always_inline const struct lb_vip *vip_lookup(const struct lb_packet *p
  * the two does not move the handshake. A RST ends the flow: remembering it would only
  * evict a live one. Any other miss (UDP, and flows that ECMP moved here from another
  * node) opens an entry, so the flow then survives ring changes on this node too. */
-static __always_inline int choose_new(const struct lb_packet *pkt, const struct lb_vip *vip,
+static __always_inline int choose_new(const struct lb_packet *pkt, const struct lb_vip *vip, __u64 key_hash,
 				      struct lb_choice *c)
 {
 	__u32 hash = flow_hash(&pkt->flow, vip->flags);
@@ -48,13 +48,13 @@ static __always_inline int choose_new(const struct lb_packet *pkt, const struct 
 		 * this SYN (flow_superseded) and reopens it. */
 		if (!maglev_select(pkt, vip, hash, c))
 			return 0;
-		syn_remember(pkt, vip, c);
+		syn_remember(pkt, key_hash, c);
 		return 1;
 	}
-	if (!syn_recall(pkt, vip, hash, c) && !maglev_select(pkt, vip, hash, c))
+	if (!syn_recall(pkt, vip, key_hash, c) && !maglev_select(pkt, vip, hash, c))
 		return 0;
 	if (!(pkt->tcp_flags & TCP_FLAG_RST))
-		flow_remember(pkt, vip, c);
+		flow_remember(pkt, key_hash, c);
 	return 1;
 }
 
@@ -62,16 +62,17 @@ static __always_inline int choose_new(const struct lb_packet *pkt, const struct 
 static __always_inline int balance(struct xdp_md *ctx, struct lb_packet *pkt)
 {
 	struct lb_choice c = {};
+	__u64 key_hash = flow_key_hash(&pkt->flow);
 
 	/* A SYN opens a connection: it goes by the ring, never by a flow entry (a
 	 * retransmitted SYN hashes to the same backend unless the ring changed in between,
 	 * and then its ACK follows it through the SYN memory). */
-	if ((pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN || !flow_lookup(pkt, &c)) {
+	if ((pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN || !flow_lookup(pkt, key_hash, &c)) {
 		const struct lb_vip *vip = vip_lookup(pkt);
 
 		if (!vip)
 			return XDP_PASS; /* a VIP address, but no service on this port/protocol */
-		if (!choose_new(pkt, vip, &c))
+		if (!choose_new(pkt, vip, key_hash, &c))
 			return -LB_DROP_NO_BACKEND;
 	}
 	if (!c.backend)
@@ -95,7 +96,7 @@ static __always_inline int handle_icmp(struct xdp_md *ctx, struct lb_packet *pkt
 		return icmp_echo_reply(ctx, pkt);
 	if (rc != LB_ICMP_QUOTE)
 		return XDP_PASS;
-	if (!flow_lookup(pkt, &c)) {
+	if (!flow_lookup(pkt, flow_key_hash(&pkt->flow), &c)) {
 		const struct lb_vip *vip = vip_lookup(pkt);
 
 		if (!vip)

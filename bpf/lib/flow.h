@@ -57,35 +57,48 @@ static __always_inline int syn_of_flow(const struct lb_packet *pkt, const struct
 	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4];
 }
 
+/* A flow's slot of the SYN memory: by the flow table's hash of its 5-tuple (seeded, as
+ * the table's), so that a packet knows it before it reads anything — the slot's load
+ * goes out beside the flow table's (flow_lookup) instead of after it. */
+static __always_inline struct lb_syn *syn_slot(__u64 key_hash)
+{
+	__u32 slot = (__u32)key_hash & (LB_SYN_SLOTS - 1);
+
+	return bpf_map_lookup_elem(&lb_syns, &slot);
+}
+
 /* Whether a flow entry belongs to an earlier connection on the same 5-tuple (a client
- * reusing its port): a fresh SYN of this very 5-tuple sits in the entry's SYN slot,
+ * reusing its port): a fresh SYN of this very 5-tuple sits in the flow's SYN slot (s),
  * not yet taken by an ACK. The SYN does not probe the flow table for such an entry (a
  * probe of a full table misses the caches, ~190 ns a SYN); the connection's first
  * packet without SYN finds the entry here and goes the new-flow way instead, where it
  * takes the SYN's choice, empties the slot (syn_recall), overwrites the entry and is
  * counted as a new flow — also when the SYN chose the earlier connection's backend. On
- * the established path this is an array slot and a compare that fails at the first word
- * for every flow but one whose SYN is there and not taken (a taken slot's first word is
- * 0). A SYN of another flow that took the slot before the ACK came leaves the earlier
- * entry in force (as when the SYN memory misses). */
-static __always_inline int flow_superseded(const struct lb_packet *pkt, const struct lb_flow *f)
+ * the established path this is a compare that fails at the first word for every flow
+ * but one whose SYN is there and not taken (a taken slot's first word is 0). A SYN of
+ * another flow that took the slot before the ACK came leaves the earlier entry in
+ * force (as when the SYN memory misses). */
+static __always_inline int flow_superseded(const struct lb_packet *pkt, const struct lb_syn *s)
 {
-	__u32 slot = f->syn_slot;
-	const struct lb_syn *s;
-
-	if (pkt->flow.proto != IPPROTO_TCP)
-		return 0;
-	s = bpf_map_lookup_elem(&lb_syns, &slot);
 	return s && syn_of_flow(pkt, s) && lb_now() - s->at <= lb_ticks(LB_SYN_MEMORY_NS);
 }
 
-/* The flow table's answer. Looked up before the service itself, so an established
- * flow costs no service lookup at all. */
-static __always_inline int flow_lookup(const struct lb_packet *pkt, struct lb_choice *c)
+/* The flow table's answer (h: the packet's flow_key_hash). Looked up before the service
+ * itself, so an established flow costs no service lookup at all. A TCP packet loads its
+ * SYN slot's first word before it probes the table: both are likely cache misses on a
+ * busy node (a new flow's first ACK reads the slot again in syn_recall), and issued
+ * together they cost about one. */
+static __always_inline int flow_lookup(const struct lb_packet *pkt, __u64 h, struct lb_choice *c)
 {
+	const struct lb_syn *s = NULL;
 	struct lb_flow flow;
 
-	return flow_table_get(&pkt->flow, &flow) && !flow_superseded(pkt, &flow) && take_choice(pkt, &flow, c);
+	if (pkt->flow.proto == IPPROTO_TCP) {
+		s = syn_slot(h);
+		if (s)
+			asm volatile("" ::"r"(*(const volatile __u64 *)&s->flow));
+	}
+	return flow_table_get(&pkt->flow, h, &flow) && !flow_superseded(pkt, s) && take_choice(pkt, &flow, c);
 }
 
 /* Whether one more new flow may go into the table this second (node.new_flow_rate).
@@ -135,47 +148,27 @@ static __always_inline int maglev_select(const struct lb_packet *pkt, const stru
 	return 1;
 }
 
-/* The SYN memory's slot of a flow: by the hash of the whole 5-tuple, also for a service
- * that hashes the client alone (whose flows would all share one slot). */
-static __always_inline __u32 syn_slot_of(const struct lb_packet *pkt, const struct lb_vip *vip, __u32 hash)
-{
-	__u32 slot = vip->flags & LB_VIP_F_SOURCE_HASH ? flow_hash(&pkt->flow, 0) : hash;
-
-	return slot & (LB_SYN_SLOTS - 1);
-}
-
 /* Opens the flow's entry (up to node.new_flow_rate) with the backend chosen for it, and
  * counts it as a new flow: once per flow, here. An entry an earlier connection on the
  * same 5-tuple left is overwritten. */
-static __always_inline void flow_remember(const struct lb_packet *pkt, const struct lb_vip *vip,
-					  struct lb_choice *c)
+static __always_inline void flow_remember(const struct lb_packet *pkt, __u64 h, struct lb_choice *c)
 {
 	struct lb_flow entry = {
 		.backend_id = c->backend_id,
 		.service_id = c->service_id,
 		.hash = c->hash,
-		.syn_slot = syn_slot_of(pkt, vip, c->hash),
 	};
 
 	if (flow_insert_allowed())
-		flow_table_put(&pkt->flow, &entry);
+		flow_table_put(&pkt->flow, h, &entry);
 	c->new_flow = 1;
-}
-
-static __always_inline struct lb_syn *syn_slot(const struct lb_packet *pkt, const struct lb_vip *vip,
-					       __u32 hash)
-{
-	__u32 slot = syn_slot_of(pkt, vip, hash);
-
-	return bpf_map_lookup_elem(&lb_syns, &slot);
 }
 
 /* Keeps a SYN's backend for its handshake's ACK, so that a ring change in between does
  * not move the handshake. */
-static __always_inline void syn_remember(const struct lb_packet *pkt, const struct lb_vip *vip,
-					 const struct lb_choice *c)
+static __always_inline void syn_remember(const struct lb_packet *pkt, __u64 h, const struct lb_choice *c)
 {
-	struct lb_syn *s = syn_slot(pkt, vip, c->hash);
+	struct lb_syn *s = syn_slot(h);
 
 	if (!s)
 		return;
@@ -192,10 +185,10 @@ static __always_inline void syn_remember(const struct lb_packet *pkt, const stru
  * packets pass flow_superseded at its first word. Two CPUs storing SYNs into one slot
  * at once may leave it torn: the service check keeps such a mix inside the flow's own
  * service (a torn key does not match at all). */
-static __always_inline int syn_recall(const struct lb_packet *pkt, const struct lb_vip *vip,
-				      __u32 hash, struct lb_choice *c)
+static __always_inline int syn_recall(const struct lb_packet *pkt, const struct lb_vip *vip, __u64 h,
+				      struct lb_choice *c)
 {
-	struct lb_syn *s = syn_slot(pkt, vip, hash);
+	struct lb_syn *s = syn_slot(h);
 
 	if (!s || lb_now() - s->at > lb_ticks(LB_SYN_MEMORY_NS) || !syn_of_flow(pkt, s) ||
 	    s->choice.service_id != vip->service_id)

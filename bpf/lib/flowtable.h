@@ -51,12 +51,14 @@ static __always_inline __u32 flow_bucket_index(__u64 h, int second)
 	return (half * flow_buckets) >> 32; /* scaled to the table: no division */
 }
 
+_Static_assert(sizeof(struct lb_flow_entry) == 64, "a way is one cache line");
+
 /* The check word of an entry: its key's hash and its choice, mixed so that a choice
  * word from another flow's write changes it. */
 static __always_inline __u32 flow_check(__u64 key_hash, const struct lb_flow *f)
 {
 	return (__u32)(key_hash >> 32) ^ (__u32)key_hash ^ f->backend_id * 0x9E3779B1U ^ f->service_id * 0x85EBCA77U ^
-	       f->hash * 0xC2B2AE3DU ^ f->syn_slot * 0x27D4EB2FU;
+	       f->hash * 0xC2B2AE3DU;
 }
 
 /* The table's clock for last use: lb_now() in 32 bits (jiffies; with the ns fallback,
@@ -115,10 +117,9 @@ static __always_inline int flow_bucket_get(struct lb_flow_bucket *b, const struc
 	return 0;
 }
 
-/* Copies k's choice into f and returns 1 when the table holds k. */
-static __always_inline int flow_table_get(const struct lb_flow_key *k, struct lb_flow *f)
+/* Copies k's choice into f and returns 1 when the table holds k (h: its flow_key_hash). */
+static __always_inline int flow_table_get(const struct lb_flow_key *k, __u64 h, struct lb_flow *f)
 {
-	__u64 h = flow_key_hash(k);
 	struct lb_flow_bucket *b = flow_bucket(h, 0);
 	int rc;
 
@@ -162,12 +163,11 @@ static __always_inline void flow_bucket_place(struct lb_flow_bucket *b, const st
 	}
 }
 
-/* Stores k's choice f: over k's own entry if either bucket holds one (a reused
- * 5-tuple), else into a free way of the bucket with more free ways, else over the way of
- * the two buckets used least recently. */
-static __always_inline void flow_table_put(const struct lb_flow_key *k, const struct lb_flow *f)
+/* Stores k's choice f (h: k's flow_key_hash): over k's own entry if either bucket holds
+ * one (a reused 5-tuple), else into a free way of the bucket with more free ways, else
+ * over the way of the two buckets used least recently. */
+static __always_inline void flow_table_put(const struct lb_flow_key *k, __u64 h, const struct lb_flow *f)
 {
-	__u64 h = flow_key_hash(k);
 	__u32 now = flow_clock();
 	struct lb_flow_bucket *b0 = flow_bucket(h, 0), *b1 = flow_bucket(h, 1);
 	struct lb_flow_place p0 = {}, p1 = {};

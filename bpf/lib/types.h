@@ -108,7 +108,6 @@ struct lb_flow {
 	__u32 backend_id;
 	__u32 service_id; /* the backend slot must still belong to it (ids get reused) */
 	__u32 hash;       /* the flow's hash, kept so an established flow never recomputes it */
-	__u32 syn_slot;   /* the flow's slot in lb_syns: where a new SYN on its 5-tuple would be */
 };
 
 /* One way of a flow-table bucket: a flow's key and choice in one cache line. */
@@ -118,6 +117,7 @@ struct lb_flow_entry {
 	__u32 used;  /* flow_clock() when stored or last refreshed, never 0; 0: an empty way */
 	__u32 check; /* flow_check() of the key's hash and the choice: a way that two CPUs
 		      * wrote at once, its words mixed, fails it and is a miss */
+	__u32 pad;   /* to the cache line (64 bytes): a way never straddles two */
 };
 
 /* lb_flows value: a bucket of the flow table (flowtable.h). */

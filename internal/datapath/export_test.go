@@ -160,9 +160,12 @@ const (
 // ForgetNATFlow deletes f's entry of lb_nat_flows, as the LRU would under pressure.
 func (lb *LB) ForgetNATFlow(f Flow) error { return lb.objs.LbNatFlows.Delete(f.key()) }
 
-// SYNSlots is the SYN memory's number of slots (bpf/lib/consts.h LB_SYN_SLOTS): a flow's
-// slot is its flow hash modulo it.
+// SYNSlots is the SYN memory's number of slots (bpf/lib/consts.h LB_SYN_SLOTS).
 const SYNSlots = 16384
+
+// SYNSlot is f's slot of the SYN memory, as syn_slot() finds it: the flow table's hash
+// of its key (seeded by this load) modulo SYNSlots.
+func (lb *LB) SYNSlot(f Flow) uint32 { return uint32(flowKeyHash(f.key(), lb.flowSeed)) % SYNSlots }
 
 // DecapVIPSlot exposes the decapsulation's VIP slot function to the tests.
 func (d *Decap) DecapVIPSlot(a netip.Addr) uint32 { return d.vips.slotOf(a).slot }

@@ -290,21 +290,22 @@ func TestEstablishedFlowIgnoresOtherSYNs(t *testing.T) {
 	if err := b.lb.PutRing(1, fill(ringSize, 20)); err != nil {
 		t.Fatal(err)
 	}
-	// SYNs of other 5-tuples into the flow's slot (the flow hash's low bits), each
+	// SYNs of other 5-tuples into the flow's slot (the flow table hash's low bits), each
 	// choosing the new ring's backend
-	slot := func(q dptest.Packet) uint32 { return datapath.FlowHash(flowOf(q), false) % datapath.SYNSlots }
+	slot := func(q dptest.Packet) uint32 { return b.lb.SYNSlot(flowOf(q)) }
+	// (one 5-tuple in 16 384 shares a slot: the search walks the ports of several clients)
 	colliding := 0
-	for port := uint16(1024); colliding < 3 && port < 65535; port++ {
-		syn := dptest.Packet{Src: dptest.Client4, Dst: vipWeb, SPort: port, DPort: 80, Flags: dptest.SYN}
-		if port == p.SPort || slot(syn) != slot(p) {
+	for i := 0; colliding < 3 && i < 16<<16; i++ {
+		syn := dptest.Packet{Src: netip.AddrFrom4([4]byte{203, 0, 113, byte(7 + i>>16)}), Dst: vipWeb, SPort: uint16(i), DPort: 80, Flags: dptest.SYN}
+		if syn.SPort < 1024 || syn.Src == p.Src && syn.SPort == p.SPort || slot(syn) != slot(p) {
 			continue
 		}
 		colliding++
 		if got := b.sendTo(t, syn); got != dptest.Backend4(20) {
-			t.Fatalf("SYN from port %d went to %s, want the new ring's %s", port, got, dptest.Backend4(20))
+			t.Fatalf("SYN from %s port %d went to %s, want the new ring's %s", syn.Src, syn.SPort, got, dptest.Backend4(20))
 		}
 		if got := b.sendTo(t, p); got != dptest.Backend4(1) {
-			t.Fatalf("after a SYN from port %d into its SYN slot, the established flow went to %s, want its own %s", port, got, dptest.Backend4(1))
+			t.Fatalf("after a SYN from %s port %d into its SYN slot, the established flow went to %s, want its own %s", syn.Src, syn.SPort, got, dptest.Backend4(1))
 		}
 	}
 	if colliding < 3 {

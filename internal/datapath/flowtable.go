@@ -68,7 +68,7 @@ func flowBucketIndex(h uint64, second bool, n uint32) uint32 {
 
 // flowCheck is flow_check: the check word of an entry holding f under a key of hash h.
 func flowCheck(h uint64, f lbLbFlow) uint32 {
-	return uint32(h>>32) ^ uint32(h) ^ f.BackendId*0x9E3779B1 ^ f.ServiceId*0x85EBCA77 ^ f.Hash*0xC2B2AE3D ^ f.SynSlot*0x27D4EB2F
+	return uint32(h>>32) ^ uint32(h) ^ f.BackendId*0x9E3779B1 ^ f.ServiceId*0x85EBCA77 ^ f.Hash*0xC2B2AE3D
 }
 
 // FlowCount counts the table's entries in use, through its memory mapping (plain

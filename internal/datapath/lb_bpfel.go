@@ -119,7 +119,6 @@ type lbLbFlow struct {
 	BackendId uint32
 	ServiceId uint32
 	Hash      uint32
-	SynSlot   uint32
 }
 
 type lbLbFlowBucket struct {
@@ -133,6 +132,7 @@ type lbLbFlowEntry struct {
 	Flow  lbLbFlow
 	Used  uint32
 	Check uint32
+	Pad   uint32
 }
 
 type lbLbFlowKey struct {
@@ -224,6 +224,7 @@ type lbLbSyn struct {
 	_      structs.HostLayout
 	Flow   lbLbFlowKey
 	Choice lbLbFlow
+	_      [4]byte
 	At     uint64
 }
 
