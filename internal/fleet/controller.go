@@ -1,11 +1,13 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,8 +31,9 @@ import (
 //	    the view at its revision
 //	    per service with origins: the alive nodes' records ─► steer.Observation
 //	    steer.Manifold.Decide(observation, the shares in force) ─► P/steering/<service>
-//	    when its shares changed (every service in a term's first round), written only
-//	    while this controller still holds the leader key
+//	    when its shares changed (every service in a term's first round), or its
+//	    decision is due for a refresh (dueForRefresh: a few a round, the oldest
+//	    first), written only while this controller still holds the leader key
 //	standby: waits in the campaign; takes over when the leader's lease ends
 //
 // Nothing moves while no controller leads: the shares stay in the store, the nodes
@@ -87,6 +90,9 @@ type RoundStats struct {
 	// Settled is the services of Services not observed nor decided again: nothing of
 	// them changed since the law last gave back their shares in force.
 	Settled int
+	// Refreshed is the services due for a refresh of their decision that the round
+	// chose to decide and write again (at most refreshQuota of them).
+	Refreshed int
 	// Decoded is the records the view decoded since the round before (those that
 	// changed), Decoding the time it took, on the view's goroutine rather than in Read.
 	Decoded  int
@@ -221,18 +227,67 @@ var maxWriteBytes = 1 << 20
 
 const maxWriteOps = 128
 
-// decisionRefresh bounds how old a decision in the store gets while its shares do not
-// change (at least this, or ten intervals, whichever is longer): the decision beside the
-// shares — each site's demand, the origins' loads, the reasons — is what `manifold ctl
-// steering` shows, and an operator must not read a demand of long ago. Writes while
-// nothing changes: one per service per refresh.
+// decisionRefresh is the age at which a decision in the store whose shares do not
+// change is written again (this, or ten intervals, whichever is longer): the decision
+// beside the shares — each site's demand, the origins' loads, the reasons — is what
+// `manifold ctl steering` shows, and an operator must not read a demand of long ago.
+// Writes while nothing changes: one per service per refresh.
+//
+// A refresh observes, decides and writes the service again (about 0.1 s of CPU at
+// 1 000 sites × 100 origins), and a term's first round writes every service at once:
+// were they refreshed as soon as due, they would all come due together, every
+// refresh period, in one round of seconds. So a round refreshes at most
+// refreshQuota of the services due, the oldest first: the first refreshes after a
+// term's first round spread over refreshRounds rounds, and stay spread. A decision is
+// then never older than the refresh age and refreshRounds intervals more (when every
+// round runs in its interval).
 const decisionRefresh = 10 * time.Second
 
-// stale reports whether the decision in force was written too long ago to stand for
-// the fleet now.
-func (c *Controller) stale(cur wire.Steering, now time.Time) bool {
-	at, err := time.Parse(time.RFC3339Nano, cur.At)
-	return err != nil || now.Sub(at) >= max(decisionRefresh, 10*c.interval)
+// refreshRounds is the number of rounds over which the services due for a refresh
+// are spread: within the ten rounds of a refresh period at least.
+const refreshRounds = 10
+
+// refreshAge is how old a decision gets before it is due for a refresh.
+func (c *Controller) refreshAge() time.Duration {
+	return max(decisionRefresh, refreshRounds*c.interval)
+}
+
+// refreshQuota is how many services due for a refresh a round refreshes, of n
+// services: every one of them within refreshRounds rounds.
+func refreshQuota(n int) int { return (n + refreshRounds - 1) / refreshRounds }
+
+// dueForRefresh is which services of cur (the shares in force, by spec; had false for
+// none) this round refreshes: those whose decision is refreshAge old, the oldest
+// first, at most refreshQuota of them. A decision whose time does not parse counts as
+// the oldest.
+func (c *Controller) dueForRefresh(cur []inForce, now time.Time) map[string]bool {
+	type due struct {
+		name string
+		at   time.Time
+	}
+	var dues []due
+	for _, f := range cur {
+		if !f.had {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, f.st.At)
+		if err != nil || now.Sub(at) >= c.refreshAge() {
+			dues = append(dues, due{f.st.Service, at}) // at is zero when it does not parse
+		}
+	}
+	slices.SortFunc(dues, func(a, b due) int { return cmp.Or(a.at.Compare(b.at), strings.Compare(a.name, b.name)) })
+	out := map[string]bool{}
+	for _, d := range dues[:min(len(dues), refreshQuota(len(cur)))] {
+		out[d.name] = true
+	}
+	return out
+}
+
+// inForce is a service's shares in force in a round's view (current).
+type inForce struct {
+	st  wire.Steering
+	rev int64
+	had bool
 }
 
 // round reads the fleet, decides every service with origins and writes the shares
@@ -252,11 +307,18 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 	var writes []steeringWrite
 	var written []wire.Steering
 	withOrigins := map[string]bool{}
+	inForce := make([]inForce, len(snap.specs))
+	for k, spec := range snap.specs {
+		f := &inForce[k]
+		f.st, f.rev, f.had = c.current(spec.Name, snap)
+	}
+	refresh := c.dueForRefresh(inForce, now)
+	stats.Refreshed = len(refresh)
 	for k, spec := range snap.specs {
 		withOrigins[spec.Name] = true
-		cur, rev, had := c.current(spec.Name, snap)
+		cur, rev, had := inForce[k].st, inForce[k].rev, inForce[k].had
 		again := !c.termWrote[spec.Name] // the leader its shares name is another
-		if fp, ok := c.settled[spec.Name]; ok && had && !again && fp == (fixedPoint{snap.gens[k], rev}) && !c.stale(cur, now) {
+		if fp, ok := c.settled[spec.Name]; ok && had && !again && fp == (fixedPoint{snap.gens[k], rev}) && !refresh[spec.Name] {
 			stats.Services++
 			stats.Settled++
 			written = append(written, cur) // nothing moved: the law would give them back
@@ -272,7 +334,7 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 		shares := d.Shares()
 		if had && steer.Shares(cur.Shares).Equal(shares) {
 			c.settled[spec.Name] = fixedPoint{snap.gens[k], rev}
-			if !again && !c.stale(cur, now) {
+			if !again && !refresh[spec.Name] {
 				written = append(written, cur) // in force already: the nodes have nothing to do
 				continue
 			}
