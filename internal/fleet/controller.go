@@ -332,7 +332,8 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 		stats.Services++
 		d := c.law.Decide(now, obs, steer.Shares(cur.Shares))
 		shares := d.Shares()
-		if had && steer.Shares(cur.Shares).Equal(shares) {
+		fixed := had && steer.Shares(cur.Shares).Equal(shares)
+		if fixed {
 			c.settled[spec.Name] = fixedPoint{snap.gens[k], rev}
 			if !again && !refresh[spec.Name] {
 				written = append(written, cur) // in force already: the nodes have nothing to do
@@ -354,13 +355,17 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 				return err
 			}
 		}
-		writes = append(writes, steeringWrite{clientv3.OpPut(c.keys.steeringOf(spec.Name), string(value)), len(value), spec.Name, &st})
+		w := steeringWrite{op: clientv3.OpPut(c.keys.steeringOf(spec.Name), string(value)), size: len(value), service: spec.Name, st: &st}
+		if fixed {
+			w.fixedAt = &snap.gens[k]
+		}
+		writes = append(writes, w)
 		written = append(written, st)
 	}
 	// a service that lost its origins (or was deleted) goes back to its own weights
 	for name := range snap.steering {
 		if !withOrigins[name] {
-			writes = append(writes, steeringWrite{clientv3.OpDelete(c.keys.steeringOf(name)), 0, name, nil})
+			writes = append(writes, steeringWrite{op: clientv3.OpDelete(c.keys.steeringOf(name)), service: name})
 		}
 	}
 	wrote := time.Now()
@@ -392,6 +397,10 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 			} else {
 				c.mine[wr.service] = mineSteering{rev: w.Header.Revision, st: *wr.st}
 				c.termWrote[wr.service] = true
+				if wr.fixedAt != nil {
+					// the same shares again, at this revision: still the law's fixed point
+					c.settled[wr.service] = fixedPoint{*wr.fixedAt, w.Header.Revision}
+				}
 			}
 		}
 		stats.Writes += n
@@ -408,11 +417,15 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 }
 
 // steeringWrite is a put of a service's shares (st), or the delete of its key (st nil).
+// fixedAt is the service's generation when the law gave back the shares in force (a
+// refresh, or a term's first write of them), nil when they moved: once written, a
+// round does not decide them again while that generation stands.
 type steeringWrite struct {
 	op      clientv3.Op
 	size    int
 	service string
 	st      *wire.Steering
+	fixedAt *viewGen
 }
 
 // current is a service's shares in force in snap, and the revision of their write:

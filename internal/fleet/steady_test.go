@@ -13,7 +13,7 @@ import (
 // an entry the last record did not have is published as it is.
 func TestHoldSteady(t *testing.T) {
 	last := []wire.ServiceLoad{{Name: "web", NewFlowsPerSecond: 100, PacketsPerSecond: 1000,
-		Origins: []wire.OriginLoad{{Name: "us", NewFlowsPerSecond: 60, RTTMilliseconds: 20}, {Name: "eu", NewFlowsPerSecond: 40, RTTMilliseconds: 90}},
+		Origins:  []wire.OriginLoad{{Name: "us", NewFlowsPerSecond: 60, RTTMilliseconds: 20}, {Name: "eu", NewFlowsPerSecond: 40, RTTMilliseconds: 90}},
 		Backends: []wire.BackendLoad{{Address: "10.1.0.11", NewFlowsPerSecond: 3, RTTMilliseconds: 1}}}}
 	next := []wire.ServiceLoad{{Name: "web", NewFlowsPerSecond: 101.9, PacketsPerSecond: 1021,
 		// eu first: matched by name, not place

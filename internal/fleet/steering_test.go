@@ -414,6 +414,12 @@ func TestControllerSpreadsRefreshes(t *testing.T) {
 			t.Fatalf("round %d (%v after the first) refreshed %d services and wrote %d: want at most the quota, %d, and nothing else written",
 				i, now.Sub(start), st.Refreshed, st.Writes, quota)
 		}
+		// the second round finds every service at its fixed point; from then on a round
+		// decides the services it refreshes alone (a refreshed one is not decided
+		// again the round after)
+		if decided := st.Services - st.Settled; i >= 2 && decided != st.Refreshed {
+			t.Fatalf("round %d decided %d services and refreshed %d: want those refreshed alone decided", i, decided, st.Refreshed)
+		}
 		written := ctl.Written()
 		if len(written) != n {
 			t.Fatalf("round %d: %d services in force, want %d", i, len(written), n)
