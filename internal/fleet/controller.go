@@ -238,10 +238,18 @@ const maxWriteOps = 128
 // were they refreshed as soon as due, they would all come due together, every
 // refresh period, in one round of seconds. So a round refreshes at most
 // refreshQuota of the services due, the oldest first: the first refreshes after a
-// term's first round spread over refreshRounds rounds, and stay spread. A decision is
-// then never older than the refresh age and refreshRounds intervals more (when every
-// round runs in its interval).
+// term's first round spread over refreshRounds rounds, and stay spread. A round that
+// decides a service for another reason (its observation moved) leaves the refreshes
+// to a later one, unless they are overdue (refreshDefer intervals past due): a
+// change and a refresh in one round would cost a round two services. A decision is
+// then never older than the refresh age, refreshDefer and refreshRounds intervals
+// more (when every round runs in its interval): a due one waits refreshDefer rounds
+// at most before it is overdue, then refreshRounds at most behind the older ones.
 const decisionRefresh = 10 * time.Second
+
+// refreshDefer is how many intervals past due a refresh may wait for a round that
+// decides nothing else.
+const refreshDefer = 5
 
 // refreshRounds is the number of rounds over which the services due for a refresh
 // are spread: within the ten rounds of a refresh period at least.
@@ -257,10 +265,14 @@ func (c *Controller) refreshAge() time.Duration {
 func refreshQuota(n int) int { return (n + refreshRounds - 1) / refreshRounds }
 
 // dueForRefresh is which services of cur (the shares in force, by spec; had false for
-// none) this round refreshes: those whose decision is refreshAge old, the oldest
-// first, at most refreshQuota of them. A decision whose time does not parse counts as
-// the oldest.
-func (c *Controller) dueForRefresh(cur []inForce, now time.Time) map[string]bool {
+// none) this round refreshes: those whose decision is refreshAge old (or, when the
+// round is busy deciding others, overdue), the oldest first, at most refreshQuota of
+// them. A decision whose time does not parse counts as the oldest.
+func (c *Controller) dueForRefresh(cur []inForce, now time.Time, busy bool) map[string]bool {
+	age := c.refreshAge()
+	if busy {
+		age += refreshDefer * c.interval
+	}
 	type due struct {
 		name string
 		at   time.Time
@@ -271,7 +283,7 @@ func (c *Controller) dueForRefresh(cur []inForce, now time.Time) map[string]bool
 			continue
 		}
 		at, err := time.Parse(time.RFC3339Nano, f.st.At)
-		if err != nil || now.Sub(at) >= c.refreshAge() {
+		if err != nil || now.Sub(at) >= age {
 			dues = append(dues, due{f.st.Service, at}) // at is zero when it does not parse
 		}
 	}
@@ -283,11 +295,14 @@ func (c *Controller) dueForRefresh(cur []inForce, now time.Time) map[string]bool
 	return out
 }
 
-// inForce is a service's shares in force in a round's view (current).
+// inForce is a service's shares in force in a round's view (current), and whether
+// the round decides it whatever its age (undecided: not at a fixed point the view
+// still stands at, or not yet written in the term).
 type inForce struct {
-	st  wire.Steering
-	rev int64
-	had bool
+	st        wire.Steering
+	rev       int64
+	had       bool
+	undecided bool
 }
 
 // round reads the fleet, decides every service with origins and writes the shares
@@ -308,17 +323,23 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 	var written []wire.Steering
 	withOrigins := map[string]bool{}
 	inForce := make([]inForce, len(snap.specs))
+	busy := false // some service is decided for another reason than a refresh
 	for k, spec := range snap.specs {
 		f := &inForce[k]
 		f.st, f.rev, f.had = c.current(spec.Name, snap)
+		// the leader its shares name is another, or its observation moved since its
+		// fixed point
+		fp, ok := c.settled[spec.Name]
+		f.undecided = !ok || !f.had || !c.termWrote[spec.Name] || fp != (fixedPoint{snap.gens[k], f.rev})
+		busy = busy || f.undecided
 	}
-	refresh := c.dueForRefresh(inForce, now)
+	refresh := c.dueForRefresh(inForce, now, busy)
 	stats.Refreshed = len(refresh)
 	for k, spec := range snap.specs {
 		withOrigins[spec.Name] = true
 		cur, rev, had := inForce[k].st, inForce[k].rev, inForce[k].had
 		again := !c.termWrote[spec.Name] // the leader its shares name is another
-		if fp, ok := c.settled[spec.Name]; ok && had && !again && fp == (fixedPoint{snap.gens[k], rev}) && !refresh[spec.Name] {
+		if !inForce[k].undecided && !refresh[spec.Name] {
 			stats.Services++
 			stats.Settled++
 			written = append(written, cur) // nothing moved: the law would give them back

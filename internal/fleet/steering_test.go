@@ -364,6 +364,24 @@ func TestControllerWritesWhatChanged(t *testing.T) {
 			t.Fatalf("a round %s after the last writes wrote %d services, refreshed %d, want %s's decision alone", decisionRefresh, st.Writes, st.Refreshed, want)
 		}
 	}
+	// a round that decides api for a change of its demand leaves web's refresh, due, to
+	// a later round; once web's is overdue, a round busy with api refreshes it too
+	for _, step := range []struct {
+		apiDemand float64
+		at        time.Time
+		refreshed bool
+	}{{200, later.Add(decisionRefresh), false}, {250, later.Add(decisionRefresh + refreshDefer*time.Second), true}} {
+		putRecord(t, cli, both("n2", "ams", step.apiDemand))
+		caughtUp(t, cli, ctl)
+		if err := ctl.round(context.Background(), step.at, always); err != nil {
+			t.Fatal(err)
+		}
+		st := ctl.LastRound()
+		if webAt := ctl.mine["web"].st.At; st.Services-st.Settled < 1 || (webAt == step.at.UTC().Format(time.RFC3339Nano)) != step.refreshed || (st.Refreshed == 1) != step.refreshed {
+			t.Fatalf("api's demand changed, web's decision %v old: decided %d services, refreshed %d, web's decision of %s; want web refreshed: %v",
+				step.at.Sub(later), st.Services-st.Settled, st.Refreshed, webAt, step.refreshed)
+		}
+	}
 }
 
 // The services whose decisions come due together (all of them after a term's first
@@ -391,7 +409,7 @@ func TestControllerSpreadsRefreshes(t *testing.T) {
 	ctl := NewController(cli, prefix, "a", interval, 2*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	always := clientv3.Compare(clientv3.CreateRevision(prefix+"/no such key"), "=", 0)
 	following(t, ctl)
-	quota, bound := refreshQuota(n), ctl.refreshAge()+refreshRounds*interval
+	quota, bound := refreshQuota(n), ctl.refreshAge()+(refreshDefer+refreshRounds)*interval
 	if quota != 3 {
 		t.Fatalf("the quota of %d services is %d, want 3", n, quota)
 	}
