@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,10 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -41,7 +45,10 @@ const SteerScaleMethod = "Steering at scale (manifold-bench steerscale). Simulat
 	"reporting its cost (read: taking its view; decide; write; the records its view decoded since the round before; the CPU time " +
 	"of the controller's process and of etcd over the interval up to the round's end). Writes and bytes: the keys and values a " +
 	"round put, once nothing changed, and in the first round after one site's demand of one service rose by half (both its " +
-	"nodes' records; the shares settle before the next change); rounds that rewrite every service's decision (every 10 s) apart. " +
+	"nodes' records; the shares settle before the next change), whose round refreshes the decisions due too; rounds that write only " +
+	"decisions due for their refresh (at most one service of the ten a round) apart. Jitter: every rate and RTT of every record " +
+	"drawn each second within ±1 % of its steady value, published at full precision (every record changes) and through the nodes' " +
+	"deadbands (fleet.HoldSteady): the records written, and the records the controller decoded until its view held them. " +
 	"Scenario: bench/steer/scale/world1000.yaml simulated with manifold's controller and the seed's baseline."
 
 // steerWorld is the fleet every figure is measured on.
@@ -236,10 +243,11 @@ func liveRoundsOf(w io.Writer, runs int, format recordFormat) ([]Figure, error) 
 	firstLoad := NewFigure("steering", fmt.Sprintf("live, %v: the controller's first read of the fleet and first round, the controller's CPU", format), "ms",
 		[]float64{ms(first.cpu - loadCPU)})
 
-	// rounds with nothing changed: those that write nothing; every decisionRefresh a
-	// round writes every service again (its decision's figures of now), counted apart
+	// rounds with nothing changed: those that write nothing, and those that write only
+	// the decisions due for a refresh (a few a round, once they have spread), counted
+	// apart
 	var quiet, refresh, changed []liveRound
-	for settled, n := false, 0; len(quiet) < runs; n++ {
+	for settled, n := false, 0; len(quiet) < runs && n < 40 || len(refresh) < runs; n++ {
 		st, err := next(0)
 		if err != nil {
 			return nil, err
@@ -248,27 +256,20 @@ func liveRoundsOf(w io.Writer, runs int, format recordFormat) ([]Figure, error) 
 		case st.Writes == 0:
 			settled = true
 			quiet = append(quiet, st)
-		case settled && st.Writes == steerServices:
+		case settled && st.Writes == st.Refreshed:
 			refresh = append(refresh, st)
 		case n > 30:
 			return nil, errors.New("the shares still move after 30 rounds of unchanged records")
 		}
 	}
 	for run := range runs {
-		// one site's demand of one service rises by half (both its nodes' records), right
-		// after a round that refreshed decisions, so that the next rounds likely refresh
-		// none: the round measured decides what the change moved. One that refreshed some
-		// too is measured again with another change (up to 5 times).
+		// one site's demand of one service rises by half (both its nodes' records): the
+		// round measured decides what the change moved, and refreshes what is due (one
+		// service of the ten a round, once the refreshes have spread). One that wrote
+		// another service's change too is measured again with another change (up to 5
+		// times).
 		var st liveRound
 		for try := range 5 {
-			for refreshed := false; !refreshed; {
-				if st, err = next(0); err != nil {
-					return nil, err
-				}
-				if refreshed = st.Writes > 0; refreshed && st.Writes == steerServices {
-					refresh = append(refresh, st)
-				}
-			}
 			site, service := 17*(5*run+try+1)%steerWorld.Sites, run%steerServices
 			for n := range 2 {
 				if _, err := putNodeRecord(ctx, cli, lease.ID, obs, specs, format, site, n, service); err != nil {
@@ -283,7 +284,7 @@ func liveRoundsOf(w io.Writer, runs int, format recordFormat) ([]Figure, error) 
 				return nil, err
 			}
 			// let the shares settle before the next change (the gap halves every round)
-			for settle, moving := 0, st; moving.Writes > 0; settle++ {
+			for settle, moving := 0, st; moving.Writes > moving.Refreshed; settle++ {
 				if settle == 30 {
 					return nil, errors.New("the shares still move 30 rounds after a change")
 				}
@@ -291,26 +292,32 @@ func liveRoundsOf(w io.Writer, runs int, format recordFormat) ([]Figure, error) 
 					return nil, err
 				}
 			}
-			if st.Writes == 1 {
+			if st.Writes-st.Refreshed == 1 {
 				break
 			}
 		}
 		changed = append(changed, st)
 	}
+	var jitter []Figure
+	if format == perOrigin {
+		if jitter, err = jitterSeconds(w, ctx, cli, lease.ID, obs, specs, next); err != nil {
+			return nil, err
+		}
+	}
 
-	figs := []Figure{firstLoad, heap}
+	figs := append([]Figure{firstLoad, heap}, jitter...)
 	total := func(st liveRound) float64 { return ms(st.Read + st.Decide + st.Write) }
 	for _, set := range []struct {
 		what   string
 		rounds []liveRound
-	}{{"nothing changed", quiet}, {"one site's demand of one service changed", changed}, {"every service's decision refreshed", refresh}} {
+	}{{"nothing changed", quiet}, {"one site's demand of one service changed", changed}, {"nothing changed, decisions due refreshed", refresh}} {
 		if len(set.rounds) == 0 {
 			continue
 		}
-		var all, read, decide, write, writes, bytes, cpu, etcd, decoded, settled []float64
+		var all, read, decide, write, writes, bytes, cpu, etcd, decoded, settled, refreshed []float64
 		for _, st := range set.rounds {
 			cpu, etcd, decoded = append(cpu, ms(st.cpu)), append(etcd, ms(st.etcdCPU)), append(decoded, float64(st.Decoded))
-			settled = append(settled, float64(st.Settled))
+			settled, refreshed = append(settled, float64(st.Settled)), append(refreshed, float64(st.Refreshed))
 			all, read, decide = append(all, total(st)), append(read, ms(st.Read)), append(decide, ms(st.Decide))
 			write, writes, bytes = append(write, ms(st.Write)), append(writes, float64(st.Writes)), append(bytes, float64(st.Bytes)/1e3)
 		}
@@ -319,7 +326,7 @@ func liveRoundsOf(w io.Writer, runs int, format recordFormat) ([]Figure, error) 
 		f.Note = "read + decide + write, wall time on a shared machine; etcd on the same two cores"
 		c := NewFigure("steering", name+", the controller's CPU", "ms", cpu)
 		c.Note = "the controller's process over the interval up to the round's end: its view's decoding of what changed is in it"
-		if format == perOrigin && set.what != "every service's decision refreshed" {
+		if format == perOrigin {
 			f.SetBound("<=", steerGoalMs)
 			c.SetBound("<=", steerGoalMs)
 		}
@@ -329,12 +336,13 @@ func liveRoundsOf(w io.Writer, runs int, format recordFormat) ([]Figure, error) 
 			NewFigure("steering", name+": records decoded", "records", decoded),
 			NewFigure("steering", name+": decide", "ms", decide),
 			NewFigure("steering", name+": services left as they were (settled)", "services", settled),
+			NewFigure("steering", name+": decisions refreshed", "services", refreshed),
 			NewFigure("steering", name+": write", "ms", write),
 			NewFigure("steering", name+": keys written", "keys", writes),
 			NewFigure("steering", name+": bytes written", "kB", bytes))
-		fmt.Fprintf(w, "  %-45s %8.1f ms (read %.1f, decide %.1f, write %.1f; CPU: controller %.0f ms, etcd %.0f ms), %.0f records decoded, %.0f services settled, %.0f keys, %.0f kB written (medians of %d)\n",
-			set.what, Summary(all).Median, Summary(read).Median, Summary(decide).Median, Summary(write).Median, Summary(cpu).Median, Summary(etcd).Median,
-			Summary(decoded).Median, Summary(settled).Median, Summary(writes).Median, Summary(bytes).Median, len(set.rounds))
+		fmt.Fprintf(w, "  %-45s %8.1f ms (read %.1f, decide %.1f, write %.1f; CPU: controller %.0f ms (max %.0f), etcd %.0f ms), %.0f records decoded, %.0f services settled, %.0f refreshed, %.0f keys, %.0f kB written (medians of %d)\n",
+			set.what, Summary(all).Median, Summary(read).Median, Summary(decide).Median, Summary(write).Median, Summary(cpu).Median, Summary(cpu).Max, Summary(etcd).Median,
+			Summary(decoded).Median, Summary(settled).Median, Summary(refreshed).Median, Summary(writes).Median, Summary(bytes).Median, len(set.rounds))
 	}
 	return figs, nil
 }
@@ -409,12 +417,32 @@ func serviceSpec(k int, obs steer.Observation) wire.ServiceSpec {
 	return spec
 }
 
-// putNodeRecord publishes node n of site i as a node does: its demand of every service
-// half the site's (of service raised, times 1.5), its RTT to each backend the site's to
-// the backend's origin.
+// putNodeRecord publishes node n of site i as a node does (nodeRecord).
 func putNodeRecord(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID, obs []steer.Observation, specs []wire.ServiceSpec, format recordFormat, i, n, raised int) (int, error) {
+	data, err := json.Marshal(nodeRecord(obs, specs, format, i, n, raised))
+	if err != nil {
+		return 0, err
+	}
+	return len(data), putRecordData(ctx, cli, lease, nodeName(obs, i, n), data)
+}
+
+func nodeName(obs []steer.Observation, i, n int) string {
+	return fmt.Sprintf("%s-n%d", obs[0].Sites[i].Name, n)
+}
+
+// putRecordData writes a node's record and its alive key.
+func putRecordData(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID, name string, data []byte) error {
+	recordKey, aliveKey := fleet.NodeKeys(steerPrefix, name)
+	_, err := cli.Txn(ctx).Then(clientv3.OpPut(recordKey, string(data)), clientv3.OpPut(aliveKey, "", clientv3.WithLease(lease))).Commit()
+	return err
+}
+
+// nodeRecord is node n of site i's record: its demand of every service half the
+// site's (of service raised, times 1.5), its RTT to each backend the site's to the
+// backend's origin.
+func nodeRecord(obs []steer.Observation, specs []wire.ServiceSpec, format recordFormat, i, n, raised int) wire.NodeRecord {
 	site := obs[0].Sites[i]
-	name := fmt.Sprintf("%s-n%d", site.Name, n)
+	name := nodeName(obs, i, n)
 	rec := wire.NodeRecord{V: wire.RecordVersion, Name: name, Site: site.Name, Addresses: []string{fmt.Sprintf("192.0.%d.%d", i/250, i%250)},
 		UpdatedAt: time.Now().UTC().Format(time.RFC3339)}
 	statuses := make([]wire.ServiceStatus, len(obs))
@@ -451,13 +479,128 @@ func putNodeRecord(ctx context.Context, cli *clientv3.Client, lease clientv3.Lea
 			rec.Services = append(rec.Services, l)
 		}
 	}
-	data, err := json.Marshal(rec)
-	if err != nil {
-		return 0, err
+	return rec
+}
+
+// jitterPct is how much the jittered records' rates and RTTs move each second: each
+// value is its steady one times a factor drawn in [1 - jitterPct %, 1 + jitterPct %].
+const jitterPct = 1.0
+
+// jitterSeconds measures what seconds of records whose every rate and RTT jitters
+// around a steady state (jitterPct) cost the controller: published at full precision
+// (every record changes: one second, whose 2 000 writes take several on this etcd),
+// then through the nodes' deadbands (fleet.HoldSteady; three seconds). Each second:
+// the records written, and over the rounds until the controller's view holds them,
+// the records it decoded, its decoding time and the process's CPU (the controller's,
+// and the bench's etcd client sending the records: they are marshalled before).
+func jitterSeconds(w io.Writer, ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID, obs []steer.Observation, specs []wire.ServiceSpec,
+	next func(rev int64) (liveRound, error)) ([]Figure, error) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	type node struct {
+		name      string
+		base      wire.NodeRecord
+		published []wire.ServiceLoad
+		data      []byte
 	}
-	recordKey, aliveKey := fleet.NodeKeys(steerPrefix, name)
-	_, err = cli.Txn(ctx).Then(clientv3.OpPut(recordKey, string(data)), clientv3.OpPut(aliveKey, "", clientv3.WithLease(lease))).Commit()
-	return len(data), err
+	nodes := make([]node, 0, 2*steerWorld.Sites)
+	for i := range steerWorld.Sites {
+		for n := range 2 {
+			rec := nodeRecord(obs, specs, perOrigin, i, n, -1)
+			data, err := json.Marshal(rec)
+			if err != nil {
+				return nil, err
+			}
+			nodes = append(nodes, node{name: rec.Name, base: rec, published: rec.Services, data: data})
+		}
+	}
+	jf := func() float64 { return 1 + jitterPct/100*(2*rng.Float64()-1) }
+	var figs []Figure
+	for _, second := range []struct {
+		what string
+		held bool
+	}{{"full precision", false}, {"deadband, 1st second", true}, {"deadband, 2nd second", true}, {"deadband, 3rd second", true}} {
+		// the second's records, marshalled before they are written
+		var names []string
+		var datas [][]byte
+		for k := range nodes {
+			nd := &nodes[k]
+			rec := nd.base
+			rec.Services = slices.Clone(rec.Services)
+			for s := range rec.Services {
+				l := &rec.Services[s]
+				l.NewFlowsPerSecond *= jf()
+				l.Origins = slices.Clone(l.Origins)
+				for o := range l.Origins {
+					l.Origins[o].NewFlowsPerSecond *= jf()
+					l.Origins[o].RTTMilliseconds *= jf()
+				}
+			}
+			if second.held {
+				fleet.HoldSteady(nd.published, rec.Services)
+			}
+			data, err := json.Marshal(rec)
+			if err != nil {
+				return nil, err
+			}
+			if !bytes.Equal(data, nd.data) {
+				nd.data, nd.published = data, rec.Services
+				names, datas = append(names, nd.name), append(datas, data)
+			}
+		}
+		if _, err := next(0); err != nil { // the count of decoded records starts here
+			return nil, err
+		}
+		cpuBefore := cpuSpent()
+		wrote := make(chan error, 1)
+		var lastRev atomic.Int64
+		go func() { // written while the rounds below are counted; waited for below
+			for k := range names {
+				if err := putRecordData(ctx, cli, lease, names[k], datas[k]); err != nil {
+					wrote <- err
+					return
+				}
+			}
+			resp, err := cli.Get(ctx, "rev")
+			if err == nil {
+				lastRev.Store(resp.Header.Revision)
+			}
+			wrote <- err
+		}()
+		var decoded int
+		var decoding time.Duration
+		rounds, done := 0, false
+		for {
+			r, err := next(0)
+			if err != nil {
+				return nil, err
+			}
+			rounds++
+			decoded, decoding = decoded+r.Decoded, decoding+r.Decoding
+			if !done {
+				select {
+				case err := <-wrote:
+					if err != nil {
+						return nil, err
+					}
+					done = true
+				default:
+				}
+			}
+			if done && r.Revision >= lastRev.Load() {
+				break
+			}
+		}
+		cpu := cpuSpent() - cpuBefore
+		fmt.Fprintf(w, "  a second of records jittering ±%.0f %%, %-22s %4d records written, %4d decoded by the controller over %d rounds: decoding %v, the process's CPU %v\n",
+			jitterPct, second.what+":", len(names), decoded, rounds, decoding.Round(time.Millisecond), cpu.Round(time.Millisecond))
+		name := fmt.Sprintf("live, records jittering ±%.0f %% a second, %s", jitterPct, second.what)
+		figs = append(figs,
+			NewFigure("steering", name+": records written", "records", []float64{float64(len(names))}),
+			NewFigure("steering", name+": records decoded by the controller", "records", []float64{float64(decoded)}),
+			NewFigure("steering", name+": the controller's decoding", "ms", []float64{ms(decoding)}),
+			NewFigure("steering", name+": the process's CPU (controller and the bench's writes)", "ms", []float64{ms(cpu)}))
+	}
+	return figs, nil
 }
 
 // startEtcd starts one etcd member on loopback in a temporary directory.

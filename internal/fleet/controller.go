@@ -1,11 +1,13 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,8 +31,9 @@ import (
 //	    the view at its revision
 //	    per service with origins: the alive nodes' records ─► steer.Observation
 //	    steer.Manifold.Decide(observation, the shares in force) ─► P/steering/<service>
-//	    when its shares changed (every service in a term's first round), written only
-//	    while this controller still holds the leader key
+//	    when its shares changed (every service in a term's first round), or its
+//	    decision is due for a refresh (dueForRefresh: a few a round, the oldest
+//	    first), written only while this controller still holds the leader key
 //	standby: waits in the campaign; takes over when the leader's lease ends
 //
 // Nothing moves while no controller leads: the shares stay in the store, the nodes
@@ -87,6 +90,9 @@ type RoundStats struct {
 	// Settled is the services of Services not observed nor decided again: nothing of
 	// them changed since the law last gave back their shares in force.
 	Settled int
+	// Refreshed is the services due for a refresh of their decision that the round
+	// chose to decide and write again (at most refreshQuota of them).
+	Refreshed int
 	// Decoded is the records the view decoded since the round before (those that
 	// changed), Decoding the time it took, on the view's goroutine rather than in Read.
 	Decoded  int
@@ -221,18 +227,82 @@ var maxWriteBytes = 1 << 20
 
 const maxWriteOps = 128
 
-// decisionRefresh bounds how old a decision in the store gets while its shares do not
-// change (at least this, or ten intervals, whichever is longer): the decision beside the
-// shares — each site's demand, the origins' loads, the reasons — is what `manifold ctl
-// steering` shows, and an operator must not read a demand of long ago. Writes while
-// nothing changes: one per service per refresh.
+// decisionRefresh is the age at which a decision in the store whose shares do not
+// change is written again (this, or ten intervals, whichever is longer): the decision
+// beside the shares — each site's demand, the origins' loads, the reasons — is what
+// `manifold ctl steering` shows, and an operator must not read a demand of long ago.
+// Writes while nothing changes: one per service per refresh.
+//
+// A refresh observes, decides and writes the service again (about 0.1 s of CPU at
+// 1 000 sites × 100 origins), and a term's first round writes every service at once:
+// were they refreshed as soon as due, they would all come due together, every
+// refresh period, in one round of seconds. So a round refreshes at most
+// refreshQuota of the services due, the oldest first: the first refreshes after a
+// term's first round spread over refreshRounds rounds, and stay spread. A round that
+// decides a service for another reason (its observation moved) leaves the refreshes
+// to a later one, unless they are overdue (refreshDefer intervals past due): a
+// change and a refresh in one round would cost a round two services. A decision is
+// then never older than the refresh age, refreshDefer and refreshRounds intervals
+// more (when every round runs in its interval): a due one waits refreshDefer rounds
+// at most before it is overdue, then refreshRounds at most behind the older ones.
 const decisionRefresh = 10 * time.Second
 
-// stale reports whether the decision in force was written too long ago to stand for
-// the fleet now.
-func (c *Controller) stale(cur wire.Steering, now time.Time) bool {
-	at, err := time.Parse(time.RFC3339Nano, cur.At)
-	return err != nil || now.Sub(at) >= max(decisionRefresh, 10*c.interval)
+// refreshDefer is how many intervals past due a refresh may wait for a round that
+// decides nothing else.
+const refreshDefer = 5
+
+// refreshRounds is the number of rounds over which the services due for a refresh
+// are spread: within the ten rounds of a refresh period at least.
+const refreshRounds = 10
+
+// refreshAge is how old a decision gets before it is due for a refresh.
+func (c *Controller) refreshAge() time.Duration {
+	return max(decisionRefresh, refreshRounds*c.interval)
+}
+
+// refreshQuota is how many services due for a refresh a round refreshes, of n
+// services: every one of them within refreshRounds rounds.
+func refreshQuota(n int) int { return (n + refreshRounds - 1) / refreshRounds }
+
+// dueForRefresh is which services of cur (the shares in force, by spec; had false for
+// none) this round refreshes: those whose decision is refreshAge old (or, when the
+// round is busy deciding others, overdue), the oldest first, at most refreshQuota of
+// them. A decision whose time does not parse counts as the oldest.
+func (c *Controller) dueForRefresh(cur []inForce, now time.Time, busy bool) map[string]bool {
+	age := c.refreshAge()
+	if busy {
+		age += refreshDefer * c.interval
+	}
+	type due struct {
+		name string
+		at   time.Time
+	}
+	var dues []due
+	for _, f := range cur {
+		if !f.had {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, f.st.At)
+		if err != nil || now.Sub(at) >= age {
+			dues = append(dues, due{f.st.Service, at}) // at is zero when it does not parse
+		}
+	}
+	slices.SortFunc(dues, func(a, b due) int { return cmp.Or(a.at.Compare(b.at), strings.Compare(a.name, b.name)) })
+	out := map[string]bool{}
+	for _, d := range dues[:min(len(dues), refreshQuota(len(cur)))] {
+		out[d.name] = true
+	}
+	return out
+}
+
+// inForce is a service's shares in force in a round's view (current), and whether
+// the round decides it whatever its age (undecided: not at a fixed point the view
+// still stands at, or not yet written in the term).
+type inForce struct {
+	st        wire.Steering
+	rev       int64
+	had       bool
+	undecided bool
 }
 
 // round reads the fleet, decides every service with origins and writes the shares
@@ -252,11 +322,24 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 	var writes []steeringWrite
 	var written []wire.Steering
 	withOrigins := map[string]bool{}
+	inForce := make([]inForce, len(snap.specs))
+	busy := false // some service is decided for another reason than a refresh
+	for k, spec := range snap.specs {
+		f := &inForce[k]
+		f.st, f.rev, f.had = c.current(spec.Name, snap)
+		// the leader its shares name is another, or its observation moved since its
+		// fixed point
+		fp, ok := c.settled[spec.Name]
+		f.undecided = !ok || !f.had || !c.termWrote[spec.Name] || fp != (fixedPoint{snap.gens[k], f.rev})
+		busy = busy || f.undecided
+	}
+	refresh := c.dueForRefresh(inForce, now, busy)
+	stats.Refreshed = len(refresh)
 	for k, spec := range snap.specs {
 		withOrigins[spec.Name] = true
-		cur, rev, had := c.current(spec.Name, snap)
+		cur, rev, had := inForce[k].st, inForce[k].rev, inForce[k].had
 		again := !c.termWrote[spec.Name] // the leader its shares name is another
-		if fp, ok := c.settled[spec.Name]; ok && had && !again && fp == (fixedPoint{snap.gens[k], rev}) && !c.stale(cur, now) {
+		if !inForce[k].undecided && !refresh[spec.Name] {
 			stats.Services++
 			stats.Settled++
 			written = append(written, cur) // nothing moved: the law would give them back
@@ -270,9 +353,10 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 		stats.Services++
 		d := c.law.Decide(now, obs, steer.Shares(cur.Shares))
 		shares := d.Shares()
-		if had && steer.Shares(cur.Shares).Equal(shares) {
+		fixed := had && steer.Shares(cur.Shares).Equal(shares)
+		if fixed {
 			c.settled[spec.Name] = fixedPoint{snap.gens[k], rev}
-			if !again && !c.stale(cur, now) {
+			if !again && !refresh[spec.Name] {
 				written = append(written, cur) // in force already: the nodes have nothing to do
 				continue
 			}
@@ -292,13 +376,17 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 				return err
 			}
 		}
-		writes = append(writes, steeringWrite{clientv3.OpPut(c.keys.steeringOf(spec.Name), string(value)), len(value), spec.Name, &st})
+		w := steeringWrite{op: clientv3.OpPut(c.keys.steeringOf(spec.Name), string(value)), size: len(value), service: spec.Name, st: &st}
+		if fixed {
+			w.fixedAt = &snap.gens[k]
+		}
+		writes = append(writes, w)
 		written = append(written, st)
 	}
 	// a service that lost its origins (or was deleted) goes back to its own weights
 	for name := range snap.steering {
 		if !withOrigins[name] {
-			writes = append(writes, steeringWrite{clientv3.OpDelete(c.keys.steeringOf(name)), 0, name, nil})
+			writes = append(writes, steeringWrite{op: clientv3.OpDelete(c.keys.steeringOf(name)), service: name})
 		}
 	}
 	wrote := time.Now()
@@ -330,6 +418,10 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 			} else {
 				c.mine[wr.service] = mineSteering{rev: w.Header.Revision, st: *wr.st}
 				c.termWrote[wr.service] = true
+				if wr.fixedAt != nil {
+					// the same shares again, at this revision: still the law's fixed point
+					c.settled[wr.service] = fixedPoint{*wr.fixedAt, w.Header.Revision}
+				}
 			}
 		}
 		stats.Writes += n
@@ -346,11 +438,15 @@ func (c *Controller) round(ctx context.Context, now time.Time, held clientv3.Cmp
 }
 
 // steeringWrite is a put of a service's shares (st), or the delete of its key (st nil).
+// fixedAt is the service's generation when the law gave back the shares in force (a
+// refresh, or a term's first write of them), nil when they moved: once written, a
+// round does not decide them again while that generation stands.
 type steeringWrite struct {
 	op      clientv3.Op
 	size    int
 	service string
 	st      *wire.Steering
+	fixedAt *viewGen
 }
 
 // current is a service's shares in force in snap, and the revision of their write:

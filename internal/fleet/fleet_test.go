@@ -940,17 +940,19 @@ func TestCatchUpWaitsForTheStoreRevision(t *testing.T) {
 }
 
 // A node writes its record when it changed, not every second: an unchanged record is
-// not written again (its lease is kept alive), a changed one is at the next second,
-// and an unchanged one again, the same bytes, once recordRefresh has passed. A fake
-// clock drives the publisher; each call for the node's record marks a publication.
+// not written again (its lease is kept alive), nor one whose demand jitters within its
+// deadband; a changed one is at the next second, and an unchanged one again, the same
+// bytes, once recordRefresh has passed. A fake clock drives the publisher; each call
+// for the node's record marks a publication.
 func TestARecordIsWrittenWhenItChanges(t *testing.T) {
 	cli := startEtcd(t, 1).client()
 	fake := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	k := &sink{updates: make(chan reconcile.Update, 1000)}
 	a := NewSource(cli, prefix, nodeFile(t, "a"), k, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	a.clock = fake
-	var site atomic.Value
+	var site, demand atomic.Value
 	site.Store("s1")
+	demand.Store(100.0)
 	calls := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -960,7 +962,7 @@ func TestARecordIsWrittenWhenItChanges(t *testing.T) {
 			case calls <- struct{}{}:
 			case <-ctx.Done():
 			}
-			return wire.NodeRecord{Site: site.Load().(string)}
+			return wire.NodeRecord{Site: site.Load().(string), Services: []wire.ServiceLoad{{Name: "web", NewFlowsPerSecond: demand.Load().(float64)}}}
 		})
 	})
 	defer func() { cancel(); wg.Wait() }()
@@ -986,11 +988,20 @@ func TestARecordIsWrittenWhenItChanges(t *testing.T) {
 	}
 	tick(publishEvery)
 	v1, first := written()
-	for range 5 {
+	for _, d := range []float64{100, 101.9, 98.1, 100.5, 99} { // within 2 % of 100
+		demand.Store(d)
 		tick(publishEvery)
 	}
 	if v, _ := written(); v != v1 {
-		t.Fatalf("an unchanged record written %d times in 5 s", v-v1)
+		t.Fatalf("a record whose demand stayed within its deadband written %d times in 5 s", v-v1)
+	}
+	demand.Store(97.0) // out of it: published as it is
+	tick(publishEvery)
+	tick(publishEvery)
+	v1, first = written()
+	var rec wire.NodeRecord
+	if err := json.Unmarshal([]byte(first), &rec); err != nil || len(rec.Services) != 1 || rec.Services[0].NewFlowsPerSecond != 97 {
+		t.Fatalf("after the demand moved 3 %%: %s", first)
 	}
 	if resp, err := cli.Get(context.Background(), newKeys(prefix).alive("a")); err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("a's alive key: %v %v", resp, err)
@@ -999,7 +1010,6 @@ func TestARecordIsWrittenWhenItChanges(t *testing.T) {
 	tick(publishEvery) // the changed record is read
 	tick(publishEvery) // and written
 	v2, changed := written()
-	var rec wire.NodeRecord
 	if err := json.Unmarshal([]byte(changed), &rec); err != nil || v2 != v1+1 || rec.Site != "s2" || changed == first {
 		t.Fatalf("after a change: version %d (was %d), %s", v2, v1, changed)
 	}

@@ -29,8 +29,9 @@ const (
 
 // Publish keeps the node's alive key under a lease, every second until ctx ends, and
 // writes its record when it changed (at most every second; the same again every
-// recordRefresh): at 1 000 sites the records are what the steering controller reads,
-// and an unchanged one costs it nothing. Then it revokes the lease, so the node shows
+// recordRefresh; rates and RTTs that moved within their deadbands, HoldSteady, do not
+// change it): at 1 000 sites the records are what the steering controller reads, and
+// an unchanged one costs it nothing. Then it revokes the lease, so the node shows
 // gone at once.
 // record gives what the node knows (name, site, addresses, BGP, load); the source
 // fills in what it knows (applied revision, apply error, stale since). Runs on a
@@ -70,7 +71,8 @@ func (s *Source) Publish(ctx context.Context, record func() wire.NodeRecord) {
 // lastRecord is the record a node last wrote, when, and the lease of its alive key.
 type lastRecord struct {
 	data      []byte
-	updatedAt string // its UpdatedAt
+	services  []wire.ServiceLoad // its services, with the rates and RTTs it published (HoldSteady)
+	updatedAt string             // its UpdatedAt
 	written   time.Time
 	lease     clientv3.LeaseID
 }
@@ -82,6 +84,7 @@ type lastRecord struct {
 // the record fit whole.
 func (s *Source) publish(ctx context.Context, lease *clientv3.LeaseID, last *lastRecord, rec wire.NodeRecord) (cut *wire.RecordTruncation, err error) {
 	rec = s.fill(rec)
+	HoldSteady(last.services, rec.Services) // a steady state keeps the record's bytes
 	now := rec.UpdatedAt
 	rec.UpdatedAt = last.updatedAt // unchanged, it is the same bytes as the last write
 	data, cut, err := encodeRecord(rec)
@@ -128,7 +131,7 @@ func (s *Source) publish(ctx context.Context, lease *clientv3.LeaseID, last *las
 	if _, err = s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
 		return cut, err
 	}
-	*last = lastRecord{data: data, updatedAt: rec.UpdatedAt, written: s.clock.Now(), lease: *lease}
+	*last = lastRecord{data: data, services: rec.Services, updatedAt: rec.UpdatedAt, written: s.clock.Now(), lease: *lease}
 	return cut, nil
 }
 

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -351,13 +352,115 @@ func TestControllerWritesWhatChanged(t *testing.T) {
 		t.Fatal("api's shares did not move")
 	}
 	// unchanged shares are written again once their decision is decisionRefresh old, so
-	// that the demand and loads it shows are of now
-	caughtUp(t, cli, ctl)
-	if err := ctl.round(context.Background(), time.Now().Add(decisionRefresh), always); err != nil {
+	// that the demand and loads it shows are of now: one service a round (the quota of
+	// two services), web's first, the older
+	later := time.Now().Add(decisionRefresh)
+	for _, want := range []string{"web", "api"} {
+		caughtUp(t, cli, ctl)
+		if err := ctl.round(context.Background(), later, always); err != nil {
+			t.Fatal(err)
+		}
+		if st := ctl.LastRound(); st.Writes != 1 || st.Refreshed != 1 || ctl.mine[want].st.At != later.UTC().Format(time.RFC3339Nano) {
+			t.Fatalf("a round %s after the last writes wrote %d services, refreshed %d, want %s's decision alone", decisionRefresh, st.Writes, st.Refreshed, want)
+		}
+	}
+	// a round that decides api for a change of its demand leaves web's refresh, due, to
+	// a later round; once web's is overdue, a round busy with api refreshes it too
+	for _, step := range []struct {
+		apiDemand float64
+		at        time.Time
+		refreshed bool
+	}{{200, later.Add(decisionRefresh), false}, {250, later.Add(decisionRefresh + refreshDefer*time.Second), true}} {
+		putRecord(t, cli, both("n2", "ams", step.apiDemand))
+		caughtUp(t, cli, ctl)
+		if err := ctl.round(context.Background(), step.at, always); err != nil {
+			t.Fatal(err)
+		}
+		st := ctl.LastRound()
+		if webAt := ctl.mine["web"].st.At; st.Services-st.Settled < 1 || (webAt == step.at.UTC().Format(time.RFC3339Nano)) != step.refreshed || (st.Refreshed == 1) != step.refreshed {
+			t.Fatalf("api's demand changed, web's decision %v old: decided %d services, refreshed %d, web's decision of %s; want web refreshed: %v",
+				step.at.Sub(later), st.Services-st.Settled, st.Refreshed, webAt, step.refreshed)
+		}
+	}
+}
+
+// The services whose decisions come due together (all of them after a term's first
+// round) are refreshed over refreshRounds rounds, the oldest first, at most
+// refreshQuota a round; no decision in force gets older than the refresh age and
+// refreshRounds intervals more; and every service is refreshed, again and again.
+// The rounds run on a clock of the test's (each round's now), one interval apart.
+func TestControllerSpreadsRefreshes(t *testing.T) {
+	c := startEtcd(t, 1)
+	cli := c.client()
+	const n = 25 // a quota of 3: the last round of a spread refreshes 1
+	var docs []store.ServiceDoc
+	r := wire.NodeRecord{Name: "n1", Site: "sjc"}
+	for i := range n {
+		name := fmt.Sprintf("s%02d", i)
+		docs = append(docs, store.ServiceDoc{Name: name, YAML: []byte(strings.Replace(steeredWeb, "name: web", "name: "+name, 1))})
+		r.Services = append(r.Services, wire.ServiceLoad{Name: name, NewFlowsPerSecond: 100,
+			Backends: []wire.BackendLoad{{Address: "10.1.0.11", Healthy: true}, {Address: "10.2.0.11", Healthy: true}}})
+	}
+	if err := Import(context.Background(), cli, prefix, docs, false); err != nil {
 		t.Fatal(err)
 	}
-	if st := ctl.LastRound(); st.Writes != 2 {
-		t.Fatalf("a round %s after the last writes wrote %d services, want both, their decisions refreshed", decisionRefresh, st.Writes)
+	putRecord(t, cli, r)
+	const interval = time.Second
+	ctl := NewController(cli, prefix, "a", interval, 2*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	always := clientv3.Compare(clientv3.CreateRevision(prefix+"/no such key"), "=", 0)
+	following(t, ctl)
+	quota, bound := refreshQuota(n), ctl.refreshAge()+(refreshDefer+refreshRounds)*interval
+	if quota != 3 {
+		t.Fatalf("the quota of %d services is %d, want 3", n, quota)
+	}
+	start := time.Now()
+	refreshed := map[string]int{}
+	for i := range 60 { // six refresh periods
+		now := start.Add(time.Duration(i) * interval)
+		caughtUp(t, cli, ctl)
+		if err := ctl.round(context.Background(), now, always); err != nil {
+			t.Fatal(err)
+		}
+		st := ctl.LastRound()
+		if i == 0 {
+			if st.Writes != n {
+				t.Fatalf("the term's first round wrote %d services, want all %d", st.Writes, n)
+			}
+			continue
+		}
+		if st.Refreshed > quota || st.Writes > quota || st.Writes != st.Refreshed {
+			t.Fatalf("round %d (%v after the first) refreshed %d services and wrote %d: want at most the quota, %d, and nothing else written",
+				i, now.Sub(start), st.Refreshed, st.Writes, quota)
+		}
+		// the second round finds every service at its fixed point; from then on a round
+		// decides the services it refreshes alone (a refreshed one is not decided
+		// again the round after)
+		if decided := st.Services - st.Settled; i >= 2 && decided != st.Refreshed {
+			t.Fatalf("round %d decided %d services and refreshed %d: want those refreshed alone decided", i, decided, st.Refreshed)
+		}
+		written := ctl.Written()
+		if len(written) != n {
+			t.Fatalf("round %d: %d services in force, want %d", i, len(written), n)
+		}
+		for _, w := range written {
+			at, err := time.Parse(time.RFC3339Nano, w.At)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if age := now.Sub(at); age > bound {
+				t.Fatalf("round %d: %s's decision is %v old, above the bound %v", i, w.Service, age, bound)
+			}
+			if !at.Equal(start) && now.Equal(at) {
+				refreshed[w.Service]++
+			}
+		}
+	}
+	for i := range n {
+		// first due 10 s in, then every 10 s: 5 refreshes in 60 rounds, 4 for the last
+		// ones of the first spread
+		if name := fmt.Sprintf("s%02d", i); refreshed[name] < 4 {
+			t.Errorf("%s was refreshed %d times in 60 rounds, want 4 at least", name, refreshed[name])
+		}
 	}
 }
 
