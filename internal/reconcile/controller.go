@@ -186,10 +186,10 @@ func (c *Controller) Submit(u Update) error {
 	}
 	c.index(u.Source, ch)
 	c.setRevision(u.Source, u.Revision)
-	if u.BGP != nil {
-		c.setBGP(u.BGP)
-	}
-	if ch == nil {
+	// a changed bgp section (the node's communities) reaches every route, not only
+	// those of the services a Delta update names
+	bgpChanged := u.BGP != nil && c.setBGP(u.BGP)
+	if ch == nil || bgpChanged {
 		c.settle()
 	} else {
 		c.settleChange(ch)
@@ -362,13 +362,14 @@ func (c *Controller) indexService(source string, s *config.Service) {
 }
 
 // setBGP takes a changed bgp section (same ASN and router id: the source refuses
-// others): the speaker brings its peers in line, touching only the sessions whose
-// settings changed, and the next settle puts the node's communities on every VIP. The
+// others), and reports whether it changed: the speaker brings its peers in line,
+// touching only the sessions whose settings changed, and the next settle puts the
+// node's communities on every VIP. The
 // source has committed the change; a speaker error is logged and the sessions it did
 // not reach keep their old settings until the next reload.
-func (c *Controller) setBGP(b *config.BGP) {
+func (c *Controller) setBGP(b *config.BGP) (changed bool) {
 	if c.speaker == nil || reflect.DeepEqual(b, c.bgp) {
-		return
+		return false
 	}
 	if err := c.speaker.SetPeers(b.Peers); err != nil {
 		c.log.Error("BGP peers changed only in part", "err", err)
@@ -377,6 +378,7 @@ func (c *Controller) setBGP(b *config.BGP) {
 	c.bgp = b
 	c.mu.Unlock()
 	c.log.Info("bgp section applied", "peers", len(b.Peers), "communities", len(b.Communities), "large_communities", len(b.LargeCommunities))
+	return true
 }
 
 // apply writes served and the current health to the health checker, the tunnel VIPs

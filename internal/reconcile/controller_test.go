@@ -552,6 +552,23 @@ func TestAnnouncementAttributes(t *testing.T) {
 	if w := []string{"announce " + vip1, "reannounce " + vip1, "peers 1", "reannounce " + vip1}; !slices.Equal(r.speaker.log, w) {
 		t.Errorf("speaker saw %v, want %v", r.speaker.log, w)
 	}
+
+	// a Delta update that changes the bgp section (a reload of the file that edits one
+	// service and the node's communities) reaches the routes of the services it does
+	// not name as well
+	other := withCheck(svc("other", vip2, 80, "10.0.1.3"))
+	if err := r.c.Submit(Update{Source: "file", Services: []config.Service{other}, Delta: true}); err != nil {
+		t.Fatal(err)
+	}
+	nodeBGP = &config.BGP{Communities: []config.Community{65001<<16 | 10}, Peers: nodeBGP.Peers}
+	other.Port = 8080
+	if err := r.c.Submit(Update{Source: "file", Services: []config.Service{other}, Delta: true, BGP: nodeBGP}); err != nil {
+		t.Fatal(err)
+	}
+	want.Communities = nodeBGP.Communities
+	if got := r.speaker.announced[netip.MustParseAddr(vip1)]; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after a delta changed the bgp section, %s (of services the delta does not name) carries %+v, want %+v", vip1, got, want)
+	}
 }
 
 // A tunnel service is the edge's: the XDP program must not know its VIP (its packets
