@@ -306,7 +306,7 @@ func TestSteering(t *testing.T) {
 	}
 	for site, ld := range loads {
 		if sent, failed := ld.Counts(); failed > 0 {
-			t.Errorf("%s: %d of %d requests failed while the shares moved", site, failed, sent)
+			t.Errorf("%s: %d of %d requests failed while the shares moved (the last: %v)", site, failed, sent, ld.LastErr())
 		}
 	}
 
