@@ -32,7 +32,7 @@ type ServiceDoc struct {
 // version (a top-level v, config.ServiceDocVersion, which the fleet's reader checked)
 // is no field of a service and stays out.
 func Compose(file *Store, docs []ServiceDoc) (*Store, error) {
-	data, _ := file.current()
+	data, _, _ := file.current()
 	doc, err := parseTree(data)
 	if err != nil {
 		return nil, err
@@ -60,11 +60,11 @@ func Compose(file *Store, docs []ServiceDoc) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := config.Parse(file.path, out)
+	cfg, root, err := config.ParseTree(file.path, out)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{path: file.path, data: out, cfg: cfg, memory: true}, nil
+	return &Store{path: file.path, data: out, cfg: cfg, layout: layoutOf(root, out, cfg), memory: true}, nil
 }
 
 // dropVersion takes a service mapping's format version out.
@@ -118,7 +118,7 @@ func (ch *Change) ServiceDocs() ([]ServiceDoc, error) {
 // ServiceDocsOf returns the services of a file store as documents (for `manifold fleet
 // import`).
 func ServiceDocsOf(s *Store) ([]ServiceDoc, error) {
-	data, cfg := s.current()
+	data, cfg, _ := s.current()
 	return (&Change{data: data, Config: cfg}).ServiceDocs()
 }
 

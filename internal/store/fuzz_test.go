@@ -92,7 +92,7 @@ func FuzzServiceDoc(f *testing.F) {
 			}
 			return
 		}
-		out, cfg := mem.current()
+		out, cfg, _ := mem.current()
 		if perr != nil || !reflect.DeepEqual(*svc, cfg.Services[0]) {
 			t.Fatalf("ParseService: %v\n%+v\n%+v", perr, svc, cfg.Services[0])
 		}
