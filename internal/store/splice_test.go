@@ -41,7 +41,7 @@ func spliceFile(n, dash int) []byte {
 	return []byte(b.String())
 }
 
-func openData(t *testing.T, data []byte) *Store {
+func openData(t testing.TB, data []byte) *Store {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "node.yaml")
 	if err := os.WriteFile(path, data, 0o600); err != nil {
