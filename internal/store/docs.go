@@ -142,8 +142,9 @@ type serviceKey struct{}
 // ForService says that the edit made with ctx is of service name alone (the API's
 // writes each name one). A store of many services kept apart (the fleet's) may then
 // compose that service alone, run the edit on it, and check the result against the
-// others itself (config.Clash), instead of composing and parsing them all; the file
-// store edits its whole file either way.
+// others itself (config.Clash), instead of composing and parsing them all. The file
+// store needs no telling: each of its edits names its service, whose lines it
+// splices into the file (splice.go).
 func ForService(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, serviceKey{}, name)
 }

@@ -1,8 +1,8 @@
 // Package store keeps a node's desired state durable. The store is the node's config
 // file itself — there is no second copy to disagree with it:
 //
-//	API write ─► edit the file's YAML tree ─► config.Parse (the one validation) ─► Change
-//	                                                                 │
+//	API write ─► edit the service's lines ─► config.ParseFileService + config.Fits ─► Change
+//	             (splice.go; a file that cannot be spliced: the whole tree, config.Parse)  │
 //	node run loop: Commit (atomic write: tmp, fsync, rename, fsync dir) ─► apply to kernel
 //	                                                  (kernel refuses: Revert the file)
 //	SIGHUP ─► Reread ─► Change (nothing to write) ─► apply ─► Commit
