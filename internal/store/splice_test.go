@@ -262,3 +262,34 @@ func TestLayoutRefusesWhatItCannotSplice(t *testing.T) {
 		commit(t, s, ch)
 	}
 }
+
+// sameOnDisk tells the file that holds data from every other, across its blocks.
+func TestSameOnDisk(t *testing.T) {
+	big := bytes.Repeat([]byte("0123456789abcdef"), 10000) // 160 000 bytes: three blocks
+	path := filepath.Join(t.TempDir(), "f")
+	flip := func(i int) []byte { b := bytes.Clone(big); b[i] ^= 1; return b }
+	for _, c := range []struct {
+		what       string
+		disk, data []byte
+		want       bool
+	}{
+		{"same", big, big, true},
+		{"empty", nil, nil, true},
+		{"shorter on disk", big[:len(big)-1], big, false},
+		{"longer on disk", big, big[:len(big)-1], false},
+		{"longer by a block", append(bytes.Clone(big), big[:70000]...), big, false},
+		{"a byte in the first block", flip(3), big, false},
+		{"a byte in the last block", flip(len(big) - 1), big, false},
+		{"a byte at a block's end", flip(64<<10 - 1), big, false},
+	} {
+		if err := os.WriteFile(path, c.disk, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := sameOnDisk(path, c.data); err != nil || got != c.want {
+			t.Errorf("%s: %v %v", c.what, got, err)
+		}
+	}
+	if _, err := sameOnDisk(filepath.Join(t.TempDir(), "none"), nil); err == nil {
+		t.Error("a missing file: no error")
+	}
+}

@@ -93,8 +93,8 @@ func (s *Store) InSync() bool {
 	s.mu.Lock()
 	cur := s.data
 	s.mu.Unlock()
-	disk, err := decode.ReadFile(s.path)
-	return err == nil && bytes.Equal(disk, cur)
+	same, err := sameOnDisk(s.path, cur)
+	return err == nil && same
 }
 
 // Kind says what went wrong with an edit.
@@ -203,11 +203,11 @@ func (s *Store) Reread() (*Change, error) {
 // error nothing changed.
 func (s *Store) Commit(ch *Change) error {
 	if ch.write && !bytes.Equal(ch.data, ch.prev) {
-		disk, err := decode.ReadFile(s.path)
+		same, err := sameOnDisk(s.path, ch.prev)
 		if err != nil {
 			return fail(Failed, "", "cannot read the config file: %v", err)
 		}
-		if !bytes.Equal(disk, ch.prev) {
+		if !same {
 			return changedOnDisk(s.path)
 		}
 		switch err := writeAtomic(s.path, ch.data); {
@@ -287,11 +287,11 @@ func (s *Store) beginTree() (*edit, error) { return s.beginEdit(false) }
 func (s *Store) beginEdit(splice bool) (*edit, error) {
 	data, cfg, l := s.current()
 	if !s.memory {
-		disk, err := decode.ReadFile(s.path)
+		same, err := sameOnDisk(s.path, data)
 		if err != nil {
 			return nil, fail(Failed, "", "cannot read the config file: %v", err)
 		}
-		if !bytes.Equal(disk, data) {
+		if !same {
 			return nil, changedOnDisk(s.path)
 		}
 	}
