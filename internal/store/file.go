@@ -165,7 +165,7 @@ func isNotDurable(err error) bool {
 }
 
 // sameOnDisk tells whether the file at path holds exactly data, reading it a block at
-// a time: a write among 100 000 services checks a file of 19 MB twice, and a copy of
+// a time: a write among 100 000 services checks a file of about 20 MB twice, and a copy of
 // it each time is garbage the size of the file (issue 26).
 func sameOnDisk(path string, data []byte) (bool, error) {
 	f, err := os.Open(path)
