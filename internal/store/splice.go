@@ -277,5 +277,5 @@ func (e *edit) spliced(i int, text []byte, svc *config.Service) (*Change, error)
 	if len(cfg.Services) == 0 {
 		l = nil // an edit of a file without services renders the whole tree
 	}
-	return &Change{Config: cfg, data: data, prev: e.data, prevCfg: e.cfg, write: true, layout: l, prevLayout: e.layout}, nil
+	return &Change{Config: cfg, data: data, prev: e.data, prevCfg: e.cfg, write: true, layout: l, prevLayout: e.layout, at: i + 1}, nil
 }

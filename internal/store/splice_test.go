@@ -140,6 +140,11 @@ func TestSplicedEditsAreWholeEdits(t *testing.T) {
 				if !reflect.DeepEqual(ch.Config, want.Config) || ch.Summary != want.Summary || ch.Created != want.Created {
 					t.Fatalf("round %d, %s: the spliced change is not the whole tree's\n%+v\n%+v", round, what, ch.Config.Services, want.Config.Services)
 				}
+				changed, gone := ch.Changes()
+				wchanged, wgone := want.Changes()
+				if !reflect.DeepEqual(changed, wchanged) || !reflect.DeepEqual(gone, wgone) {
+					t.Fatalf("round %d, %s: the spliced change names %v gone %v; the whole tree's %v gone %v", round, what, changed, gone, wchanged, wgone)
+				}
 				commit(t, s, ch)
 				made++
 				if s.layout == nil {

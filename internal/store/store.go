@@ -148,9 +148,12 @@ type Change struct {
 	data, prev         []byte
 	prevCfg            *config.Config
 	layout, prevLayout *layout
-	write              bool // an edit, to be written; a reload adopts what is on disk already
-	warning            string
-	rev                string // Revision, once asked: a hash of the whole file
+	// at is 1 + the index of the service a spliced edit changed (0: not known); see
+	// Changes
+	at      int
+	write   bool // an edit, to be written; a reload adopts what is on disk already
+	warning string
+	rev     string // Revision, once asked: a hash of the whole file
 }
 
 // Revision identifies the file's contents after the change (see Store.Revision).
@@ -165,6 +168,20 @@ func (ch *Change) Revision() string {
 // names of those gone, each sorted by name. An edit of one service looks at that
 // service only; a reload compares every service with the one of its name before.
 func (ch *Change) Changes() (changed []config.Service, gone []string) {
+	if i := ch.at - 1; i >= 0 && ch.service != "" {
+		// a spliced edit knows where its service is, in the list before and after (put,
+		// weight: both; added: after; deleted: before): no look at the others
+		was := i < len(ch.prevCfg.Services) && ch.prevCfg.Services[i].Name == ch.service
+		switch {
+		case i < len(ch.Config.Services) && ch.Config.Services[i].Name == ch.service:
+			if !was || !reflect.DeepEqual(ch.prevCfg.Services[i], ch.Config.Services[i]) {
+				changed = append(changed, ch.Config.Services[i])
+			}
+			return changed, nil
+		case was:
+			return nil, []string{ch.service}
+		}
+	}
 	before := map[string]*config.Service{}
 	for i, s := range ch.prevCfg.Services {
 		if ch.service == "" || s.Name == ch.service {
