@@ -38,9 +38,9 @@ type span struct{ start, end int }
 // the file has no services (or a fleet section), its list is in flow style
 // ([...]), items share nodes through anchors and aliases or merge keys, a service
 // holds a block scalar (| or >, whose trailing lines are content), the items' dashes
-// are not at one column, or lines end in CR LF.
+// are not at one column, or lines end in anything but LF.
 func layoutOf(root *yaml.Node, data []byte, cfg *config.Config) *layout {
-	if cfg.Fleet != nil || len(cfg.Services) == 0 || bytes.IndexByte(data, '\r') >= 0 {
+	if cfg.Fleet != nil || len(cfg.Services) == 0 || !onlyLF(data) {
 		return nil
 	}
 	var list, next *yaml.Node // the services list, and the top-level key after it
@@ -89,6 +89,14 @@ func layoutOf(root *yaml.Node, data []byte, cfg *config.Config) *layout {
 	}
 	l.spans[last].end = trimTail(data, l.spans[last].start, bound, l.dash)
 	return l
+}
+
+// onlyLF tells whether every line break yaml.v3 counts in data is a LF: it also
+// counts CR and the Unicode breaks NEL, LS and PS, which would make its line numbers
+// disagree with the lines counted here.
+func onlyLF(data []byte) bool {
+	return bytes.IndexByte(data, '\r') < 0 && !bytes.Contains(data, []byte("\u0085")) &&
+		!bytes.Contains(data, []byte("\u2028")) && !bytes.Contains(data, []byte("\u2029"))
 }
 
 // spliceable tells whether no node under n has an anchor, is an alias or a merge key,

@@ -253,6 +253,7 @@ func TestLayoutRefusesWhatItCannotSplice(t *testing.T) {
 		{"dash alone", node + "services:\n  -\n    name: a\n    vip: 198.51.100.10\n"},
 		{"crlf", strings.ReplaceAll(node+"services:\n  - name: a\n    vip: 198.51.100.10\n", "\n", "\r\n")},
 		{"no services", node},
+		{"a Unicode line separator", node + "# a\u2028\nservices:\n  - name: a\n    vip: 198.51.100.10\n"},
 	} {
 		s := openData(t, []byte(c.file))
 		if s.layout != nil {
