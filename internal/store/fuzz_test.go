@@ -166,14 +166,18 @@ func FuzzSplice(f *testing.F) {
 		for i, edit := range edits {
 			ch, err := edit(s)
 			want, werr := edit(wholeTree(s))
-			if !reflect.DeepEqual(err, werr) {
+			// a splice may make what the whole tree's rendering cannot (yaml.v3
+			// renders an empty list after a key's line comment as text it cannot
+			// read back: `services: #` with its one service deleted); what it makes
+			// is what a parse of the whole file gives (checkChange)
+			if !reflect.DeepEqual(err, werr) && !(err == nil && werr != nil) {
 				t.Fatalf("edit %d: spliced: %v; whole tree: %v\n%s", i, err, werr, data)
 			}
 			if err != nil {
 				continue
 			}
 			checkChange(t, path, ch, nil)
-			if !reflect.DeepEqual(ch.Config, want.Config) {
+			if werr == nil && !reflect.DeepEqual(ch.Config, want.Config) {
 				t.Fatalf("edit %d: not the whole tree's config\n%s\n%s", i, data, ch.data)
 			}
 			// the lines before the edited service's are the file's
