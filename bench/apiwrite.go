@@ -21,8 +21,9 @@ import (
 
 // APIWriteMethod says how the API write figures are measured (issue 26).
 const APIWriteMethod = "One backend's weight set through the config file source, as an API " +
-	"write makes it (store.Source.Change of store.SetWeight: the edit of the file's YAML, " +
-	"config.Parse of the whole file, the atomic write and fsync of the file), and the update " +
+	"write makes it (store.Source.Change of store.SetWeight: the service's lines decoded, edited, " +
+	"validated alone and spliced into the file, or, before issue 26's splice, the whole file's " +
+	"YAML edited, rendered and parsed again; then the atomic write and fsync of the file), and the update " +
 	"that follows applied by the node's controller (reconcile.Controller.Submit) to a real, " +
 	"freshly loaded data plane (BPF maps of the XDP program, attached to no interface; " +
 	"node.max_services raised to hold N), with N services of 4 backends each in the file. " +

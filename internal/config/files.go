@@ -29,7 +29,7 @@ func Validate(file string, data []byte) error {
 	case LinkFile:
 		_, _ = parseLink(p, data)
 	default:
-		_, _ = parseNode(p, data)
+		_, _, _ = parseNode(p, data)
 	}
 	p.checkKeyPairs()
 	return p.errs.sorted()

@@ -29,21 +29,29 @@ func Load(path string) (*Config, error) {
 // Parse parses and validates a config file of `manifold run`. file is used only in
 // error messages. On any problem it returns nil and an Errors listing all of them.
 func Parse(file string, data []byte) (*Config, error) {
+	c, _, err := parseNode(newParser(file), data)
+	return c, err
+}
+
+// ParseTree is Parse that also returns the file's top-level mapping as decoded, with
+// the lines and columns of its nodes: the store edits one service of the file in place
+// from where its node is, instead of rendering and parsing the whole file again.
+func ParseTree(file string, data []byte) (*Config, *yaml.Node, error) {
 	return parseNode(newParser(file), data)
 }
 
-func parseNode(p *parser, data []byte) (*Config, error) {
+func parseNode(p *parser, data []byte) (*Config, *yaml.Node, error) {
 	root := p.document(data, strings.Join(keysOf(NodeSchema, ""), ", "))
 	if root == nil {
-		return nil, p.errs.sorted()
+		return nil, nil, p.errs.sorted()
 	}
 	c := p.config(root)
 	applyDefaults(c, p.present)
 	p.validateConfig(c)
 	if err := p.errs.sorted(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return c, nil
+	return c, root, nil
 }
 
 // ServiceDocVersion is the format of a service document in the fleet store. A
@@ -59,26 +67,47 @@ const ServiceDocVersion = 1
 // what holds between services is Clash's). file names the document in errors, whose
 // fields are the service's own (backends[0].address).
 func ParseService(file string, data []byte, node *Config) (*Service, error) {
+	svc, err := parseService(file, data, node, true)
+	if err != nil {
+		errs := err.(Errors)
+		for _, e := range errs {
+			e.Field = strings.TrimPrefix(strings.TrimPrefix(e.Field, oneService), ".")
+		}
+		return nil, errs
+	}
+	return svc, nil
+}
+
+// oneService is where ParseService and ParseFileService put the service they parse.
+const oneService = "services[0]"
+
+// ParseFileService parses, defaults and validates one service of a config file (a
+// mapping of its services list, no format version) within the node's config, with
+// Parse's errors for a file whose services list holds that service alone: fields and
+// messages say services[0]. The checks between services are Fits'.
+func ParseFileService(file string, data []byte, node *Config) (*Service, error) {
+	return parseService(file, data, node, false)
+}
+
+// parseService is ParseService (doc: a fleet document, which may say its format
+// version) and ParseFileService.
+func parseService(file string, data []byte, node *Config, doc bool) (*Service, error) {
 	p := newParser(file)
 	root := p.document(data, strings.Join(keysOf(NodeSchema, "services[]"), ", "))
 	if root == nil {
 		return nil, p.errs.sorted()
 	}
-	if !p.docVersion(root) {
+	if doc && !p.docVersion(root) {
 		return nil, p.errs.sorted()
 	}
-	const sp = "services[0]"
+	const sp = oneService
 	c := &Config{Node: node.Node, BGP: node.BGP, Tunnels: node.Tunnels, Kubernetes: node.Kubernetes, Services: make([]Service, 1)}
 	p.lines["services"], p.lines[sp] = root.Line, root.Line
 	p.service(root, sp, &c.Services[0])
 	applyServiceDefaults(&c.Services[0], sp, p.present)
 	p.validateService(c, &c.Services[0], sp)
 	if err := p.errs.sorted(); err != nil {
-		errs := err.(Errors)
-		for _, e := range errs {
-			e.Field = strings.TrimPrefix(strings.TrimPrefix(e.Field, sp), ".")
-		}
-		return nil, errs
+		return nil, err
 	}
 	return &c.Services[0], nil
 }

@@ -428,12 +428,7 @@ func (p *parser) validateBGP(b *BGP) {
 }
 
 func (p *parser) validateServices(c *Config) {
-	names := map[string]string{}
-	// the candidates for Clash: the service of each vip/port/protocol, and the first
-	// of each VIP (the services of a VIP agree on being tunnels or not), so that a
-	// thousand services on one VIP cost what one does
-	keys := map[ServiceKey]int{}
-	vips := map[netip.Addr]int{}
+	b := newBetween()
 	for i := range c.Services {
 		s := &c.Services[i]
 		sp := index("services", i)
@@ -441,35 +436,75 @@ func (p *parser) validateServices(c *Config) {
 			continue
 		}
 		f := func(field string) string { return sp + "." + field }
-
 		vipOK := p.validateService(c, s, sp)
-		if p.given(f("name")) && serviceName.MatchString(s.Name) {
-			if other, dup := names[s.Name]; dup {
-				p.errorAt(f("name"), "duplicate service name: same as %s", other)
-			} else {
-				names[s.Name] = sp
-			}
-		}
+		b.check(p, c, i, p.given(f("name")), vipOK && p.usable(f("forwarding")) && p.usable(f("port")) && p.usable(f("protocol")))
+	}
+}
 
-		if !vipOK || !p.usable(f("forwarding")) || !p.usable(f("port")) || !p.usable(f("protocol")) {
-			continue
-		}
-		field, why := "", ""
-		if j, ok := keys[s.Key()]; ok {
-			field, why = Clash(s, &c.Services[j], index("services", j))
-		}
-		if j, ok := vips[s.VIP]; ok && why == "" {
-			field, why = Clash(s, &c.Services[j], index("services", j))
-		}
-		if why != "" {
-			p.errorAt(strings.TrimSuffix(sp+"."+field, "."), "%s", why)
-			continue
-		}
-		keys[s.Key()] = i
-		if _, ok := vips[s.VIP]; !ok {
-			vips[s.VIP] = i
+// between is what must hold between the services of a node, checked one service after
+// the other in the order of the list: unique names, and no two services that Clash.
+type between struct {
+	names map[string]string
+	// the candidates for Clash: the service of each vip/port/protocol, and the first
+	// of each VIP (the services of a VIP agree on being tunnels or not), so that a
+	// thousand services on one VIP cost what one does
+	keys map[ServiceKey]int
+	vips map[netip.Addr]int
+}
+
+func newBetween() *between {
+	return &between{names: map[string]string{}, keys: map[ServiceKey]int{}, vips: map[netip.Addr]int{}}
+}
+
+// check checks service i of c against those checked before it. named: its name was
+// given; clashOK: its vip, port, protocol and forwarding are usable for Clash.
+func (b *between) check(p *parser, c *Config, i int, named, clashOK bool) {
+	s := &c.Services[i]
+	sp := index("services", i)
+	if named && serviceName.MatchString(s.Name) {
+		if other, dup := b.names[s.Name]; dup {
+			p.errorAt(sp+".name", "duplicate service name: same as %s", other)
+		} else {
+			b.names[s.Name] = sp
 		}
 	}
+	if !clashOK {
+		return
+	}
+	field, why := "", ""
+	if j, ok := b.keys[s.Key()]; ok {
+		field, why = Clash(s, &c.Services[j], index("services", j))
+	}
+	if j, ok := b.vips[s.VIP]; ok && why == "" {
+		field, why = Clash(s, &c.Services[j], index("services", j))
+	}
+	if why != "" {
+		p.errorAt(strings.TrimSuffix(sp+"."+field, "."), "%s", why)
+		return
+	}
+	b.keys[s.Key()] = i
+	if _, ok := b.vips[s.VIP]; !ok {
+		b.vips[s.VIP] = i
+	}
+}
+
+// Fits checks what must hold between service i of c and the other services, with
+// Parse's errors: those Parse reports for c's services list because of service i
+// (fields of the file: services[j].…). Every service of c is valid alone (Parse or
+// ParseFileService took it) and the others are valid together (Parse took them): so
+// only the services of service i's name or VIP can be in question, and Fits checks
+// those alone, in the order of the list, as Parse checks them all. It costs a look at
+// each service, not a parse.
+func Fits(file string, c *Config, i int) error {
+	p := newParser(file)
+	b := newBetween()
+	s := &c.Services[i]
+	for j := range c.Services {
+		if o := &c.Services[j]; j == i || o.VIP == s.VIP || o.Name == s.Name {
+			b.check(p, c, j, true, true)
+		}
+	}
+	return p.errs.sorted()
 }
 
 // ServiceKey is what one service of a node alone may have: its vip, port and protocol.

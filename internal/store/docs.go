@@ -32,7 +32,7 @@ type ServiceDoc struct {
 // version (a top-level v, config.ServiceDocVersion, which the fleet's reader checked)
 // is no field of a service and stays out.
 func Compose(file *Store, docs []ServiceDoc) (*Store, error) {
-	data, _ := file.current()
+	data, _, _ := file.current()
 	doc, err := parseTree(data)
 	if err != nil {
 		return nil, err
@@ -60,11 +60,11 @@ func Compose(file *Store, docs []ServiceDoc) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := config.Parse(file.path, out)
+	cfg, root, err := config.ParseTree(file.path, out)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{path: file.path, data: out, cfg: cfg, memory: true}, nil
+	return &Store{path: file.path, data: out, cfg: cfg, layout: layoutOf(root, out, cfg), memory: true}, nil
 }
 
 // dropVersion takes a service mapping's format version out.
@@ -118,7 +118,7 @@ func (ch *Change) ServiceDocs() ([]ServiceDoc, error) {
 // ServiceDocsOf returns the services of a file store as documents (for `manifold fleet
 // import`).
 func ServiceDocsOf(s *Store) ([]ServiceDoc, error) {
-	data, cfg := s.current()
+	data, cfg, _ := s.current()
 	return (&Change{data: data, Config: cfg}).ServiceDocs()
 }
 
@@ -142,8 +142,9 @@ type serviceKey struct{}
 // ForService says that the edit made with ctx is of service name alone (the API's
 // writes each name one). A store of many services kept apart (the fleet's) may then
 // compose that service alone, run the edit on it, and check the result against the
-// others itself (config.Clash), instead of composing and parsing them all; the file
-// store edits its whole file either way.
+// others itself (config.Clash), instead of composing and parsing them all. The file
+// store needs no telling: each of its edits names its service, whose lines it
+// splices into the file (splice.go).
 func ForService(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, serviceKey{}, name)
 }

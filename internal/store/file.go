@@ -1,8 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -160,4 +162,29 @@ func syncDir(dir string) error {
 func isNotDurable(err error) bool {
 	var nd *notDurable
 	return errors.As(err, &nd)
+}
+
+// sameOnDisk tells whether the file at path holds exactly data, reading it a block at
+// a time: a write among 100 000 services checks a file of about 20 MB twice, and a copy of
+// it each time is garbage the size of the file (issue 26).
+func sameOnDisk(path string, data []byte) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := io.ReadFull(f, buf)
+		if n > len(data) || !bytes.Equal(buf[:n], data[:n]) {
+			return false, nil
+		}
+		data = data[n:]
+		switch {
+		case err == io.EOF || err == io.ErrUnexpectedEOF:
+			return len(data) == 0, nil
+		case err != nil:
+			return false, err
+		}
+	}
 }

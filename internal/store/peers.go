@@ -105,7 +105,7 @@ func (s *Store) DeletePeer(address string) (*Change, error) {
 // beginPeers starts an edit of the peers list; a file without a bgp section has none
 // to edit (adding the section needs a restart).
 func (s *Store) beginPeers() (*edit, *yaml.Node, error) {
-	e, err := s.begin()
+	e, err := s.beginTree()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,8 +1,8 @@
 // Package store keeps a node's desired state durable. The store is the node's config
 // file itself — there is no second copy to disagree with it:
 //
-//	API write ─► edit the file's YAML tree ─► config.Parse (the one validation) ─► Change
-//	                                                                 │
+//	API write ─► edit the service's lines ─► config.ParseFileService + config.Fits ─► Change
+//	             (splice.go; a file that cannot be spliced: the whole tree, config.Parse)  │
 //	node run loop: Commit (atomic write: tmp, fsync, rename, fsync dir) ─► apply to kernel
 //	                                                  (kernel refuses: Revert the file)
 //	SIGHUP ─► Reread ─► Change (nothing to write) ─► apply ─► Commit
@@ -42,9 +42,12 @@ import (
 type Store struct {
 	path string
 
-	mu   sync.Mutex // guards data and cfg
+	mu   sync.Mutex // guards data, cfg and layout
 	data []byte     // the file as the node runs it
 	cfg  *config.Config
+	// layout is where each service is in data, for an edit of one service (splice.go);
+	// nil when this file's edits render the whole tree
+	layout *layout
 	// memory: no file behind the document (Memory); edits never look at the disk.
 	memory bool
 }
@@ -55,11 +58,11 @@ func Open(path string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := config.Parse(path, data)
+	cfg, root, err := config.ParseTree(path, data)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{path: path, data: data, cfg: cfg}, nil
+	return &Store{path: path, data: data, cfg: cfg, layout: layoutOf(root, data, cfg)}, nil
 }
 
 // Path is the config file's path, as given.
@@ -90,8 +93,8 @@ func (s *Store) InSync() bool {
 	s.mu.Lock()
 	cur := s.data
 	s.mu.Unlock()
-	disk, err := decode.ReadFile(s.path)
-	return err == nil && bytes.Equal(disk, cur)
+	same, err := sameOnDisk(s.path, cur)
+	return err == nil && same
 }
 
 // Kind says what went wrong with an edit.
@@ -141,20 +144,44 @@ type Change struct {
 
 	// service is the one service an edit of one service (PutService, DeleteService, a
 	// backend's weight) may have changed or removed: "" when any may have (a reload)
-	service    string
-	data, prev []byte
-	prevCfg    *config.Config
-	write      bool // an edit, to be written; a reload adopts what is on disk already
-	warning    string
+	service            string
+	data, prev         []byte
+	prevCfg            *config.Config
+	layout, prevLayout *layout
+	// at is 1 + the index of the service a spliced edit changed (0: not known); see
+	// Changes
+	at      int
+	write   bool // an edit, to be written; a reload adopts what is on disk already
+	warning string
+	rev     string // Revision, once asked: a hash of the whole file
 }
 
 // Revision identifies the file's contents after the change (see Store.Revision).
-func (ch *Change) Revision() string { return revision(ch.data) }
+func (ch *Change) Revision() string {
+	if ch.rev == "" {
+		ch.rev = revision(ch.data)
+	}
+	return ch.rev
+}
 
 // Changes is what the change does to the services: those added or changed, and the
 // names of those gone, each sorted by name. An edit of one service looks at that
 // service only; a reload compares every service with the one of its name before.
 func (ch *Change) Changes() (changed []config.Service, gone []string) {
+	if i := ch.at - 1; i >= 0 && ch.service != "" {
+		// a spliced edit knows where its service is, in the list before and after (put,
+		// weight: both; added: after; deleted: before): no look at the others
+		was := i < len(ch.prevCfg.Services) && ch.prevCfg.Services[i].Name == ch.service
+		switch {
+		case i < len(ch.Config.Services) && ch.Config.Services[i].Name == ch.service:
+			if !was || !reflect.DeepEqual(ch.prevCfg.Services[i], ch.Config.Services[i]) {
+				changed = append(changed, ch.Config.Services[i])
+			}
+			return changed, nil
+		case was:
+			return nil, []string{ch.service}
+		}
+	}
 	before := map[string]*config.Service{}
 	for i, s := range ch.prevCfg.Services {
 		if ch.service == "" || s.Name == ch.service {
@@ -181,23 +208,23 @@ func (s *Store) Reread() (*Change, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := config.Parse(s.path, data)
+	cfg, root, err := config.ParseTree(s.path, data)
 	if err != nil {
 		return nil, err
 	}
-	prev, prevCfg := s.current()
-	return &Change{Config: cfg, data: data, prev: prev, prevCfg: prevCfg}, nil
+	prev, prevCfg, prevLayout := s.current()
+	return &Change{Config: cfg, data: data, prev: prev, prevCfg: prevCfg, layout: layoutOf(root, data, cfg), prevLayout: prevLayout}, nil
 }
 
 // Commit makes a change the store's state, writing the file first for an edit. On an
 // error nothing changed.
 func (s *Store) Commit(ch *Change) error {
 	if ch.write && !bytes.Equal(ch.data, ch.prev) {
-		disk, err := decode.ReadFile(s.path)
+		same, err := sameOnDisk(s.path, ch.prev)
 		if err != nil {
 			return fail(Failed, "", "cannot read the config file: %v", err)
 		}
-		if !bytes.Equal(disk, ch.prev) {
+		if !same {
 			return changedOnDisk(s.path)
 		}
 		switch err := writeAtomic(s.path, ch.data); {
@@ -209,7 +236,7 @@ func (s *Store) Commit(ch *Change) error {
 			return fail(Failed, "", "cannot write the config file: %v", err)
 		}
 	}
-	s.set(ch.data, ch.Config)
+	s.set(ch.data, ch.Config, ch.layout)
 	return nil
 }
 
@@ -234,57 +261,78 @@ func (s *Store) Revert(ch *Change) error {
 			return fmt.Errorf("restore the config file: %w", err)
 		}
 	}
-	s.set(ch.prev, ch.prevCfg)
+	s.set(ch.prev, ch.prevCfg, ch.prevLayout)
 	return nil
 }
 
-func (s *Store) current() ([]byte, *config.Config) {
+func (s *Store) current() ([]byte, *config.Config, *layout) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.data, s.cfg
+	return s.data, s.cfg, s.layout
 }
 
-func (s *Store) set(data []byte, cfg *config.Config) {
+func (s *Store) set(data []byte, cfg *config.Config, l *layout) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.data, s.cfg = data, cfg
+	s.data, s.cfg, s.layout = data, cfg, l
 }
 
 func changedOnDisk(path string) *Error {
 	return fail(Conflict, "", "the config file %s was edited since the node loaded it: apply the edit (SIGHUP) or undo it before changing the config through the API", path)
 }
 
-// edit is an edit in progress: the document tree of the file as the node runs it.
+// edit is an edit in progress: the file as the node runs it, where its services are
+// (layout, nil when they cannot be spliced) and, for an edit of the whole tree, its
+// document tree (doc; nil: the edit of one service is spliced in, splice.go).
 type edit struct {
-	s    *Store
-	doc  *yaml.Node
-	data []byte
-	cfg  *config.Config
+	s      *Store
+	doc    *yaml.Node
+	layout *layout
+	data   []byte
+	cfg    *config.Config
 }
 
-// begin starts an edit. It refuses when the file on disk is not the one the node
+// begin starts an edit of one service: spliced in when the file allows it (see
+// splice.go), else on the whole tree.
+func (s *Store) begin() (*edit, error) { return s.beginEdit(true) }
+
+// beginTree starts an edit of the whole document tree (the bgp section's peers).
+func (s *Store) beginTree() (*edit, error) { return s.beginEdit(false) }
+
+// beginEdit starts an edit. It refuses when the file on disk is not the one the node
 // runs: writing the node's version back would throw the operator's edit away.
-func (s *Store) begin() (*edit, error) {
-	data, cfg := s.current()
+func (s *Store) beginEdit(splice bool) (*edit, error) {
+	data, cfg, l := s.current()
 	if !s.memory {
-		disk, err := decode.ReadFile(s.path)
+		same, err := sameOnDisk(s.path, data)
 		if err != nil {
 			return nil, fail(Failed, "", "cannot read the config file: %v", err)
 		}
-		if !bytes.Equal(disk, data) {
+		if !same {
 			return nil, changedOnDisk(s.path)
 		}
+	}
+	if l != nil && splice {
+		return &edit{s: s, layout: l, data: data, cfg: cfg}, nil
 	}
 	doc, err := parseTree(data)
 	if err != nil {
 		return nil, fail(Failed, "", "cannot edit the config file: %v", err)
 	}
-	return &edit{s: s, doc: doc, data: data, cfg: cfg}, nil
+	return &edit{s: s, doc: doc, layout: l, data: data, cfg: cfg}, nil
+}
+
+// with is the config before the edit with services in place of its services: what an
+// edit of the services must leave of the rest (node, bgp, tunnels, kubernetes, …).
+func (e *edit) with(services []config.Service) *config.Config {
+	c := *e.cfg
+	c.Services = services
+	return &c
 }
 
 // unchanged is the change of an edit that turned out to change nothing.
 func (e *edit) unchanged() *Change {
-	return &Change{Config: e.cfg, data: e.data, prev: e.data, prevCfg: e.cfg, write: true}
+	return &Change{Config: e.cfg, data: e.data, prev: e.data, prevCfg: e.cfg, layout: e.layout, prevLayout: e.layout, write: true}
 }
 
 // finish renders the edited tree and parses it back with config.Parse. The result must
@@ -298,14 +346,20 @@ func (e *edit) finish(prefix string, want func(got *config.Config) *config.Confi
 	if err != nil {
 		return nil, fail(Failed, "", "cannot render the config file: %v", err)
 	}
-	cfg, err := config.Parse(e.s.path, data)
+	cfg, root, err := config.ParseTree(e.s.path, data)
 	if err != nil {
 		return nil, invalid(err, prefix)
 	}
 	if !reflect.DeepEqual(cfg, want(cfg)) {
-		return nil, fail(Failed, "", "the edit would change more of the config file than asked (a construct the API cannot edit); nothing was changed: edit the file and send SIGHUP instead")
+		return nil, tooMuch()
 	}
-	return &Change{Config: cfg, data: data, prev: e.data, prevCfg: e.cfg, write: true}, nil
+	return &Change{Config: cfg, data: data, prev: e.data, prevCfg: e.cfg, write: true,
+		layout: layoutOf(root, data, cfg), prevLayout: e.layout}, nil
+}
+
+// tooMuch is the answer to an edit whose result is not what it asked for.
+func tooMuch() *Error {
+	return fail(Failed, "", "the edit would change more of the config file than asked (a construct the API cannot edit); nothing was changed: edit the file and send SIGHUP instead")
 }
 
 // invalid turns the errors of config.Parse into problems relative to prefix: for a
@@ -362,7 +416,7 @@ func (s *Store) PutService(name string, spec []byte) (*Change, error) {
 	if err != nil {
 		return nil, err
 	}
-	svc, err := e.parseService(item)
+	svc, err := fileService(e.s.path, item, e.cfg, "")
 	if err != nil {
 		return nil, err
 	}
@@ -371,20 +425,34 @@ func (s *Store) PutService(name string, spec []byte) (*Change, error) {
 			return nil, ServedAlready(svc, o.Name)
 		}
 	}
-	list := services(e.doc)
-	want := &config.Config{Node: e.cfg.Node, BGP: e.cfg.BGP, Services: slices.Clone(e.cfg.Services)}
-	i := findService(list, name)
-	if i < 0 {
-		i = len(list.Content)
-		list.Content = append(list.Content, item)
-		want.Services = append(want.Services, *svc)
+	var ch *Change
+	if e.doc == nil {
+		i := slices.IndexFunc(e.cfg.Services, func(o config.Service) bool { return o.Name == name })
+		if i < 0 {
+			i = len(e.cfg.Services)
+		}
+		text, err := e.layout.text(item)
+		if err != nil {
+			return nil, fail(Failed, "", "cannot render the service: %v", err)
+		}
+		if ch, err = e.spliced(i, text, svc); err != nil {
+			return nil, err
+		}
 	} else {
-		list.Content[i] = item
-		want.Services[slices.IndexFunc(want.Services, func(o config.Service) bool { return o.Name == name })] = *svc
-	}
-	ch, err := e.finish(fmt.Sprintf("services[%d]", i), func(*config.Config) *config.Config { return want })
-	if err != nil {
-		return nil, err
+		list := services(e.doc)
+		want := e.with(slices.Clone(e.cfg.Services))
+		i := findService(list, name)
+		if i < 0 {
+			i = len(list.Content)
+			list.Content = append(list.Content, item)
+			want.Services = append(want.Services, *svc)
+		} else {
+			list.Content[i] = item
+			want.Services[slices.IndexFunc(want.Services, func(o config.Service) bool { return o.Name == name })] = *svc
+		}
+		if ch, err = e.finish(fmt.Sprintf("services[%d]", i), func(*config.Config) *config.Config { return want }); err != nil {
+			return nil, err
+		}
 	}
 	ch.service = name
 	ch.Created = !slices.ContainsFunc(e.cfg.Services, func(o config.Service) bool { return o.Name == name })
@@ -401,30 +469,24 @@ func ServedAlready(svc *config.Service, other string) *Error {
 	return fail(Conflict, "vip", "%s port %d/%s is served by service %q already", svc.VIP, svc.Port, svc.Protocol, other)
 }
 
-// parseService validates a service node on its own, next to the file's node and bgp
-// sections (a VIP's family needs a node address of that family), so that its problems
-// come with fields relative to the service.
-func (e *edit) parseService(item *yaml.Node) (*config.Service, error) {
-	root := *e.doc.Content[0]
-	root.Content = slices.Clone(root.Content)
-	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{&root}}
-	set(&root, "services", &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: []*yaml.Node{item}})
-	data, err := render(doc)
-	if err != nil {
-		return nil, fail(Invalid, "", "cannot render the service: %v", err)
-	}
-	cfg, err := config.Parse(e.s.path, data)
-	if err != nil {
-		return nil, invalid(err, "services[0]")
-	}
-	return &cfg.Services[0], nil
-}
-
 // DeleteService removes the service name.
 func (s *Store) DeleteService(name string) (*Change, error) {
 	e, err := s.begin()
 	if err != nil {
 		return nil, err
+	}
+	if e.doc == nil {
+		i := slices.IndexFunc(e.cfg.Services, func(o config.Service) bool { return o.Name == name })
+		if i < 0 {
+			return nil, fail(NotFound, "name", "no service %q", name)
+		}
+		ch, err := e.spliced(i, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		ch.service = name
+		ch.Summary = fmt.Sprintf("service %s deleted", name)
+		return ch, nil
 	}
 	list := services(e.doc)
 	i := findService(list, name)
@@ -432,7 +494,7 @@ func (s *Store) DeleteService(name string) (*Change, error) {
 		return nil, fail(NotFound, "name", "no service %q", name)
 	}
 	list.Content = slices.Delete(list.Content, i, i+1)
-	want := &config.Config{Node: e.cfg.Node, BGP: e.cfg.BGP}
+	want := e.with(nil)
 	for _, o := range e.cfg.Services {
 		if o.Name != name {
 			want.Services = append(want.Services, o)
@@ -526,8 +588,16 @@ func (s *Store) editBackend(service, backend, what string, fn func(b *yaml.Node,
 	if bi < 0 {
 		return nil, fail(NotFound, "address", "service %q has no backend %s", service, addr)
 	}
-	list := services(e.doc)
-	node, ni := findBackend(list.Content[findService(list, service)], addr)
+	var item *yaml.Node
+	if e.doc == nil {
+		if item, err = e.layout.item(e.data, e.layout.spans[si]); err != nil {
+			return nil, fail(Failed, "", "cannot edit service %q in the config file: %v", service, err)
+		}
+	} else {
+		list := services(e.doc)
+		item = list.Content[findService(list, service)]
+	}
+	node, ni := findBackend(item, addr)
 	if node == nil {
 		return nil, fail(Failed, "", "backend %s of service %q not found in the config file", addr, service)
 	}
@@ -538,19 +608,43 @@ func (s *Store) editBackend(service, backend, what string, fn func(b *yaml.Node,
 		ch.Summary = fmt.Sprintf("service %s: backend %s %s already (weight %d)", service, addr, what, old)
 		return ch, nil
 	}
-	prefix := fmt.Sprintf("services[%d].backends[%d]", findService(list, service), ni)
-	ch, err := e.finish(prefix, func(got *config.Config) *config.Config {
-		// the weight is the one thing that may change
-		want := &config.Config{Node: e.cfg.Node, BGP: e.cfg.BGP, Services: slices.Clone(e.cfg.Services)}
-		svc := &want.Services[si]
-		svc.Backends = slices.Clone(svc.Backends)
-		if si < len(got.Services) && bi < len(got.Services[si].Backends) {
-			svc.Backends[bi].Weight = got.Services[si].Backends[bi].Weight
+	// the weight is the one thing that may change
+	weightOf := func(got *config.Service) config.Service {
+		want := e.cfg.Services[si]
+		want.Backends = slices.Clone(want.Backends)
+		if bi < len(got.Backends) {
+			want.Backends[bi].Weight = got.Backends[bi].Weight
 		}
 		return want
-	})
-	if err != nil {
-		return nil, err
+	}
+	var ch *Change
+	if e.doc == nil {
+		svc, err := fileService(e.s.path, item, e.cfg, fmt.Sprintf("backends[%d]", ni))
+		if err != nil {
+			return nil, err
+		}
+		if !reflect.DeepEqual(*svc, weightOf(svc)) {
+			return nil, tooMuch()
+		}
+		text, err := e.layout.text(item)
+		if err != nil {
+			return nil, fail(Failed, "", "cannot render the service: %v", err)
+		}
+		if ch, err = e.spliced(si, text, svc); err != nil {
+			return nil, err
+		}
+	} else {
+		prefix := fmt.Sprintf("services[%d].backends[%d]", findService(services(e.doc), service), ni)
+		ch, err = e.finish(prefix, func(got *config.Config) *config.Config {
+			want := e.with(slices.Clone(e.cfg.Services))
+			if si < len(got.Services) {
+				want.Services[si] = weightOf(&got.Services[si])
+			}
+			return want
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	ch.service = service
 	ch.Summary = fmt.Sprintf("service %s: backend %s %s (weight %d → %d)", service, addr, what, old, ch.Config.Services[si].Backends[bi].Weight)
@@ -565,7 +659,7 @@ var secretKey = regexp.MustCompile(`(?i)(token|password|secret)$`)
 // Redacted returns the config file as the node runs it, with every secret replaced by
 // "<redacted>": what `manifold ctl config` shows.
 func (s *Store) Redacted() ([]byte, error) {
-	data, _ := s.current()
+	data, _, _ := s.current()
 	doc, err := parseTree(data)
 	if err != nil {
 		return nil, err
