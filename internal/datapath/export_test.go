@@ -20,6 +20,11 @@ func WithKernelHZ(hz uint32, f func()) {
 	f()
 }
 
+// NATTableSizes are the entries lb_nats and lb_nat_flows were created with.
+func (lb *LB) NATTableSizes() (nats, flows uint32) {
+	return lb.objs.LbNats.MaxEntries(), lb.objs.LbNatFlows.MaxEntries()
+}
+
 // ConfigHZ exposes the kernel config parser to the tests.
 var ConfigHZ = configHZ
 
