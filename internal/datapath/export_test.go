@@ -25,6 +25,9 @@ func (lb *LB) NATTableSizes() (nats, flows uint32) {
 	return lb.objs.LbNats.MaxEntries(), lb.objs.LbNatFlows.MaxEntries()
 }
 
+// CounterReads is the bpf() calls made so far that read backend counters.
+func CounterReads() uint64 { return counterReads.Load() }
+
 // ConfigHZ exposes the kernel config parser to the tests.
 var ConfigHZ = configHZ
 

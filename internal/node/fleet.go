@@ -73,7 +73,7 @@ func (n *Node) recorder() func() wire.NodeRecord {
 // record reads the services' rates and health, not the data plane's counters (a map
 // lookup per service and backend, every second), nor the flow table's size.
 func (n *Node) record(rtt *steer.RTTs) wire.NodeRecord {
-	st := wire.Status{BGP: n.bgpStatus(), Services: n.services(n.ctrl.View(), false)}
+	st := wire.Status{BGP: n.bgpStatus(), Services: n.services(n.ctrl.View(), nil)}
 	r := wire.NodeRecord{Name: n.cfg.Node.Name, Site: n.cfg.Node.Site}
 	for _, a := range []netip.Addr{n.cfg.Node.Address, n.cfg.Node.Address6} {
 		if a.IsValid() {

@@ -54,16 +54,18 @@ func (m *rateMeter) run(view func() reconcile.View, lb *datapath.LB, tunnels fun
 		case <-stop:
 			return
 		case now := <-t.C():
+			// one snapshot of every counter, read in batches: a lookup per service and
+			// backend was 300 000 bpf() calls a second at 100 000 services
+			snap, err := lb.ReadCounters()
+			if err != nil {
+				continue // the next tick tries again; the rates keep their last values
+			}
 			services := view().Services
-			cur := map[rateKey]datapath.Counters{}
+			cur := make(map[rateKey]datapath.Counters, len(services))
 			for _, s := range services {
-				if c, err := lb.ServiceCounters(s.ID); err == nil {
-					cur[rateKey{id: s.ID}] = c
-				}
+				cur[rateKey{id: s.ID}] = snap.Service(s.ID)
 				for _, bk := range s.Backends {
-					if c, err := lb.BackendCounters(bk.ID); err == nil {
-						cur[rateKey{backend: true, id: bk.ID}] = c
-					}
+					cur[rateKey{backend: true, id: bk.ID}] = snap.Backend(bk.ID)
 				}
 			}
 			if tunnels != nil {
