@@ -13,8 +13,8 @@ import (
 
 // Options are fixed for the life of a loaded program.
 type Options struct {
-	NodeAddr4     netip.Addr // outer source of IPv4 encapsulation (may be zero)
-	NodeAddr6     netip.Addr // outer source of IPv6 encapsulation (may be zero)
+	NodeAddr4 netip.Addr // outer source of IPv4 encapsulation (may be zero)
+	NodeAddr6 netip.Addr // outer source of IPv6 encapsulation (may be zero)
 	// FlowTableSize is the entries of lb_flows, and of the NAT tables lb_nats and
 	// lb_nat_flows up to their compiled 262 144 (a NAT flow is a flow: it needs no
 	// more entries than the flow table); 0 keeps the compiled defaults.

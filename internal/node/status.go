@@ -252,6 +252,16 @@ func (n *Node) bgpStatus() *wire.BGPStatus {
 	return st
 }
 
+// healthUp is healthOf(...).Up without the rest: whether a backend of s passes its
+// check (true without one).
+func (n *Node) healthUp(s *config.Service, addr netip.Addr) bool {
+	if s.Health.Kind == config.HealthNone || s.Health.Kind == "" {
+		return true
+	}
+	st, ok := n.checker.StatusOf(health.Target{Addr: addr, Check: s.Health})
+	return ok && st.Up
+}
+
 // healthOf is the health of a backend of a service, as the status shows it.
 func healthOf(s *config.Service, addr netip.Addr, checkOf func(health.Target) (health.Status, bool)) wire.BackendHealth {
 	if s.Health.Kind == config.HealthNone || s.Health.Kind == "" {
