@@ -67,3 +67,9 @@ func Sleep(c Clock, d time.Duration, done <-chan struct{}) bool {
 func WatchStalls(c Clock, every, after time.Duration, stop <-chan struct{}, stalled func(gap time.Duration)) {
 	NewStallMeter(c, every).watch(stop, after, stalled)
 }
+
+// Watch is WatchStalls on m: the stalls it reports are also the meter's (Stalled), for
+// the failure detectors of the same process.
+func (m *StallMeter) Watch(stop <-chan struct{}, after time.Duration, stalled func(gap time.Duration)) {
+	m.watch(stop, after, stalled)
+}

@@ -86,7 +86,7 @@ var NodeSchema = []Field{
 	{Path: "node.api_insecure_remote", Type: TypeBool, Default: def(DefaultAPIInsecureRemote), Example: "false",
 		Doc: "true: allow an api beyond loopback without a token or TLS"},
 	{Path: "node.flow_table_size", Type: TypeInt, Default: def(DefaultFlowTableSize), Range: &Range{MinFlowTableSize, MaxFlowTableSize},
-		Example: "262144", Doc: "entries of the flow table"},
+		Example: "262144", Doc: "entries of the flow table, and of the NAT tables up to 262144"},
 	{Path: "node.max_services", Type: TypeInt, Default: def(DefaultMaxServices), Range: &Range{MinMaxServices, MaxMaxServices},
 		Example: "16384", Doc: "services the node holds, plus one; each costs about 24 bytes per CPU and 150 bytes besides"},
 	{Path: "node.max_backends", Type: TypeInt, Default: def(DefaultMaxBackends), Range: &Range{MinMaxBackends, MaxMaxBackends},

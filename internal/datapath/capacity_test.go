@@ -21,6 +21,10 @@ func TestCapacityAndMemory(t *testing.T) {
 	if s, b := lb.Capacity(); s != 100 || b != 1000 {
 		t.Fatalf("capacity %d services, %d backends, want 100, 1000", s, b)
 	}
+	// the NAT tables follow the flow table's size: compiled, they keep 262 144 entries
+	if nats, flows := lb.NATTableSizes(); nats != 4096 || flows != 4096 {
+		t.Errorf("NAT tables of %d and %d entries with a flow table of 4096, want 4096 each", nats, flows)
+	}
 	if err := lb.PutRing(100, make([]uint32, 7)); err == nil {
 		t.Error("service id 100 accepted by a table of 100 services")
 	}

@@ -20,6 +20,14 @@ func WithKernelHZ(hz uint32, f func()) {
 	f()
 }
 
+// NATTableSizes are the entries lb_nats and lb_nat_flows were created with.
+func (lb *LB) NATTableSizes() (nats, flows uint32) {
+	return lb.objs.LbNats.MaxEntries(), lb.objs.LbNatFlows.MaxEntries()
+}
+
+// CounterReads is the bpf() calls made so far that read backend counters.
+func CounterReads() uint64 { return counterReads.Load() }
+
 // ConfigHZ exposes the kernel config parser to the tests.
 var ConfigHZ = configHZ
 

@@ -435,15 +435,45 @@ func TestServiceCountersSumItsBackends(t *testing.T) {
 	if svc != sum || svc.Packets != flows || svc.NewFlows != flows || per[gone].Packets == flows {
 		t.Fatalf("service %+v, its backends %+v: want the sum, %d packets and new flows over more than one backend", svc, per, flows)
 	}
+	// the snapshot says the same, read in one bpf() call (the slots in use are few)
+	reads := datapath.CounterReads()
+	snap, err := b.lb.ReadCounters()
+	must(err)
+	if n := datapath.CounterReads() - reads; n != 1 {
+		t.Errorf("a snapshot of every backend's counters took %d bpf() calls, want 1", n)
+	}
+	if got := snap.Service(7); got != svc {
+		t.Errorf("the snapshot's service counts %+v, want %+v", got, svc)
+	}
+	for id, c := range per {
+		if got := snap.Backend(id); got != c {
+			t.Errorf("the snapshot's backend %d counts %+v, want %+v", id, got, c)
+		}
+	}
 	must(b.lb.DeleteBackend(gone))
 	if after, err := b.lb.ServiceCounters(7); err != nil || after != svc {
 		t.Errorf("after backend %d was deleted the service counts %+v (%v), want %+v as before", gone, after, err, svc)
+	}
+	if snap, err := b.lb.ReadCounters(); err != nil || snap.Service(7) != svc || snap.Backend(gone) != (datapath.Counters{}) {
+		t.Errorf("after backend %d was deleted the snapshot counts %+v for the service (%v), %+v for the slot; want %+v and nothing",
+			gone, snap.Service(7), err, snap.Backend(gone), svc)
 	}
 	if c, err := b.lb.BackendCounters(gone); err != nil || c != (datapath.Counters{}) {
 		t.Errorf("the deleted backend's slot counts %+v (%v), want nothing", c, err)
 	}
 	if web, err := b.lb.ServiceCounters(1); err != nil || web != (datapath.Counters{}) {
 		t.Errorf("another service counts %+v (%v), want nothing", web, err)
+	}
+	// a slot far up: the read goes in batches up to it, 4096 slots a call
+	if _, err := b.lb.PutBackends([]uint32{9000}, []datapath.Backend{{Addr: dptest.Backend4(9), ServiceID: 7, State: datapath.BackendUp}}); err != nil {
+		t.Fatal(err)
+	}
+	reads = datapath.CounterReads()
+	if snap, err := b.lb.ReadCounters(); err != nil || snap.Service(7) != svc {
+		t.Errorf("with a backend at slot 9000 the snapshot counts %+v for the service (%v), want %+v", snap.Service(7), err, svc)
+	}
+	if n := datapath.CounterReads() - reads; n != 3 {
+		t.Errorf("a snapshot up to slot 9000 took %d bpf() calls, want 3", n)
 	}
 	must(b.lb.ResetServiceCounters(7))
 	want := svc

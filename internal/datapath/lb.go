@@ -13,9 +13,12 @@ import (
 
 // Options are fixed for the life of a loaded program.
 type Options struct {
-	NodeAddr4     netip.Addr // outer source of IPv4 encapsulation (may be zero)
-	NodeAddr6     netip.Addr // outer source of IPv6 encapsulation (may be zero)
-	FlowTableSize uint32     // entries of lb_flows; 0 keeps the compiled default
+	NodeAddr4 netip.Addr // outer source of IPv4 encapsulation (may be zero)
+	NodeAddr6 netip.Addr // outer source of IPv6 encapsulation (may be zero)
+	// FlowTableSize is the entries of lb_flows, and of the NAT tables lb_nats and
+	// lb_nat_flows up to their compiled 262 144 (a NAT flow is a flow: it needs no
+	// more entries than the flow table); 0 keeps the compiled defaults.
+	FlowTableSize uint32
 	// Services and (service, backend) slots the maps hold; 0 keeps the compiled
 	// MaxServices / MaxBackends. Sized at load because several of those maps are per
 	// CPU: 100 000 services cost tens of megabytes per CPU that a small node should not
@@ -72,6 +75,12 @@ func LoadLB(opts Options) (*LB, error) {
 	}
 	if opts.FlowTableSize > 0 {
 		spec.Maps[lbMapLbFlows].MaxEntries = flowBuckets(opts.FlowTableSize)
+		// compiled at 262 144 entries each, 64 MiB together: most of a small node's
+		// maps, whether it has NAT services or not. Never more than compiled: an entry
+		// costs 4.5 times a flow table's, and a large flow table is not a NAT one.
+		for _, m := range []string{lbMapLbNats, lbMapLbNatFlows} {
+			spec.Maps[m].MaxEntries = min(spec.Maps[m].MaxEntries, opts.FlowTableSize)
+		}
 	}
 	flowSeed, err := newFlowSeed()
 	if err != nil {

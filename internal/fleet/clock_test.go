@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"sync"
@@ -73,5 +74,40 @@ func TestStaleOnTheSourcesClock(t *testing.T) {
 	})
 	if st := a.State(); !st.StaleSince.Equal(first) || first.Before(start) || first.After(fake.Now()) {
 		t.Fatalf("stale since %v, want the first failure on the fake clock, %v", st.StaleSince, first)
+	}
+}
+
+// A node that did not run (its stall watch saw it) does not count that time against
+// the store: its probe, which timed out for want of a core, calls nothing unreachable
+// (which would close the watches and read every service again). The same silence with
+// no stall seen does.
+func TestOwnStallIsNotTheStores(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		meter, stale bool
+	}{{"the node did not run", true, false}, {"the store was silent", false, true}} {
+		fake := clock.NewFake(time.Unix(0, 0))
+		s := &Source{clock: fake, reachable: true, log: slog.New(slog.DiscardHandler), want: newDesired()}
+		stop, done := make(chan struct{}), make(chan struct{})
+		if c.meter {
+			m := clock.NewStallMeter(fake, 100*time.Millisecond)
+			s.SetStallMeter(m)
+			go func() { defer close(done); m.Run(stop) }()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := fake.BlockUntilContext(ctx, 1); err != nil {
+				t.Fatal("the stall watch armed no ticker")
+			}
+			cancel()
+		} else {
+			close(done)
+		}
+		asked := fake.Now()
+		fake.Advance(5 * time.Second) // the probe asked, then nothing ran for 5 s
+		stale := s.failed(errors.New("probe: context deadline exceeded"), asked)
+		close(stop)
+		<-done
+		if stale != c.stale || s.State().Reachable == c.stale {
+			t.Errorf("%s for 5 s after a probe: stale %v (reachable %v), want %v", c.name, stale, s.State().Reachable, c.stale)
+		}
 	}
 }

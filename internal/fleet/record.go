@@ -37,19 +37,17 @@ func RecordServices(services []wire.ServiceStatus, rtt func(service, backend str
 		if s.Announced {
 			totals.Announced++
 		}
-		off := !s.Announced && s.Reason != reconcile.ReasonNoBGP
 		for j := range s.Backends {
 			b := &s.Backends[j]
 			totals.Backends++
 			switch {
 			case b.State == wire.BackendDown || !b.Health.Up:
 				totals.BackendsDown++
-				off = true
 			case b.State == wire.BackendUp:
 				totals.BackendsUp++
 			}
 		}
-		if len(s.Spec.Origins) == 0 && !off {
+		if !Listed(s) {
 			continue
 		}
 		l := wire.ServiceLoad{Name: s.Name, Announced: s.Announced, NewFlowsPerSecond: s.NewFlowsPerSecond,
@@ -69,6 +67,22 @@ func RecordServices(services []wire.ServiceStatus, rtt func(service, backend str
 	}
 	listed := make([]wire.ServiceLoad, 0, len(steered)+len(exceptions)) // [] rather than null when none
 	return append(append(listed, steered...), exceptions...), totals
+}
+
+// Listed reports whether a record lists service s (RecordServices): it has origins, or
+// it is not as desired. Of s it reads the spec's origins, the announcement and each
+// backend's state and health's Up only: a node builds the rest of the status of the
+// services listed alone.
+func Listed(s *wire.ServiceStatus) bool {
+	if len(s.Spec.Origins) > 0 || !s.Announced && s.Reason != reconcile.ReasonNoBGP {
+		return true
+	}
+	for j := range s.Backends {
+		if b := &s.Backends[j]; b.State == wire.BackendDown || !b.Health.Up {
+			return true
+		}
+	}
+	return false
 }
 
 // originLoads is a steered service's load as the record carries it: one entry per

@@ -77,6 +77,9 @@ type Source struct {
 	// clock paces the probes, the retries and the publisher, and stamps the state
 	// (applied at, stale since); the timeouts of etcd requests are their contexts'
 	clock clock.Clock
+	// stalls, when set (SetStallMeter), says when the node itself did not run: a probe
+	// that could not run is no failure of the store's
+	stalls *clock.StallMeter
 
 	// writes makes API writes one at a time on this node; between nodes the
 	// transaction's compare does.
@@ -124,6 +127,10 @@ func NewSource(cli *clientv3.Client, prefix string, file *store.Store, sink reco
 		docs: map[string][]byte{}, want: newDesired(), whole: true, progress: make(chan struct{}), steering: map[string]wire.Steering{},
 	}
 }
+
+// SetStallMeter makes the source not count the time the node did not run (m's stalls)
+// against the store; call it before Run.
+func (s *Source) SetStallMeter(m *clock.StallMeter) { s.stalls = m }
 
 // Initial reads the fleet's services as they are now, for the node to apply before it
 // attaches and announces anything: a node never starts on a stale table. The update's
@@ -476,7 +483,15 @@ func (s *Source) failed(err error, asked time.Time) bool {
 	if s.failing.IsZero() {
 		s.failing = asked
 	}
-	if s.reachable && s.clock.Now().Sub(s.failing) >= staleAfter || !s.reachable && s.staleSince.IsZero() {
+	now := s.clock.Now()
+	failing := now.Sub(s.failing)
+	if s.stalls != nil {
+		// a starved node's probes time out for want of a core: that time is not the
+		// store's, and calling it unreachable would close the watches and read every
+		// service again, more work for a node already short of time
+		failing -= s.stalls.Stalled(s.failing, now)
+	}
+	if s.reachable && failing >= staleAfter || !s.reachable && s.staleSince.IsZero() {
 		s.reachable, s.staleSince = false, s.failing
 		s.log.Warn("fleet store unreachable: serving the last applied revision", "revision", s.applied, "err", err)
 	}

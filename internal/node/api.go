@@ -63,7 +63,7 @@ func (n *Node) serveAPI() (func(), error) {
 	ratesDone := make(chan struct{})
 	go func() {
 		defer close(ratesDone)
-		n.rates.run(n.ctrl.View, n.lb, n.tunnelCounters, clock.Real(), stopRates)
+		n.rates.run(n.lb, n.tunnelCounters, clock.Real(), stopRates)
 	}()
 
 	// the status page's plots; like the rate meter, it reads the maps, so it is waited

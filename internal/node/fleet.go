@@ -3,10 +3,13 @@ package node
 import (
 	"context"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/manifoldlb/manifold/internal/api/wire"
 	"github.com/manifoldlb/manifold/internal/fleet"
+	"github.com/manifoldlb/manifold/internal/reconcile"
 	"github.com/manifoldlb/manifold/internal/steer"
 )
 
@@ -70,25 +73,63 @@ func (n *Node) recorder() func() wire.NodeRecord {
 	return func() wire.NodeRecord { return n.record(&rtt) }
 }
 
-// record reads the services' rates and health, not the data plane's counters (a map
-// lookup per service and backend, every second), nor the flow table's size.
+// record reads the services' rates and health, not the data plane's counters, nor the
+// flow table's size. Of the services it lists (fleet.Listed: those with origins and
+// those not as desired, a few of thousands) it builds the status, of the others what
+// the totals count only: a status with its spec and addresses for each of 100 000
+// services, every second, was most of an idle node's work.
 func (n *Node) record(rtt *steer.RTTs) wire.NodeRecord {
-	st := wire.Status{BGP: n.bgpStatus(), Services: n.services(n.ctrl.View(), false)}
+	view := n.ctrl.View()
+	services, listed := n.recordServices(view)
 	r := wire.NodeRecord{Name: n.cfg.Node.Name, Site: n.cfg.Node.Site}
 	for _, a := range []netip.Addr{n.cfg.Node.Address, n.cfg.Node.Address6} {
 		if a.IsValid() {
 			r.Addresses = append(r.Addresses, a.String())
 		}
 	}
-	if st.BGP != nil {
-		for _, p := range st.BGP.Peers {
+	if bgp := n.bgpStatus(); bgp != nil {
+		for _, p := range bgp.Peers {
 			r.BGP = append(r.BGP, wire.FleetPeer{Address: p.Address, Up: p.Up})
 		}
 	}
-	rtt.Observe(st.Services)
+	rtt.Observe(listed) // the RTTs of the services listed are the ones read
 	var totals wire.RecordTotals
-	r.Services, totals = fleet.RecordServices(st.Services, rtt.Of, n.tunnelOrigins())
+	r.Services, totals = fleet.RecordServices(services, rtt.Of, n.tunnelOrigins())
 	r.Totals = &totals
 	r.Tunnels = n.tunnelRecord()
 	return r
+}
+
+// recordServices is a status of every service for the record: whole for those it lists
+// (also returned apart, listed), else the name, the announcement and the backends'
+// states and health (what fleet.Listed and the totals read).
+func (n *Node) recordServices(view reconcile.View) (services, listed []wire.ServiceStatus) {
+	services = make([]wire.ServiceStatus, 0, len(view.Services)+len(view.Tunnels))
+	for _, s := range view.Services {
+		ann, _ := view.Announcement(s.Config.Name)
+		st := wire.ServiceStatus{Name: s.Config.Name, Announced: ann.Announced, Reason: ann.Reason, Backends: make([]wire.BackendStatus, len(s.Backends))}
+		for i, bk := range s.Backends {
+			st.Backends[i] = wire.BackendStatus{State: backendState(bk.State), Health: wire.BackendHealth{Up: n.healthUp(&s.Config, bk.Address)}}
+		}
+		if len(s.Config.Origins) > 0 || fleet.Listed(&st) {
+			st = n.serviceStatus(s, ann, n.checker.StatusOf, nil)
+			listed = append(listed, st)
+		}
+		services = append(services, st)
+	}
+	if len(view.Tunnels) > 0 {
+		var clients map[string]uint64
+		if n.edge != nil {
+			clients = n.edge.Clients()
+		}
+		for i := range view.Tunnels {
+			st := n.tunnelServiceStatus(view, &view.Tunnels[i], clients)
+			services = append(services, st)
+			listed = append(listed, st)
+		}
+		// in the order of names, as the status lists them: a record cut to its bound
+		// keeps the same services
+		slices.SortFunc(services, func(a, b wire.ServiceStatus) int { return strings.Compare(a.Name, b.Name) })
+	}
+	return services, listed
 }

@@ -188,7 +188,11 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 			log.Error("config file source stopped", "err", err)
 		}
 	})
+	// the stall watch (below): when the node did not run, which the fleet source does
+	// not count against the store
+	stalls := clock.NewStallMeter(clock.Real(), stallWatch)
 	if n.fleet != nil {
+		n.fleet.SetStallMeter(stalls)
 		// owned by Run, as the file source
 		wg.Go(func() {
 			if err := n.fleet.Run(sources); err != nil {
@@ -207,7 +211,7 @@ func Run(ctx context.Context, path string, log *slog.Logger) error {
 	}
 	// owned by Run, as the sources: stopped by stopSources
 	wg.Go(func() {
-		clock.WatchStalls(clock.Real(), stallWatch, stallAfter, sources.Done(), func(gap time.Duration) { n.resumed(sources, gap) })
+		stalls.Watch(sources.Done(), stallAfter, func(gap time.Duration) { n.resumed(sources, gap) })
 	})
 	defer wg.Wait()
 	defer stopSources()

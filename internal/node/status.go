@@ -33,7 +33,11 @@ func (n *Node) Status() wire.Status {
 	st.Config = api.Info(n.file.Store())
 	st.Fleet = n.fleetState()
 	st.Kubernetes = n.kubeState()
-	st.Services = n.services(view, true)
+	counters, err := n.lb.ReadCounters()
+	if err != nil {
+		n.log.Warn("reading data-plane counters", "err", err)
+	}
+	st.Services = n.services(view, counters)
 	st.FlowTableEntries, _ = n.lb.FlowCount()
 	st.Drops, _ = n.lb.Drops()
 	if st.Drops == nil {
@@ -42,10 +46,10 @@ func (n *Node) Status() wire.Status {
 	return st
 }
 
-// services is every service's status, sorted by name; without counters, the data
-// plane's totals are left out (a map lookup per service and backend: the node's record,
-// every second, reads the rates only).
-func (n *Node) services(view reconcile.View, counters bool) []wire.ServiceStatus {
+// services is every service's status, sorted by name; without counters (nil), the
+// data plane's totals are left out (the node's record, every second, reads the rates
+// only).
+func (n *Node) services(view reconcile.View, counters *datapath.CounterSnapshot) []wire.ServiceStatus {
 	out := make([]wire.ServiceStatus, 0, len(view.Services)+len(view.Tunnels))
 	checks := map[health.Target]health.Status{}
 	for _, s := range n.checker.Status() {
@@ -54,7 +58,11 @@ func (n *Node) services(view reconcile.View, counters bool) []wire.ServiceStatus
 	checkOf := func(t health.Target) (health.Status, bool) { s, ok := checks[t]; return s, ok }
 	for _, s := range view.Services {
 		ann, _ := view.Announcement(s.Config.Name)
-		out = append(out, n.serviceStatus(s, ann, checkOf, counters))
+		var c counterSource
+		if counters != nil { // not a nil *CounterSnapshot in an interface
+			c = counters
+		}
+		out = append(out, n.serviceStatus(s, ann, checkOf, c))
 	}
 	var clients map[string]uint64
 	if n.edge != nil && len(view.Tunnels) > 0 {
@@ -128,29 +136,48 @@ func (n *Node) tunnelServiceStatus(view reconcile.View, s *config.Service, clien
 		NewFlows: clients[s.Name], NewFlowsPerSecond: n.rates.get(rateKey{tunnel: s.Name}).newFlows}
 }
 
-// serviceStatus is a service's status, with its rates, its counters (unless not
-// counters) and its backends' health (checkOf, the checker's results).
-func (n *Node) serviceStatus(s *reconcile.ServiceStatus, ann reconcile.Announcement, checkOf func(health.Target) (health.Status, bool), counters bool) wire.ServiceStatus {
+// counterSource gives the counters of a service and of its backends: a snapshot of all
+// (datapath.CounterSnapshot), or lookups of one service's (lookupCounters).
+type counterSource interface {
+	Service(id uint32) datapath.Counters
+	Backend(id uint32) datapath.Counters
+}
+
+// lookupCounters reads one service's counters, a lookup per backend: for the status
+// of one service, which a snapshot of every service's would make O(all services).
+type lookupCounters struct{ lb *datapath.LB }
+
+func (l lookupCounters) Service(id uint32) datapath.Counters {
+	c, _ := l.lb.ServiceCounters(id)
+	return c
+}
+
+func (l lookupCounters) Backend(id uint32) datapath.Counters {
+	c, _ := l.lb.BackendCounters(id)
+	return c
+}
+
+// serviceStatus is a service's status, with its rates, its counters (unless counters
+// is nil) and its backends' health (checkOf, the checker's results).
+func (n *Node) serviceStatus(s *reconcile.ServiceStatus, ann reconcile.Announcement, checkOf func(health.Target) (health.Status, bool), counters counterSource) wire.ServiceStatus {
 	ss := wire.ServiceStatus{
 		Name: s.Config.Name, VIP: s.Config.VIP.String(), Port: s.Config.Port,
 		Protocol: string(s.Config.Protocol), Forwarding: string(s.Config.Forwarding), Scheduler: string(s.Config.Scheduler),
 		Announced: ann.Announced, Reason: ann.Reason,
 		Backends: []wire.BackendStatus{}, Spec: api.SpecOf(&s.Config),
 	}
-	if counters {
-		if c, err := n.lb.ServiceCounters(s.ID); err == nil {
-			ss.Packets, ss.Bytes, ss.NewFlows = c.Packets, c.Bytes, c.NewFlows
-		}
+	if counters != nil {
+		c := counters.Service(s.ID)
+		ss.Packets, ss.Bytes, ss.NewFlows = c.Packets, c.Bytes, c.NewFlows
 	}
 	r := n.rates.get(rateKey{id: s.ID})
 	ss.PacketsPerSecond, ss.BytesPerSecond, ss.NewFlowsPerSecond = r.packets, r.bytes, r.newFlows
 	for _, bk := range s.Backends {
 		bs := wire.BackendStatus{Address: bk.Address.String(), Weight: bk.Weight, State: backendState(bk.State),
 			Health: healthOf(&s.Config, bk.Address, checkOf)}
-		if counters {
-			if c, err := n.lb.BackendCounters(bk.ID); err == nil {
-				bs.Packets, bs.Bytes, bs.NewFlows = c.Packets, c.Bytes, c.NewFlows
-			}
+		if counters != nil {
+			c := counters.Backend(bk.ID)
+			bs.Packets, bs.Bytes, bs.NewFlows = c.Packets, c.Bytes, c.NewFlows
 		}
 		r := n.rates.get(rateKey{backend: true, id: bk.ID})
 		bs.PacketsPerSecond, bs.BytesPerSecond, bs.NewFlowsPerSecond = r.packets, r.bytes, r.newFlows
@@ -180,7 +207,7 @@ func (n *Node) Service(name string) (wire.ServiceStatus, bool) {
 	view := n.ctrl.View()
 	if s, ok := view.Service(name); ok {
 		ann, _ := view.Announcement(name)
-		return n.serviceStatus(s, ann, n.checker.StatusOf, true), true
+		return n.serviceStatus(s, ann, n.checker.StatusOf, lookupCounters{n.lb}), true
 	}
 	i, ok := slices.BinarySearchFunc(view.Tunnels, name, func(s config.Service, name string) int { return strings.Compare(s.Name, name) })
 	if !ok {
@@ -223,6 +250,16 @@ func (n *Node) bgpStatus() *wire.BGPStatus {
 		st.Peers = append(st.Peers, ps)
 	}
 	return st
+}
+
+// healthUp is healthOf(...).Up without the rest: whether a backend of s passes its
+// check (true without one).
+func (n *Node) healthUp(s *config.Service, addr netip.Addr) bool {
+	if s.Health.Kind == config.HealthNone || s.Health.Kind == "" {
+		return true
+	}
+	st, ok := n.checker.StatusOf(health.Target{Addr: addr, Check: s.Health})
+	return ok && st.Up
 }
 
 // healthOf is the health of a backend of a service, as the status shows it.

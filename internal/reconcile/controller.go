@@ -486,10 +486,11 @@ func (c *Controller) Release() {
 	c.settle()
 }
 
-// Refresh re-resolves the backends' next hops (routes change) and republishes the view.
+// Refresh re-resolves the backends' next hops (routes change). The view does not show
+// next hops: it is left as it is (republishing it copied every service's status every
+// 5 s, whatever changed).
 func (c *Controller) Refresh() {
 	c.neighbours.Ensure(backendAddrs(c.served))
-	c.publish()
 }
 
 // Stop withdraws every VIP, keeps forwarding for bgp.drain_time so the routers move the

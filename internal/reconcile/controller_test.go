@@ -307,6 +307,25 @@ func TestRemovedServiceIsWithdrawnAndOnlyServedVIPsAreAnnounced(t *testing.T) {
 	}
 }
 
+// The neighbour refresh (every 5 s) resolves every backend's next hop again and
+// republishes nothing: the view does not show next hops, and a republish copied every
+// service's status.
+func TestRefreshResolvesNextHopsAndLeavesTheView(t *testing.T) {
+	r := newRig(t, true, 0)
+	r.submit(svc("web", vip1, 80, "10.0.1.1"), svc("api", vip2, 80, "10.0.1.2"))
+	r.c.Attached()
+	before := r.c.View()
+	r.neigh.last = nil
+	r.c.Refresh()
+	if len(r.neigh.last) != 2 {
+		t.Errorf("the refresh resolved the next hops of %v, want both backends", r.neigh.last)
+	}
+	after := r.c.View()
+	if len(after.Services) != 2 || after.Services[0] != before.Services[0] || after.Services[1] != before.Services[1] {
+		t.Errorf("the refresh republished the services: %p %p, before %p %p", after.Services[0], after.Services[1], before.Services[0], before.Services[1])
+	}
+}
+
 func TestNoBGPSectionMeansNoAnnouncementAndAReason(t *testing.T) {
 	r := newRig(t, false, 0)
 	r.submit(svc("web", vip1, 80, "10.0.1.1"))
