@@ -244,14 +244,14 @@ func (r *rateRig) measure(ctx context.Context, flows int, warmup, window time.Du
 }
 
 func (r *rateRig) window(ctx context.Context, warmup, window time.Duration) (RateRun, error) {
-	if err := sleepCtx(ctx, warmup); err != nil {
+	if err := SleepContext(ctx, warmup); err != nil {
 		return RateRun{}, err
 	}
 	a, err := r.snapshot()
 	if err != nil {
 		return RateRun{}, err
 	}
-	if err := sleepCtx(ctx, window); err != nil {
+	if err := SleepContext(ctx, window); err != nil {
 		return RateRun{}, err
 	}
 	b, err := r.snapshot()
@@ -261,7 +261,8 @@ func (r *rateRig) window(ctx context.Context, warmup, window time.Duration) (Rat
 	return between(a, b)
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// SleepContext waits d, or until ctx ends (its error then).
+func SleepContext(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -195,7 +195,7 @@ func run(ctx context.Context, o options) (err error) {
 	var idleCPU time.Duration
 	idle, err := b.etcdLoad(func() error {
 		cpu0 := b.nodesCPU()
-		err := sleepCtx(ctx, o.idle)
+		err := results.SleepContext(ctx, o.idle)
 		idleCPU = b.nodesCPU() - cpu0
 		return err
 	})
@@ -385,7 +385,7 @@ func (b *bench) waitServing(n *node) (time.Duration, error) {
 		if time.Now().After(deadline) || b.ctx.Err() != nil {
 			return 0, fmt.Errorf("%s: not running after 3 minutes:\n%s", n.host.Role, n.proc.LogTail(20))
 		}
-		if err := sleepCtx(b.ctx, pollEvery); err != nil {
+		if err := results.SleepContext(b.ctx, pollEvery); err != nil {
 			return 0, err
 		}
 	}
@@ -467,7 +467,7 @@ func (b *bench) allApplied(rev int64, timeout time.Duration) (time.Time, error) 
 			return last, fmt.Errorf("after %s, %d nodes have not applied revision %d (%s: at %d)",
 				timeout, len(pending), rev, pending[0].host.Role, pending[0].log.lastApplied().revision)
 		}
-		if err := sleepCtx(b.ctx, pollEvery); err != nil {
+		if err := results.SleepContext(b.ctx, pollEvery); err != nil {
 			return last, err
 		}
 	}
@@ -520,7 +520,7 @@ func (b *bench) etcdLoad(during func() error) (etcdLoad, error) {
 // idleCores is the cores the running nodes take over a second with nothing to do.
 func (b *bench) idleCores() (float64, error) {
 	t0, cpu0 := time.Now(), b.nodesCPU()
-	if err := sleepCtx(b.ctx, time.Second); err != nil {
+	if err := results.SleepContext(b.ctx, time.Second); err != nil {
 		return 0, err
 	}
 	return (b.nodesCPU() - cpu0).Seconds() / time.Since(t0).Seconds(), nil
@@ -546,17 +546,6 @@ func (b *bench) memory() ([]memory, error) {
 		out = append(out, m)
 	}
 	return out, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // percentile is the nearest-rank percentile of ds.
