@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 )
 
 // The shared shape of every benchmark's results. Each part of `make bench` writes a
@@ -196,4 +197,22 @@ func ReadPart(path string) (Part, error) {
 		return p, fmt.Errorf("%s: %w", path, err)
 	}
 	return p, nil
+}
+
+// Percentile is the nearest-rank percentile p (0 < p <= 1) of ds, which it leaves as
+// they are.
+func Percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(p*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// Milliseconds converts to milliseconds, to the tenth: a figure's values.
+func Milliseconds(ds ...time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = math.Round(float64(d)/float64(time.Millisecond)*10) / 10
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestSummary(t *testing.T) {
@@ -95,5 +96,20 @@ func TestPartRoundTrip(t *testing.T) {
 	}
 	if _, ok := got.Find("http", "direct", "p99 ms"); ok {
 		t.Error("Find matched another metric")
+	}
+}
+
+func TestPercentileIsTheNearestRank(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	for p, want := range map[float64]time.Duration{0.5: 50 * time.Millisecond, 0.99: 99 * time.Millisecond, 1: 100 * time.Millisecond} {
+		if got := Percentile(ds, p); got != want {
+			t.Errorf("Percentile %v = %v, want %v", p, got, want)
+		}
+	}
+	if ds[0] != 100*time.Millisecond {
+		t.Error("Percentile sorted its caller's slice")
 	}
 }

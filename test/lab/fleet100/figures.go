@@ -12,16 +12,16 @@ import (
 // services"): a fleet that stopped short of -nodes says so in its name.
 
 func propagationFigures(fleet string, n int, applied, answered []time.Duration, stopped error) []results.Figure {
-	p50, p99 := percentile(applied, 0.5), percentile(applied, 0.99)
-	prop := results.NewFigure("fleet", fmt.Sprintf("API write → applied on all %d nodes, %s", n, fleet), "ms", ms(applied...))
-	prop.Note = fmt.Sprintf("p50 %.1f ms, p99 %.1f ms over %d writes, one at a time", ms(p50)[0], ms(p99)[0], len(applied))
+	p50, p99 := results.Percentile(applied, 0.5), results.Percentile(applied, 0.99)
+	prop := results.NewFigure("fleet", fmt.Sprintf("API write → applied on all %d nodes, %s", n, fleet), "ms", results.Milliseconds(applied...))
+	prop.Note = fmt.Sprintf("p50 %.1f ms, p99 %.1f ms over %d writes, one at a time", results.Milliseconds(p50)[0], results.Milliseconds(p99)[0], len(applied))
 	if stopped != nil {
 		prop.Note += fmt.Sprintf("; the writes stopped there: %v", stopped)
 	}
-	tail := results.NewFigure("fleet", fmt.Sprintf("API write → applied on all %d nodes, p99, %s", n, fleet), "p99 ms", ms(p99))
-	tail.SetBound("<=", ms(propagationGoal)[0])
+	tail := results.NewFigure("fleet", fmt.Sprintf("API write → applied on all %d nodes, p99, %s", n, fleet), "p99 ms", results.Milliseconds(p99))
+	tail.SetBound("<=", results.Milliseconds(propagationGoal)[0])
 	// the reference of the same run: the write applied by the node that took it
-	ans := results.NewFigure("fleet", "API write answered (committed, applied by the node that took it), "+fleet, "ms", ms(answered...))
+	ans := results.NewFigure("fleet", "API write answered (committed, applied by the node that took it), "+fleet, "ms", results.Milliseconds(answered...))
 	prop.Compare(ans, "", 0)
 	return []results.Figure{prop, tail, ans}
 }
@@ -30,8 +30,8 @@ func propagationFigures(fleet string, n int, applied, answered []time.Duration, 
 // machine, all of it is spent before the last node has applied), and what each spends
 // with nothing to do: the share of the cores that the fleet's size leaves the writes.
 func cpuFigures(fleet string, n int, perWrite time.Duration, idleShare float64) []results.Figure {
-	w := results.NewFigure("fleet", "nodes' CPU per write, per node, "+fleet, "ms", ms(perWrite/time.Duration(n)))
-	w.Note = fmt.Sprintf("%.0f ms of CPU per write for the %d nodes together, idle work included (utime+stime from /proc, over the writes)", ms(perWrite)[0], n)
+	w := results.NewFigure("fleet", "nodes' CPU per write, per node, "+fleet, "ms", results.Milliseconds(perWrite/time.Duration(n)))
+	w.Note = fmt.Sprintf("%.0f ms of CPU per write for the %d nodes together, idle work included (utime+stime from /proc, over the writes)", results.Milliseconds(perWrite)[0], n)
 	idle := results.NewFigure("fleet", "a node's CPU with the fleet idle, "+fleet, "% of a core", []float64{round1(100 * idleShare)})
 	idle.Note = fmt.Sprintf("%.2f cores for the %d nodes together", idleShare*float64(n), n)
 	return []results.Figure{w, idle}
@@ -42,13 +42,13 @@ func cpuFigures(fleet string, n int, perWrite time.Duration, idleShare float64) 
 func startFigures(fleet string, built, starts []time.Duration) []results.Figure {
 	var figs []results.Figure
 	if len(starts) > 0 {
-		f := results.NewFigure("fleet", "node start → serving every service, the rest of the fleet running, "+fleet, "ms", ms(starts...))
+		f := results.NewFigure("fleet", "node start → serving every service, the rest of the fleet running, "+fleet, "ms", results.Milliseconds(starts...))
 		f.Note = "one node stopped and started again; to XDP attached with every service programmed"
 		figs = append(figs, f)
 	}
 	if len(built) > 0 {
-		f := results.NewFigure("fleet", "node start → serving, while the fleet was built, "+fleet, "ms", ms(built...))
-		f.Note = fmt.Sprintf("every node of the fleet, -parallel at a time; p50 %.0f ms", ms(percentile(built, 0.5))[0])
+		f := results.NewFigure("fleet", "node start → serving, while the fleet was built, "+fleet, "ms", results.Milliseconds(built...))
+		f.Note = fmt.Sprintf("every node of the fleet, -parallel at a time; p50 %.0f ms", results.Milliseconds(results.Percentile(built, 0.5))[0])
 		figs = append(figs, f)
 	}
 	return figs

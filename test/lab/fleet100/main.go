@@ -34,7 +34,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -546,21 +545,4 @@ func (b *bench) memory() ([]memory, error) {
 		out = append(out, m)
 	}
 	return out, nil
-}
-
-// percentile is the nearest-rank percentile of ds.
-func percentile(ds []time.Duration, p float64) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(math.Ceil(p*float64(len(s)))) - 1
-	return s[max(0, min(i, len(s)-1))]
-}
-
-// ms converts to milliseconds, to the tenth.
-func ms(ds ...time.Duration) []float64 {
-	out := make([]float64, len(ds))
-	for i, d := range ds {
-		out[i] = math.Round(float64(d)/float64(time.Millisecond)*10) / 10
-	}
-	return out
 }

@@ -148,18 +148,3 @@ func TestMemoryOfThisProcess(t *testing.T) {
 		t.Error("a field /proc does not have: no error")
 	}
 }
-
-func TestPercentileIsTheNearestRank(t *testing.T) {
-	var ds []time.Duration
-	for i := 100; i >= 1; i-- {
-		ds = append(ds, time.Duration(i)*time.Millisecond)
-	}
-	for p, want := range map[float64]time.Duration{0.5: 50 * time.Millisecond, 0.99: 99 * time.Millisecond, 1: 100 * time.Millisecond} {
-		if got := percentile(ds, p); got != want {
-			t.Errorf("percentile %v = %v, want %v", p, got, want)
-		}
-	}
-	if ds[0] != 100*time.Millisecond {
-		t.Error("percentile sorted its caller's slice")
-	}
-}

@@ -25,7 +25,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -497,16 +496,16 @@ func propagationFigures(label string, n int, applied, answered []time.Duration) 
 		}
 		return what
 	}
-	prop := results.NewFigure("fleet", name("API write → applied on all 3 nodes"), "ms", ms(applied))
-	p50, p99 := percentile(applied, 0.5), percentile(applied, 0.99)
-	prop.Note = fmt.Sprintf("p50 %.1f ms, p99 %.1f ms over %d writes", ms([]time.Duration{p50})[0], ms([]time.Duration{p99})[0], len(applied))
-	tail := results.NewFigure("fleet", name("API write → applied on all 3 nodes, p99"), "p99 ms", ms([]time.Duration{p99}))
+	prop := results.NewFigure("fleet", name("API write → applied on all 3 nodes"), "ms", results.Milliseconds(applied...))
+	p50, p99 := results.Percentile(applied, 0.5), results.Percentile(applied, 0.99)
+	prop.Note = fmt.Sprintf("p50 %.1f ms, p99 %.1f ms over %d writes", results.Milliseconds(p50)[0], results.Milliseconds(p99)[0], len(applied))
+	tail := results.NewFigure("fleet", name("API write → applied on all 3 nodes, p99"), "p99 ms", results.Milliseconds(p99))
 	goal := scaleGoal
 	if n <= 2 {
 		goal = propagationGoal
 	}
-	tail.SetBound("<=", ms([]time.Duration{goal})[0])
-	ans := results.NewFigure("fleet", name("API write answered (committed, applied by the node that took it)"), "ms", ms(answered))
+	tail.SetBound("<=", results.Milliseconds(goal)[0])
+	ans := results.NewFigure("fleet", name("API write answered (committed, applied by the node that took it)"), "ms", results.Milliseconds(answered...))
 	return []results.Figure{prop, tail, ans}
 }
 
@@ -515,25 +514,8 @@ func loadFigures(label string, few, many []time.Duration) []results.Figure {
 	if label != "" {
 		suffix = " (" + label + ")"
 	}
-	ref := results.NewFigure("fleet", "node start → serving 2 services from the store"+suffix, "ms", ms(few))
-	load := results.NewFigure("fleet", fmt.Sprintf("node start → serving %d services from the store", manyServices)+suffix, "ms", ms(many))
+	ref := results.NewFigure("fleet", "node start → serving 2 services from the store"+suffix, "ms", results.Milliseconds(few...))
+	load := results.NewFigure("fleet", fmt.Sprintf("node start → serving %d services from the store", manyServices)+suffix, "ms", results.Milliseconds(many...))
 	load.Compare(ref, "", 0)
 	return []results.Figure{ref, load}
-}
-
-// percentile is the nearest-rank percentile of ds.
-func percentile(ds []time.Duration, p float64) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(math.Ceil(p*float64(len(s)))) - 1
-	return s[max(0, min(i, len(s)-1))]
-}
-
-// ms converts to milliseconds, to the tenth.
-func ms(ds []time.Duration) []float64 {
-	out := make([]float64, len(ds))
-	for i, d := range ds {
-		out[i] = math.Round(float64(d)/float64(time.Millisecond)*10) / 10
-	}
-	return out
 }
