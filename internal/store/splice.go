@@ -260,10 +260,18 @@ func fileService(path string, item *yaml.Node, node *config.Config, within strin
 	return svc, nil
 }
 
-// spliced is the change of an edit of service i alone: its text (nil: removed) and its
-// validated state svc in place of the old ones (i == len(services): added). What must
-// hold between services is checked here (config.Fits), with Parse's errors.
-func (e *edit) spliced(i int, text []byte, svc *config.Service) (*Change, error) {
+// spliced is the change of an edit of service i alone: its YAML item (nil: removed),
+// rendered at the list's indentation, and its validated state svc in place of the old
+// ones (i == len(services): added). What must hold between services is checked here
+// (config.Fits), with Parse's errors.
+func (e *edit) spliced(i int, item *yaml.Node, svc *config.Service) (*Change, error) {
+	var text []byte
+	if item != nil {
+		var err error
+		if text, err = e.layout.text(item); err != nil {
+			return nil, fail(Failed, "", "cannot render the service: %v", err)
+		}
+	}
 	var cfg *config.Config
 	switch {
 	case svc == nil && len(e.cfg.Services) == 1:

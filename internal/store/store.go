@@ -431,11 +431,8 @@ func (s *Store) PutService(name string, spec []byte) (*Change, error) {
 		if i < 0 {
 			i = len(e.cfg.Services)
 		}
-		text, err := e.layout.text(item)
-		if err != nil {
-			return nil, fail(Failed, "", "cannot render the service: %v", err)
-		}
-		if ch, err = e.spliced(i, text, svc); err != nil {
+		var err error
+		if ch, err = e.spliced(i, item, svc); err != nil {
 			return nil, err
 		}
 	} else {
@@ -626,11 +623,7 @@ func (s *Store) editBackend(service, backend, what string, fn func(b *yaml.Node,
 		if !reflect.DeepEqual(*svc, weightOf(svc)) {
 			return nil, tooMuch()
 		}
-		text, err := e.layout.text(item)
-		if err != nil {
-			return nil, fail(Failed, "", "cannot render the service: %v", err)
-		}
-		if ch, err = e.spliced(si, text, svc); err != nil {
+		if ch, err = e.spliced(si, item, svc); err != nil {
 			return nil, err
 		}
 	} else {
