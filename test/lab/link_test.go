@@ -70,6 +70,20 @@ func newLinkLab(t *testing.T) *linkLab {
 	return ll
 }
 
+// startLinks starts the link on gwA, then on gwB, with these configs.
+func (ll *linkLab) startLinks(t *testing.T, cfgA, cfgB LinkConfig) (pa, pb *Process) {
+	t.Helper()
+	pa, err := ll.StartLink(manifoldBin, ll.gwA, "link-gwa", cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err = ll.StartLink(manifoldBin, ll.gwB, "link-gwb", cfgB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pa, pb
+}
+
 // configs returns both sides' files; timeout is their connect_timeout.
 func (ll *linkLab) configs(timeout time.Duration) (a, b LinkConfig) {
 	a = LinkConfig{Name: "ab", Local: ll.gwA.Addr4, Remote: ll.gwB.Addr4, LocalPrefixes: []netip.Prefix{siteA, siteA6}, Prefixes: []netip.Prefix{siteB, siteB6},
@@ -181,14 +195,7 @@ func TestLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfgA, cfgB := ll.configs(0)
-	pa, err := ll.StartLink(manifoldBin, ll.gwA, "link-gwa", cfgA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := ll.StartLink(manifoldBin, ll.gwB, "link-gwb", cfgB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pa, pb := ll.startLinks(t, cfgA, cfgB)
 	all := []int{0, 1, 2, 3}
 	for _, side := range []struct {
 		p  *Process

@@ -34,14 +34,7 @@ func TestLinkPaths(t *testing.T) {
 	cfgA, cfgB := ll.configs(0)
 	cfgA.Local, cfgA.Remote = paths.AddrA, paths.AddrB
 	cfgB.Local, cfgB.Remote = paths.AddrB, paths.AddrA
-	pa, err := ll.StartLink(manifoldBin, ll.gwA, "link-gwa", cfgA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := ll.StartLink(manifoldBin, ll.gwB, "link-gwb", cfgB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pa, pb := ll.startLinks(t, cfgA, cfgB)
 	all := []int{0, 1, 2, 3}
 	waitAll := func(timeout time.Duration) {
 		t.Helper()
